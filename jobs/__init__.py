@@ -1,0 +1,1 @@
+"""Model zoo and job files for pardnn-launch."""

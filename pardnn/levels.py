@@ -1,0 +1,102 @@
+"""Top, bottom and weighted levels (the paper's Table "Terminology"; Sinnen 2007, Ch. 4).
+
+- ``tl(n)``: length of the costliest path from a source to ``n``, excluding ``n``;
+- ``bl(n)``: length of the costliest path from ``n`` to a sink, including ``n``;
+- ``w_lvl(n) = tl(n) + bl(n)``: the length of the costliest path through ``n``.
+
+A path's length is the sum of its ops' compute plus its edges' weights; the edge weight is the
+communication cost the caller passes (``machine.edge_comm_us(graph.edge_bytes)`` for ParDNN's
+slicing, zeros for the communication-free critical path). The paper's artificial source and sink are
+implicit: every op without (active) predecessors starts at 0, every op without (active) successors
+ends a path. ``active`` restricts the computation to a subgraph (the not-yet-sliced ops): inactive
+ops and their edges are ignored.
+
+Complexity: O(|V| + |E|) per call, one sweep over the cached topological order each way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from pardnn.graph import CostGraph
+
+__all__ = ["bottom_levels", "critical_path_us", "top_levels", "weighted_levels"]
+
+
+@njit(cache=True)
+def _top_levels(order: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, pred_weight: np.ndarray,
+                comp: np.ndarray, active: np.ndarray) -> np.ndarray:
+    top = np.zeros(order.size)
+    for v in order:
+        if not active[v]:
+            continue
+        best = 0.0
+        for k in range(pred_ptr[v], pred_ptr[v + 1]):
+            p = pred[k]
+            if active[p]:
+                length = top[p] + comp[p] + pred_weight[k]
+                if length > best:
+                    best = length
+        top[v] = best
+    return top
+
+
+@njit(cache=True)
+def _bottom_levels(order: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, succ_weight: np.ndarray,
+                   comp: np.ndarray, active: np.ndarray) -> np.ndarray:
+    bottom = np.zeros(order.size)
+    for i in range(order.size - 1, -1, -1):
+        v = order[i]
+        if not active[v]:
+            continue
+        best = 0.0
+        for k in range(succ_ptr[v], succ_ptr[v + 1]):
+            s = succ[k]
+            if active[s]:
+                length = succ_weight[k] + bottom[s]
+                if length > best:
+                    best = length
+        bottom[v] = comp[v] + best
+    return bottom
+
+
+def _inputs(graph: CostGraph, edge_weight: np.ndarray | None, active: np.ndarray | None,
+            comp_us: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    weight = np.zeros(graph.m) if edge_weight is None else np.asarray(edge_weight, dtype=np.float64)
+    if weight.shape != (graph.m,):
+        raise ValueError(f"edge_weight has {weight.size} values for {graph.m} edges")
+    mask = np.ones(graph.n, np.bool_) if active is None else np.asarray(active, dtype=np.bool_)
+    if mask.shape != (graph.n,):
+        raise ValueError(f"active has {mask.size} values for {graph.n} ops")
+    comp = graph.comp_us if comp_us is None else np.asarray(comp_us, dtype=np.float64)
+    return weight, mask, comp
+
+
+def top_levels(graph: CostGraph, edge_weight: np.ndarray | None = None, active: np.ndarray | None = None,
+               *, comp_us: np.ndarray | None = None) -> np.ndarray:
+    """``tl`` of every op (0 for inactive ops). ``edge_weight`` in graph edge order, default 0."""
+    weight, mask, comp = _inputs(graph, edge_weight, active, comp_us)
+    return _top_levels(graph.topo_order, graph.pred_ptr, graph.pred, weight[graph.pred_edge], comp, mask)
+
+
+def bottom_levels(graph: CostGraph, edge_weight: np.ndarray | None = None, active: np.ndarray | None = None,
+                  *, comp_us: np.ndarray | None = None) -> np.ndarray:
+    """``bl`` of every op (0 for inactive ops). ``edge_weight`` in graph edge order, default 0."""
+    weight, mask, comp = _inputs(graph, edge_weight, active, comp_us)
+    return _bottom_levels(graph.topo_order, graph.succ_ptr, graph.succ, weight, comp, mask)
+
+
+def weighted_levels(graph: CostGraph, edge_weight: np.ndarray | None = None,
+                    active: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(tl, bl, tl + bl)`` of every op."""
+    top = top_levels(graph, edge_weight, active)
+    bottom = bottom_levels(graph, edge_weight, active)
+    return top, bottom, top + bottom
+
+
+def critical_path_us(graph: CostGraph, edge_weight: np.ndarray | None = None) -> float:
+    """Length of the costliest source-to-sink path (0 for an empty graph)."""
+    if graph.n == 0:
+        return 0.0
+    return float(bottom_levels(graph, edge_weight).max())

@@ -1,0 +1,142 @@
+"""Evaluation of a placement: makespan, lower bound, memory, load, cut, colocation.
+
+``evaluate`` chains the scheduler emulator and the memory tracker; ``check_placement`` is the one
+checker every placer's output goes through (STYLE.md: networkx's ``validate_flows``).
+
+The lower bound is ``max(critical path without communication, total work / K)``: no schedule on K
+devices can beat either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from pardnn.emulator import Schedule, emulate
+from pardnn.errors import InvalidPlacementError
+from pardnn.graph import CostGraph
+from pardnn.levels import critical_path_us
+from pardnn.machine import Machine
+from pardnn.memory import MemoryProfile, track_memory
+
+__all__ = ["Evaluation", "check_placement", "colocation_violations", "evaluate", "lower_bound_us"]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What a placement costs. Times in µs, memory in bytes, per-device lists indexed by device."""
+
+    makespan_us: float
+    lower_bound_us: float
+    critical_path_us: float
+    total_work_us: float
+    load_us: list[float]
+    peak_memory_bytes: list[int]
+    peak_time_us: list[float]
+    residual_bytes: list[int]
+    limit_bytes: list[int] | None
+    memory_fits: bool
+    cut_edges: int
+    cut_bytes: int
+    comm_us: float
+    colocation_violations: int
+    ops_per_device: list[int]
+
+    @property
+    def ratio(self) -> float:
+        """Makespan over lower bound (1.0 is optimal)."""
+        return self.makespan_us / self.lower_bound_us if self.lower_bound_us > 0 else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["makespan_over_lower_bound"] = self.ratio
+        return out
+
+
+def check_placement(graph: CostGraph, machine: Machine, placement: np.ndarray, *,
+                    colocation: bool = False) -> np.ndarray:
+    """Validate ``placement`` and return it as a read-only int64 array.
+
+    Raises :class:`InvalidPlacementError` when its length is not |V|, a device is outside
+    ``0..K-1``, or (with ``colocation=True``) a colocation group is split.
+    """
+    place = np.asarray(placement)
+    if place.shape != (graph.n,):
+        raise InvalidPlacementError(f"placement has {place.size} entries for the {graph.n} ops of {graph.name!r}")
+    if place.size and place.dtype.kind not in "iu":
+        if place.dtype.kind != "f" or not np.all(place == np.floor(place)):
+            raise InvalidPlacementError("placement must hold integer device indices")
+    place = place.astype(np.int64)
+    bad = (place < 0) | (place >= machine.devices)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise InvalidPlacementError(
+            f"op {graph.names[i]!r} is placed on device {int(place[i])}, outside 0..{machine.devices - 1}")
+    if colocation:
+        split = colocation_violations(graph, place)
+        if split:
+            raise InvalidPlacementError(f"placement splits {len(split)} colocation group(s), e.g. {split[0]!r}")
+    place.flags.writeable = False
+    return place
+
+
+def colocation_violations(graph: CostGraph, placement: np.ndarray) -> list[str]:
+    """Labels of the colocation groups whose members sit on more than one device."""
+    members = graph.colocation >= 0
+    if not members.any():
+        return []
+    groups = graph.colocation[members]
+    devices = np.asarray(placement)[members]
+    low = np.full(len(graph.group_names), np.iinfo(np.int64).max)
+    high = np.full(len(graph.group_names), -1)
+    np.minimum.at(low, groups, devices)
+    np.maximum.at(high, groups, devices)
+    return [graph.group_names[g] for g in np.flatnonzero((high >= 0) & (low != high))]
+
+
+def lower_bound_us(graph: CostGraph, devices: int) -> tuple[float, float]:
+    """``(lower bound, critical path without communication)`` in µs."""
+    critical = critical_path_us(graph)
+    return max(critical, graph.total_work_us / devices), critical
+
+
+def evaluate(graph: CostGraph, machine: Machine, placement: np.ndarray, *,
+             schedule: Schedule | None = None, memory: MemoryProfile | None = None) -> Evaluation:
+    """Emulate ``placement`` and report its makespan, memory and communication.
+
+    Parameters
+    ----------
+    graph, machine, placement:
+        What runs, on what, where.
+    schedule, memory:
+        Reuse an emulation / memory profile already computed for this placement.
+
+    Notes
+    -----
+    O((|V| + |E|) log |V|): one emulation, one memory sweep, one critical-path sweep.
+    """
+    place = check_placement(graph, machine, placement)
+    schedule = emulate(graph, machine, place) if schedule is None else schedule
+    memory = track_memory(graph, machine, place, schedule) if memory is None else memory
+    bound, critical = lower_bound_us(graph, machine.devices)
+    cut = place[graph.edge_src] != place[graph.edge_dst]
+    limits = machine.limits_bytes if machine.bounded else None
+    return Evaluation(
+        makespan_us=schedule.makespan_us,
+        lower_bound_us=bound,
+        critical_path_us=critical,
+        total_work_us=graph.total_work_us,
+        load_us=np.bincount(place, weights=graph.comp_us, minlength=machine.devices).tolist(),
+        peak_memory_bytes=memory.peak_bytes.tolist(),
+        peak_time_us=memory.peak_time_us.tolist(),
+        residual_bytes=memory.residual_bytes.tolist(),
+        limit_bytes=None if limits is None else limits.tolist(),
+        memory_fits=True if limits is None else bool((memory.peak_bytes <= limits).all()),
+        cut_edges=int(cut.sum()),
+        cut_bytes=int(graph.edge_bytes[cut].sum()),
+        comm_us=float(machine.edge_comm_us(graph.edge_bytes[cut]).sum()),
+        colocation_violations=len(colocation_violations(graph, place)),
+        ops_per_device=np.bincount(place, minlength=machine.devices).tolist(),
+    )

@@ -1,0 +1,108 @@
+"""Scheduler emulator: hand-worked schedules and invariants over random DAGs.
+
+Machines use bandwidth 1e6 B/s and latency 1 us, so an edge of b bytes costs 1 + b us across devices.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pardnn import CostGraph, InvalidPlacementError, Machine
+from pardnn.emulator import emulate
+from pardnn.simulate import lower_bound_us
+from tests.conftest import random_dags
+
+SLOW_LINK = {"bandwidth": 1e6, "latency": 1.0}
+
+
+def test_chain_on_one_device_runs_back_to_back():
+    """a(1) -> b(2) -> c(3): starts 0, 1, 3; makespan 6."""
+    g = CostGraph(["a", "b", "c"], [1, 2, 3], [5, 5, 5], [0, 1], [1, 2])
+    s = emulate(g, Machine(1), np.zeros(3, int))
+    assert s.start_us.tolist() == [0, 1, 3] and s.finish_us.tolist() == [1, 3, 6] and s.makespan_us == 6
+
+
+def test_cross_device_edge_adds_latency_plus_transfer():
+    """a(1) on 0 -> b(2) on 1 with 10 bytes: b waits 1 + 10 us for its input, starts at 12."""
+    g = CostGraph(["a", "b"], [1, 2], [10, 0], [0], [1])
+    s = emulate(g, Machine(2, **SLOW_LINK), np.array([0, 1]))
+    assert s.start_us.tolist() == [0, 12] and s.makespan_us == 14
+    assert s.edge_arrival_us.tolist() == [12]
+
+
+def test_fork_runs_in_parallel_on_two_devices():
+    """a(1) forks to b(4) and c(4) (0-byte edges); b on 0, c on 1: both start when their input lands."""
+    g = CostGraph(["a", "b", "c"], [1, 4, 4], [0, 0, 0], [0, 0], [1, 2])
+    s = emulate(g, Machine(2, **SLOW_LINK), np.array([0, 0, 1]))
+    assert s.start_us.tolist() == [0, 1, 2]  # c: 1 (a) + 1 latency
+    assert s.makespan_us == 6
+
+
+def test_join_waits_for_the_last_input():
+    """a(2) on 0 and b(5) on 1 both feed c(1) on 0 (3 bytes from b): c starts at max(2, 5 + 1 + 3) = 9."""
+    g = CostGraph(["a", "b", "c"], [2, 5, 1], [0, 3, 0], [0, 1], [2, 2])
+    s = emulate(g, Machine(2, **SLOW_LINK), np.array([0, 1, 0]))
+    assert s.start_us.tolist() == [0, 0, 9] and s.makespan_us == 10
+
+
+def test_device_queue_is_fifo_by_readiness():
+    """root(1) feeds x (ready at 1) and, through y(5) on device 1, z (ready at 6 + 1 = 7).
+    w(10) on device 0 is ready at 0. Device 0 runs root then w (0..1, 1..11) and only then x (ready
+    at 1, before z at 7): x 11..12, z 12..13."""
+    names = ["root", "w", "x", "y", "z"]
+    g = CostGraph(names, [1, 10, 1, 5, 1], [0] * 5, [0, 0, 3], [2, 3, 4])
+    s = emulate(g, Machine(2, **SLOW_LINK), np.array([0, 0, 0, 1, 0]))
+    assert s.start_us.tolist() == [0, 1, 11, 2, 12]
+
+
+def test_fifo_ties_break_by_topological_rank():
+    g = CostGraph(["b", "a"], [1, 1], [0, 0], [], [])
+    s = emulate(g, Machine(1), np.zeros(2, int))
+    assert s.start_us.tolist() == [0, 1]
+
+
+def test_zero_cost_ops():
+    g = CostGraph(["a", "b", "c"], [0, 0, 0], [0, 0, 0], [0, 1], [1, 2])
+    assert emulate(g, Machine(2), np.array([0, 0, 0])).makespan_us == 0
+
+
+def test_bad_placement_is_rejected():
+    g = CostGraph(["a", "b"], [1, 1], [0, 0], [], [])
+    with pytest.raises(InvalidPlacementError, match=r"op 'b' is placed on device 2, outside 0..1"):
+        emulate(g, Machine(2), np.array([0, 2]))
+    with pytest.raises(InvalidPlacementError, match="1 entries for the 2 ops"):
+        emulate(g, Machine(2), np.array([0]))
+
+
+@given(random_dags())
+def test_single_device_makespan_is_total_work(g):
+    s = emulate(g, Machine(1), np.zeros(g.n, int))
+    assert s.makespan_us == pytest.approx(g.total_work_us)
+
+
+@given(random_dags(), st.integers(1, 5), st.integers(0, 2**31))
+def test_schedule_is_feasible_and_above_the_lower_bound(g, k, seed):
+    place = np.random.default_rng(seed).integers(0, k, g.n)
+    machine = Machine(k, bandwidth=1e8, latency=2.0)
+    s = emulate(g, machine, place)
+    bound, _ = lower_bound_us(g, k)
+    assert s.makespan_us >= bound - 1e-9
+    # Every op starts after all its inputs arrive; arrivals respect the link cost.
+    comm = np.where(place[g.edge_src] != place[g.edge_dst], machine.edge_comm_us(g.edge_bytes), 0.0)
+    assert np.allclose(s.edge_arrival_us, s.finish_us[g.edge_src] + comm)
+    assert np.all(s.start_us[g.edge_dst] >= s.edge_arrival_us - 1e-9)
+    # A device runs one op at a time.
+    for d in range(k):
+        ops = np.flatnonzero(place == d)
+        order = ops[np.lexsort((s.finish_us[ops], s.start_us[ops]))]
+        assert np.all(s.start_us[order][1:] >= s.finish_us[order][:-1] - 1e-9)
+
+
+@given(random_dags(), st.integers(1, 4))
+def test_emulation_is_deterministic(g, k):
+    place = np.arange(g.n) % k
+    a, b = emulate(g, Machine(k), place), emulate(g, Machine(k), place)
+    assert np.array_equal(a.start_us, b.start_us) and a.makespan_us == b.makespan_us
