@@ -1,0 +1,289 @@
+"""Step 1, stage II: LFLAM mapping (the paper's Algorithm 2 and Eq. 2).
+
+Secondary clusters are attached to the K primaries (primary ``j`` is device ``j``) in order of
+*criticality*: the weighted level of the cluster when communication inside clusters is set to zero
+(Algorithm 2, line 1; ``tl`` from the same computation gives each op its expected start, its
+*level*). Two phases:
+
+1. **Locality-first lookahead mapping** (lines 1-7). A cluster is a candidate if it is
+   *totally communicating* (all its communication is with one device and none with unmapped ops) or,
+   when the graph's CCR >= 10, *maximally communicating* (more than ``comm(sc) / K`` of it with one
+   device). A candidate goes to the device it communicates with most when any of the paper's three
+   conditions holds, with ``W[pe]`` the work of ``pe`` within ``span(sc)``, ``U`` the unmapped work
+   within the span (other clusters), ``w`` the cluster's own work within its span, and
+   ``imbalance(W) = max(W) - min(W)``:
+
+   (a) ``U >= imbalance(W + w at target) - imbalance(W)`` — the unmapped work ahead covers the
+       imbalance the mapping causes;
+   (b) ``imbalance(W + w at target) <= imbalance(W)`` — no imbalance is caused, or balance improves;
+   (c) ``comm(sc, target) > weight(sc) + W[target] + U`` — the communication would dominate.
+
+   The pass is repeated while it maps something, at most ``ceil(log2 |V|)`` times; after the first
+   pass only clusters next to a newly mapped one are re-examined (nothing else changed for them).
+2. **Level-aware load balancing** (lines 8-14, Eq. 2): every cluster left goes to the device that
+   minimises ``W[pe] + comm(sc, mapped ops not on pe)``; ties go to the device it communicates with
+   most, then to the lowest index.
+
+``span(sc)`` runs from the latest expected finish (``tl + comp``) of the first op's predecessors (0
+if none) to the earliest expected start (``tl``) of the last op's successors (the critical-path
+length if none); an op is within it when its level ``tl`` is in ``[start, end)``. Work per level
+lives in Fenwick trees (one per device, one for unmapped work), so every span query and every
+update is O(log L) with L <= |V| distinct levels.
+
+Complexity: O(|V| log |V|) to sort clusters and levels; each pass and the balancing phase do
+O(|E|) edge scans and O(K log L) Fenwick work per cluster; with at most log |V| passes, at most
+O(K |V| log^2 |V|) — the paper's O(|V| log^2 |V|) with K a constant. Compiled with numba.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from pardnn.fenwick import fenwick_add, fenwick_build, fenwick_range
+from pardnn.graph import CostGraph
+from pardnn.levels import bottom_levels, top_levels
+from pardnn.slicing import Clusters
+
+__all__ = ["Mapping", "map_clusters", "CCR_THRESHOLD"]
+
+CCR_THRESHOLD = 10.0  # Sinnen 2007: graphs with CCR >= 10 are highly communicating
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """Result of LFLAM: the device of every op, and how each secondary cluster was mapped."""
+
+    placement: np.ndarray
+    mapped_by_locality: int  # secondary clusters mapped by the lookahead phase
+    mapped_by_balance: int  # secondary clusters mapped by level-aware load balancing
+    passes: int  # lookahead passes run
+    criticality_order: np.ndarray  # secondary cluster ids in the order they were considered
+
+
+@njit(cache=True)
+def _comm_profile(c: int, ptr: np.ndarray, members: np.ndarray, cluster_of: np.ndarray, device_of: np.ndarray,
+                  succ_ptr: np.ndarray, succ: np.ndarray, succ_weight: np.ndarray, pred_ptr: np.ndarray,
+                  pred: np.ndarray, pred_weight: np.ndarray, comm_to: np.ndarray) -> float:
+    """Fill ``comm_to[pe]`` with the cluster's communication with ops mapped to ``pe``; return the
+    communication with unmapped ops outside the cluster."""
+    comm_to[:] = 0.0
+    unmapped = 0.0
+    for i in range(ptr[c], ptr[c + 1]):
+        v = members[i]
+        for k in range(succ_ptr[v], succ_ptr[v + 1]):
+            u = succ[k]
+            if cluster_of[u] == c:
+                continue
+            if device_of[u] >= 0:
+                comm_to[device_of[u]] += succ_weight[k]
+            else:
+                unmapped += succ_weight[k]
+        for k in range(pred_ptr[v], pred_ptr[v + 1]):
+            u = pred[k]
+            if cluster_of[u] == c:
+                continue
+            if device_of[u] >= 0:
+                comm_to[device_of[u]] += pred_weight[k]
+            else:
+                unmapped += pred_weight[k]
+    return unmapped
+
+
+@njit(cache=True)
+def _assign(c: int, target: int, ptr: np.ndarray, members: np.ndarray, device_of: np.ndarray,
+            level_of: np.ndarray, comp: np.ndarray, tree: np.ndarray, unmapped_row: int) -> None:
+    for i in range(ptr[c], ptr[c + 1]):
+        v = members[i]
+        device_of[v] = target
+        fenwick_add(tree, target, level_of[v], comp[v])
+        fenwick_add(tree, unmapped_row, level_of[v], -comp[v])
+
+
+@njit(cache=True)
+def _span_work(c: int, k: int, ptr: np.ndarray, members: np.ndarray, level_of: np.ndarray, comp: np.ndarray,
+               span_lo: np.ndarray, span_hi: np.ndarray, tree: np.ndarray, work: np.ndarray) -> tuple[float, float]:
+    """``work[pe]`` = work of ``pe`` within the span; returns (own work within span, other unmapped work)."""
+    lo = span_lo[c]
+    hi = span_hi[c]
+    for pe in range(k):
+        work[pe] = fenwick_range(tree, pe, lo, hi)
+    own = 0.0
+    for i in range(ptr[c], ptr[c + 1]):
+        v = members[i]
+        if lo <= level_of[v] < hi:
+            own += comp[v]
+    unmapped = fenwick_range(tree, k, lo, hi) - own
+    return own, max(unmapped, 0.0)
+
+
+@njit(cache=True)
+def _lookahead_pass(order: np.ndarray, dirty: np.ndarray, k: int, consider_maximal: bool, ptr: np.ndarray,
+                    members: np.ndarray, cluster_of: np.ndarray, device_of: np.ndarray, succ_ptr: np.ndarray,
+                    succ: np.ndarray, succ_weight: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray,
+                    pred_weight: np.ndarray, level_of: np.ndarray, comp: np.ndarray, weight: np.ndarray,
+                    span_lo: np.ndarray, span_hi: np.ndarray, tree: np.ndarray) -> int:
+    comm_to = np.zeros(k)
+    work = np.zeros(k)
+    next_dirty = np.zeros(dirty.size, np.bool_)
+    mapped = 0
+    for c in order:
+        if not dirty[c] or device_of[members[ptr[c]]] >= 0:
+            continue
+        unmapped_comm = _comm_profile(c, ptr, members, cluster_of, device_of, succ_ptr, succ, succ_weight,
+                                      pred_ptr, pred, pred_weight, comm_to)
+        target = 0
+        talking = 0
+        total = unmapped_comm
+        for pe in range(k):
+            total += comm_to[pe]
+            if comm_to[pe] > 0.0:
+                talking += 1
+            if comm_to[pe] > comm_to[target]:
+                target = pe
+        best = comm_to[target]
+        if best <= 0.0:
+            continue
+        totally = talking == 1 and unmapped_comm == 0.0
+        maximally = best > total / k
+        if not (totally or (consider_maximal and maximally)):
+            continue
+        own, unmapped_work = _span_work(c, k, ptr, members, level_of, comp, span_lo, span_hi, tree, work)
+        before = work.max() - work.min()
+        work[target] += own
+        after = work.max() - work.min()
+        caused = after - before
+        cond_a = unmapped_work >= caused
+        cond_b = after <= before
+        cond_c = best > weight[c] + (work[target] - own) + unmapped_work
+        if not (cond_a or cond_b or cond_c):
+            continue
+        _assign(c, target, ptr, members, device_of, level_of, comp, tree, k)
+        mapped += 1
+        # Only clusters next to this one see a change in their communication profile.
+        for i in range(ptr[c], ptr[c + 1]):
+            v = members[i]
+            for j in range(succ_ptr[v], succ_ptr[v + 1]):
+                next_dirty[cluster_of[succ[j]]] = True
+            for j in range(pred_ptr[v], pred_ptr[v + 1]):
+                next_dirty[cluster_of[pred[j]]] = True
+    dirty[:] = next_dirty
+    return mapped
+
+
+@njit(cache=True)
+def _balance(order: np.ndarray, k: int, ptr: np.ndarray, members: np.ndarray, cluster_of: np.ndarray,
+             device_of: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, succ_weight: np.ndarray,
+             pred_ptr: np.ndarray, pred: np.ndarray, pred_weight: np.ndarray, level_of: np.ndarray,
+             comp: np.ndarray, span_lo: np.ndarray, span_hi: np.ndarray, tree: np.ndarray) -> int:
+    comm_to = np.zeros(k)
+    work = np.zeros(k)
+    mapped = 0
+    for c in order:
+        if device_of[members[ptr[c]]] >= 0:
+            continue
+        _comm_profile(c, ptr, members, cluster_of, device_of, succ_ptr, succ, succ_weight, pred_ptr, pred,
+                      pred_weight, comm_to)
+        _span_work(c, k, ptr, members, level_of, comp, span_lo, span_hi, tree, work)
+        mapped_comm = comm_to.sum()
+        target = 0
+        best_cost = np.inf
+        for pe in range(k):  # Eq. 2; ties to the most-communicating device, then the lowest index
+            cost = work[pe] + (mapped_comm - comm_to[pe])
+            if cost < best_cost or (cost == best_cost and comm_to[pe] > comm_to[target]):
+                best_cost = cost
+                target = pe
+        _assign(c, target, ptr, members, device_of, level_of, comp, tree, k)
+        mapped += 1
+    return mapped
+
+
+def map_clusters(graph: CostGraph, edge_weight: np.ndarray, clusters: Clusters, k: int, ccr: float) -> Mapping:
+    """Algorithm 2 (LFLAM): map every secondary cluster onto one of the K primaries.
+
+    Parameters
+    ----------
+    graph, edge_weight:
+        The graph and each edge's communication cost if cut (graph edge order).
+    clusters:
+        The slicing of ``graph`` into ``k`` primaries and the secondaries.
+    k:
+        Number of devices.
+    ccr:
+        The graph's communication-to-computation ratio; at >= 10 maximally-communicating clusters are
+        mapped for locality too.
+    """
+    n = graph.n
+    weight = np.asarray(edge_weight, dtype=np.float64)
+    cluster_of = clusters.cluster_of
+    # Algorithm 2, line 1: levels with communication inside clusters set to zero.
+    inner = cluster_of[graph.edge_src] == cluster_of[graph.edge_dst]
+    zeroed = np.where(inner, 0.0, weight)
+    top = top_levels(graph, zeroed)
+    bottom = bottom_levels(graph, zeroed)
+    criticality_of_op = top + bottom
+    count = clusters.count
+    ptr, members = clusters.ptr, clusters.members
+    criticality = np.full(count, -np.inf)
+    np.maximum.at(criticality, cluster_of, criticality_of_op)
+    nonempty = np.diff(ptr) > 0  # only primaries can be empty
+    first = np.zeros(count, np.int64)
+    last = np.zeros(count, np.int64)
+    first[nonempty] = members[ptr[:-1][nonempty]]
+    last[nonempty] = members[ptr[1:][nonempty] - 1]
+    cluster_weight = np.bincount(cluster_of, weights=graph.comp_us, minlength=count)
+
+    # Levels: distinct expected start times; span bounds as level indices.
+    levels = np.unique(top)
+    level_of = np.searchsorted(levels, top).astype(np.int64)
+    finish = top + graph.comp_us
+    span_start = np.zeros(count)
+    span_end = np.full(count, float(criticality_of_op.max(initial=0.0)))
+    if n:
+        pred_finish = finish[graph.pred]
+        pred_owner = np.repeat(np.arange(n), np.diff(graph.pred_ptr))
+        latest = np.zeros(n)
+        np.maximum.at(latest, pred_owner, pred_finish)
+        succ_start = top[graph.succ]
+        succ_owner = np.repeat(np.arange(n), np.diff(graph.succ_ptr))
+        earliest = np.full(n, np.inf)
+        np.minimum.at(earliest, succ_owner, succ_start)
+        span_start = latest[first]
+        span_end = np.where(np.isfinite(earliest[last]), earliest[last], span_end)
+    span_lo = np.searchsorted(levels, span_start, side="left").astype(np.int64)
+    span_hi = np.searchsorted(levels, span_end, side="left").astype(np.int64)
+
+    device_of = np.full(n, -1, np.int64)
+    primary_ops = cluster_of < k
+    device_of[primary_ops] = cluster_of[primary_ops]
+    tree = np.zeros((k + 1, levels.size + 1))
+    per_level = np.zeros((k + 1, levels.size))
+    row = np.where(primary_ops, cluster_of, k)
+    np.add.at(per_level, (row, level_of), graph.comp_us)
+    for r in range(k + 1):
+        fenwick_build(tree, r, per_level[r])
+
+    secondary = np.arange(k, count, dtype=np.int64)
+    first_rank = graph.topo_rank[first[secondary]]
+    order = secondary[np.lexsort((first_rank, -criticality[secondary]))]
+    pred_weight = weight[graph.pred_edge]
+
+    dirty = np.ones(count, np.bool_)
+    by_locality = 0
+    passes = 0
+    max_passes = max(1, math.ceil(math.log2(max(n, 2))))
+    while passes < max_passes:  # Algorithm 2, lines 5-7
+        passes += 1
+        mapped = _lookahead_pass(order, dirty, k, ccr >= CCR_THRESHOLD, ptr, members, cluster_of, device_of,
+                                 graph.succ_ptr, graph.succ, weight, graph.pred_ptr, graph.pred, pred_weight,
+                                 level_of, graph.comp_us, cluster_weight, span_lo, span_hi, tree)
+        by_locality += mapped
+        if mapped == 0:
+            break
+    by_balance = _balance(order, k, ptr, members, cluster_of, device_of, graph.succ_ptr, graph.succ, weight,
+                          graph.pred_ptr, graph.pred, pred_weight, level_of, graph.comp_us, span_lo, span_hi, tree)
+    return Mapping(placement=device_of, mapped_by_locality=by_locality, mapped_by_balance=by_balance,
+                   passes=passes, criticality_order=order)

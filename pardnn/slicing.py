@@ -1,0 +1,195 @@
+"""Step 1, stage I: graph slicing (the paper's Algorithm 1).
+
+The graph is cut into K *primary* clusters — each the heaviest (critical) path of the graph that is
+left once the earlier ones are removed, with weighted levels recomputed after each — and then into
+*secondary* clusters (paths or single ops) found with the last levels, without recomputation, until
+every op belongs to a cluster. Edge weights are communication costs as if every edge were cut
+(``latency + bytes / bandwidth``), as the paper's levels count computation and communication.
+
+How a heaviest path is found (the paper: "traversing the graph using the computed w_lvls as
+priorities until reaching a dead-end"): start at the unvisited op of highest weighted level, then
+extend forward through the unvisited successor ``s`` that maximises ``comm(v, s) + bl(s)`` and
+backward through the unvisited predecessor ``p`` that maximises ``tl(p) + comp(p) + comm(p, v)``,
+each until no unvisited neighbour is left. With fresh levels this is exactly a critical path of the
+remaining graph (the path through the heaviest op, continued by the edges that realise its top and
+bottom levels); with stale levels it is a heavy path. A primary can be empty when fewer than K
+paths exist (an empty or tiny graph).
+
+Ties are broken deterministically: the lowest topological rank wins (among start ops and among
+neighbours).
+
+Complexity: O(K(|V| + |E|)) for the K + 1 level computations, O(|V| log |V|) for ordering the
+secondary starts once, and O(|V| + |E|) for all path walks (an op joins one path; an edge is
+scanned from each end at most once per walk that reaches that end).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from pardnn.graph import CostGraph
+from pardnn.levels import bottom_levels, top_levels
+
+__all__ = ["Clusters", "slice_graph"]
+
+
+@dataclass(frozen=True)
+class Clusters:
+    """Result of slicing: clusters ``0..K-1`` are the primaries, the rest secondaries.
+
+    ``cluster_of[v]`` is op ``v``'s cluster; cluster ``c`` holds ``members[ptr[c]:ptr[c + 1]]`` in path
+    order (topological).
+    """
+
+    primaries: int
+    cluster_of: np.ndarray
+    ptr: np.ndarray
+    members: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return int(self.ptr.size - 1)
+
+    def cluster(self, c: int) -> np.ndarray:
+        return self.members[self.ptr[c] : self.ptr[c + 1]]
+
+
+@njit(cache=True)
+def _walk(start: int, succ_ptr: np.ndarray, succ: np.ndarray, succ_weight: np.ndarray,
+          pred_ptr: np.ndarray, pred: np.ndarray, pred_weight: np.ndarray, comp: np.ndarray,
+          top: np.ndarray, bottom: np.ndarray, rank: np.ndarray, visited: np.ndarray,
+          path: np.ndarray) -> int:
+    """Write the path through ``start`` into ``path`` (in order), mark it visited, return its length."""
+    n = comp.size
+    # Backward: predecessors that realise the top level, stored reversed at the end of ``path``.
+    back = 0
+    v = start
+    visited[v] = True
+    while True:
+        best = -1
+        best_key = -1.0
+        for k in range(pred_ptr[v], pred_ptr[v + 1]):
+            p = pred[k]
+            if visited[p]:
+                continue
+            key = top[p] + comp[p] + pred_weight[k]
+            if best < 0 or key > best_key or (key == best_key and rank[p] < rank[best]):
+                best = p
+                best_key = key
+        if best < 0:
+            break
+        visited[best] = True
+        back += 1
+        path[n - back] = best
+        v = best
+    for i in range(back):  # earliest first; ascending copy is safe even when the ranges overlap
+        path[i] = path[n - back + i]
+    length = back
+    path[length] = start
+    length += 1
+    v = start
+    while True:
+        best = -1
+        best_key = -1.0
+        for k in range(succ_ptr[v], succ_ptr[v + 1]):
+            s = succ[k]
+            if visited[s]:
+                continue
+            key = succ_weight[k] + bottom[s]
+            if best < 0 or key > best_key or (key == best_key and rank[s] < rank[best]):
+                best = s
+                best_key = key
+        if best < 0:
+            break
+        visited[best] = True
+        path[length] = best
+        length += 1
+        v = best
+    return length
+
+
+@njit(cache=True)
+def _secondaries(order: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, succ_weight: np.ndarray,
+                 pred_ptr: np.ndarray, pred: np.ndarray, pred_weight: np.ndarray, comp: np.ndarray,
+                 top: np.ndarray, bottom: np.ndarray, rank: np.ndarray, visited: np.ndarray,
+                 cluster_of: np.ndarray, members: np.ndarray, ptr: np.ndarray, first_cluster: int,
+                 first_member: int) -> int:
+    """Slice every unvisited op into paths, starts taken in ``order``; return the cluster count."""
+    n = comp.size
+    path = np.empty(n, np.int64)
+    c = first_cluster
+    pos = first_member
+    for start in order:
+        if visited[start]:
+            continue
+        length = _walk(start, succ_ptr, succ, succ_weight, pred_ptr, pred, pred_weight, comp, top, bottom,
+                       rank, visited, path)
+        for i in range(length):
+            members[pos + i] = path[i]
+            cluster_of[path[i]] = c
+        pos += length
+        c += 1
+        ptr[c] = pos
+    return c
+
+
+def slice_graph(graph: CostGraph, edge_weight: np.ndarray, k: int, *,
+                progress: Callable[[int, int], None] | None = None) -> Clusters:
+    """Algorithm 1: K primary clusters (critical paths, levels recomputed) and secondary clusters.
+
+    Parameters
+    ----------
+    graph:
+        The graph to slice.
+    edge_weight:
+        Communication cost of every edge (graph edge order), e.g. ``machine.edge_comm_us(graph.edge_bytes)``.
+    k:
+        Number of primary clusters (devices).
+    progress:
+        Called as ``progress(done, k)`` after each primary.
+
+    Returns
+    -------
+    Clusters
+        ``cluster_of`` every op, with primaries ``0..k-1``.
+    """
+    n = graph.n
+    weight = np.asarray(edge_weight, dtype=np.float64)
+    pred_weight = weight[graph.pred_edge]
+    visited = np.zeros(n, np.bool_)
+    cluster_of = np.full(n, -1, np.int64)
+    members = np.empty(n, np.int64)
+    ptr = np.zeros(n + k + 1, np.int64)
+    path = np.empty(n, np.int64)
+    rank = graph.topo_rank
+    pos = 0
+    # Algorithm 1, line 2, and line 7 after each primary: levels of the graph that is left.
+    top = top_levels(graph, weight)
+    bottom = bottom_levels(graph, weight)
+    for j in range(k):  # Algorithm 1, lines 3-7: K critical paths
+        if not visited.all():
+            level = np.where(visited, -np.inf, top + bottom)
+            heaviest = np.flatnonzero(level == level.max())
+            start = int(heaviest[np.argmin(rank[heaviest])])
+            length = _walk(start, graph.succ_ptr, graph.succ, weight, graph.pred_ptr, graph.pred, pred_weight,
+                           graph.comp_us, top, bottom, rank, visited, path)
+            members[pos : pos + length] = path[:length]
+            cluster_of[path[:length]] = j
+            pos += length
+            active = ~visited
+            top = top_levels(graph, weight, active)
+            bottom = bottom_levels(graph, weight, active)
+        ptr[j + 1] = pos
+        if progress is not None:
+            progress(j + 1, k)
+    # Algorithm 1, lines 8-10: secondary clusters with the last levels (no recomputation),
+    # starts in order of decreasing weighted level, ties by topological rank.
+    level = top + bottom
+    order = np.lexsort((rank, -level)).astype(np.int64)
+    count = _secondaries(order, graph.succ_ptr, graph.succ, weight, graph.pred_ptr, graph.pred, pred_weight,
+                         graph.comp_us, top, bottom, rank, visited, cluster_of, members, ptr, k, pos)
+    return Clusters(primaries=k, cluster_of=cluster_of, ptr=ptr[: count + 1].copy(), members=members)

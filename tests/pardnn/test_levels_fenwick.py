@@ -1,0 +1,98 @@
+"""Levels (tl, bl, w_lvl) and Fenwick trees: hand-worked values and checks against brute force."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pardnn import CostGraph
+from pardnn.fenwick import FenwickTree
+from pardnn.levels import bottom_levels, critical_path_us, top_levels, weighted_levels
+from tests.conftest import random_dags
+
+
+def g1() -> tuple[CostGraph, np.ndarray]:
+    """a(1) -> b(3) -> d(1); a -> c(1) -> d; c -> e(2). Edge weights: c->e 5, the others 1.
+
+        tl: a 0, b 2, c 2, d 6, e 8      bl: a 10, b 5, c 8, d 1, e 2      w_lvl: a 10, b 7, c 10, d 7, e 10
+    """
+    g = CostGraph(list("abcde"), [1, 3, 1, 1, 2], [0] * 5, [0, 0, 1, 2, 2], [1, 2, 3, 3, 4])
+    weight = np.array([1.0, 1.0, 1.0, 1.0, 5.0])  # edges sorted (a,b) (a,c) (b,d) (c,d) (c,e)
+    return g, weight
+
+
+def test_levels_by_hand():
+    g, w = g1()
+    top, bottom, level = weighted_levels(g, w)
+    assert top.tolist() == [0, 2, 2, 6, 8]
+    assert bottom.tolist() == [10, 5, 8, 1, 2]
+    assert level.tolist() == [10, 7, 10, 7, 10]
+    assert critical_path_us(g, w) == 10
+    assert critical_path_us(g) == 5  # without communication: a(1) + b(3) + d(1)
+
+
+def test_levels_of_a_subgraph_ignore_inactive_ops():
+    g, w = g1()
+    active = np.array([False, True, False, True, False])  # only b -> d remains
+    assert top_levels(g, w, active).tolist() == [0, 0, 0, 4, 0]
+    assert bottom_levels(g, w, active).tolist() == [0, 5, 0, 1, 0]
+
+
+def test_empty_graph():
+    g = CostGraph([], [], [], [], [])
+    assert critical_path_us(g) == 0.0 and top_levels(g).size == 0
+
+
+def brute_force_levels(g: CostGraph, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    top = np.zeros(g.n)
+    bottom = np.zeros(g.n)
+    for v in g.topo_order:
+        for k in range(g.pred_ptr[v], g.pred_ptr[v + 1]):
+            p = g.pred[k]
+            top[v] = max(top[v], top[p] + g.comp_us[p] + w[g.pred_edge[k]])
+    for v in g.topo_order[::-1]:
+        best = 0.0
+        for k in range(g.succ_ptr[v], g.succ_ptr[v + 1]):
+            best = max(best, w[k] + bottom[g.succ[k]])
+        bottom[v] = g.comp_us[v] + best
+    return top, bottom
+
+
+@given(random_dags(kinds=False, groups=False), st.integers(0, 2**31))
+def test_levels_match_brute_force(g, seed):
+    w = np.random.default_rng(seed).random(g.m) * 10
+    top, bottom, level = weighted_levels(g, w)
+    expected_top, expected_bottom = brute_force_levels(g, w)
+    assert np.allclose(top, expected_top) and np.allclose(bottom, expected_bottom)
+    # Every op's weighted level is at most the critical path, and some op attains it.
+    assert level.max() == pytest.approx(critical_path_us(g, w))
+
+
+def test_fenwick_by_hand():
+    tree = FenwickTree(8)
+    tree.add(0, 1.0)
+    tree.add(3, 4.0)
+    tree.add(7, 2.0)
+    assert tree.prefix_sum(4) == 5.0
+    assert tree.range_sum(1, 8) == 6.0
+    assert tree.range_sum(4, 7) == 0.0
+    assert tree.range_sum(5, 2) == 0.0  # empty range
+    tree.add(3, -4.0)
+    assert tree.range_sum(0, 8) == 3.0
+    with pytest.raises(IndexError):
+        tree.add(8, 1.0)
+
+
+@given(st.lists(st.floats(-100, 100, allow_nan=False), min_size=1, max_size=64), st.data())
+def test_fenwick_matches_cumsum(values, data):
+    values = np.array(values)
+    tree = FenwickTree(values.size, values)
+    start = data.draw(st.integers(0, values.size))
+    end = data.draw(st.integers(start, values.size))
+    assert tree.range_sum(start, end) == pytest.approx(values[start:end].sum(), abs=1e-9)
+    index = data.draw(st.integers(0, values.size - 1))
+    tree.add(index, 3.5)
+    values[index] += 3.5
+    assert tree.prefix_sum(end) == pytest.approx(values[:end].sum(), abs=1e-9)

@@ -1,0 +1,176 @@
+"""Step 1: slicing (Algorithm 1) and LFLAM (Algorithm 2) on hand-worked graphs, plus properties."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pardnn import CostGraph
+from pardnn.levels import weighted_levels
+from pardnn.mapping import map_clusters
+from pardnn.slicing import Clusters, slice_graph
+from tests.conftest import random_dags
+from tests.pardnn.test_levels_fenwick import g1
+
+
+def clusters_as_names(g: CostGraph, c: Clusters) -> list[list[str]]:
+    return [[g.names[v] for v in c.cluster(i)] for i in range(c.count)]
+
+
+def test_slicing_by_hand_one_primary():
+    """G1 (see test_levels_fenwick.g1): the critical path a -> c -> e (10) is the primary; with levels
+    recomputed on {b, d}, b (w_lvl 5) starts the secondary path b -> d."""
+    g, w = g1()
+    c = slice_graph(g, w, 1)
+    assert clusters_as_names(g, c) == [["a", "c", "e"], ["b", "d"]]
+    assert c.cluster_of.tolist() == [0, 1, 0, 1, 0]
+
+
+def test_slicing_by_hand_more_primaries_than_paths():
+    """With K = 3 the two paths are primaries 0 and 1 and primary 2 stays empty."""
+    g, w = g1()
+    c = slice_graph(g, w, 3)
+    assert clusters_as_names(g, c) == [["a", "c", "e"], ["b", "d"], []]
+
+
+def test_slicing_extends_backward_from_the_heaviest_op():
+    """x(1) -> y(1) -> z(1) and x -> h(10): the primary is x -> h. Levels recomputed on {y, z} give
+    both w_lvl 2; y (lower rank) starts the secondary, which grows forward: [y, z]."""
+    g = CostGraph(["x", "y", "z", "h"], [1, 1, 1, 10], [0] * 4, [0, 1, 0], [1, 2, 3])
+    c = slice_graph(g, np.zeros(g.m), 1)
+    assert clusters_as_names(g, c) == [["x", "h"], ["y", "z"]]
+
+
+def test_secondary_path_grows_backward_to_unvisited_predecessors():
+    """p(1) -> q(1) -> r(9) and s(20) alone. K = 1: primary [s]. Levels on {p, q, r}: all three have
+    w_lvl 11; p (lowest rank) starts and the walk forward takes the whole chain."""
+    g = CostGraph(["p", "q", "r", "s"], [1, 1, 9, 20], [0] * 4, [0, 1], [1, 2])
+    c = slice_graph(g, np.zeros(g.m), 1)
+    assert clusters_as_names(g, c) == [["s"], ["p", "q", "r"]]
+
+
+def test_secondary_with_stale_levels_grows_backward():
+    """h(100) alone is the primary. Levels on the rest: q(10) -> r(20), q -> v(5), p(1) -> v, so
+    w_lvl q 30, r 30, v 15, p 6. The first secondary is q -> r; then v is the heaviest op left and its
+    unvisited predecessor p joins it backward: [p, v] (not [v] and [p])."""
+    g = CostGraph(["h", "q", "r", "v", "p"], [100, 10, 20, 5, 1], [0] * 5, [1, 1, 4], [2, 3, 3])
+    c = slice_graph(g, np.zeros(g.m), 1)
+    assert clusters_as_names(g, c) == [["h"], ["q", "r"], ["p", "v"]]
+
+
+def two_chains(y_comp: float, extra: list[tuple[str, float, str, str, float]]):
+    """Primaries by hand: P0 = x0..x3 (comp 10 each), P1 = y0..y3 (comp y_comp each), chains with
+    free (0-weight) edges. ``extra`` adds secondaries (name, comp, pred, succ-or-None, edge weight)."""
+    names = [f"x{i}" for i in range(4)] + [f"y{i}" for i in range(4)]
+    comp = [10.0] * 4 + [y_comp] * 4
+    edges = [(f"x{i}", f"x{i + 1}", 0.0) for i in range(3)] + [(f"y{i}", f"y{i + 1}", 0.0) for i in range(3)]
+    for name, c, pred, _, weight in extra:
+        names.append(name)
+        comp.append(c)
+        edges.append((pred, name, weight))
+    g = CostGraph.from_named_edges(names, comp, [0] * len(names), [(s, d) for s, d, _ in edges])
+    weight = np.zeros(g.m)
+    lookup = {(g.index[s], g.index[d]): w for s, d, w in edges}
+    for e in range(g.m):
+        weight[e] = lookup[(int(g.edge_src[e]), int(g.edge_dst[e]))]
+    cluster_of = np.array([0] * 4 + [1] * 4 + list(range(2, 2 + len(extra))))
+    ptr = np.arange(len(extra) + 1) + 8
+    ptr = np.concatenate(([0, 4], ptr))
+    clusters = Clusters(2, cluster_of, ptr, np.arange(len(names)))
+    return g, weight, clusters
+
+
+def test_condition_c_communication_dominates():
+    """s (1 us) hangs off x1 with an edge of 100 us. span(s) = [20, 121): W = [20, 20], U = 0, so (a) and
+    (b) fail, but 100 > 1 + 20 + 0: (c) maps s to P0 for locality."""
+    g, w, c = two_chains(10.0, [("s", 1.0, "x1", None, 100.0)])
+    m = map_clusters(g, w, c, 2, ccr=0.0)
+    assert m.placement[g.index["s"]] == 0 and m.mapped_by_locality == 1 and m.mapped_by_balance == 0
+
+
+def test_level_aware_balancing_when_no_condition_holds():
+    """Same, but the edge costs 10 and P1 has only y0, y1 (levels 0 and 10) within ... of which none is
+    in span(s) = [20, 41): W = [20, 0]. No locality condition holds (10 < 1 + 20), so Eq. 2 decides:
+    P0 costs 20 + 0, P1 costs 0 + 10 → P1."""
+    g, w, c = two_chains(10.0, [("s", 1.0, "x1", None, 10.0)])
+    # Drop y2, y3 from P1's work in the span by making them cost nothing.
+    g = CostGraph(g.names, np.where(np.isin(np.arange(g.n), [g.index["y2"], g.index["y3"]]), 0.0, g.comp_us),
+                  g.out_bytes, g.edge_src, g.edge_dst, g.edge_bytes)
+    m = map_clusters(g, w, c, 2, ccr=0.0)
+    assert m.placement[g.index["s"]] == 1 and m.mapped_by_locality == 0 and m.mapped_by_balance == 1
+
+
+def test_condition_b_mapping_improves_balance():
+    """P1's ops cost 20 (levels 0, 20, 40, 60); s (edge 5 from x1) has span [20, 80): W = [20, 60].
+    Mapping s to P0 gives W = [21, 60]: the imbalance drops from 40 to 39, so (b) holds."""
+    g, w, c = two_chains(20.0, [("s", 1.0, "x1", None, 5.0)])
+    m = map_clusters(g, w, c, 2, ccr=0.0)
+    assert m.placement[g.index["s"]] == 0 and m.mapped_by_locality == 1
+
+
+def test_condition_a_unmapped_work_covers_the_imbalance():
+    """s (1 us, edge 5 from x1) and t (50 us, edge 1 from y1). t is more critical (w_lvl 71) and goes
+    first: mapping it to P1 causes an imbalance of 50 that s's 1 us cannot cover, so it waits. s: W =
+    [20, 20], mapping causes an imbalance of 1 and t's 50 us of unmapped work within the span covers it
+    (a). t is left to balancing: P0 costs 21 + 1, P1 costs 20 + 0 → P1."""
+    g, w, c = two_chains(10.0, [("s", 1.0, "x1", None, 5.0), ("t", 50.0, "y1", None, 1.0)])
+    m = map_clusters(g, w, c, 2, ccr=0.0)
+    assert [g.names[8 + int(i) - 2] for i in m.criticality_order] == ["t", "s"]
+    assert m.placement[g.index["s"]] == 0 and m.placement[g.index["t"]] == 1
+    assert m.mapped_by_locality == 1 and m.mapped_by_balance == 1
+    # Without t there is no unmapped work: s is not mapped by locality (Eq. 2 still picks P0).
+    g2, w2, c2 = two_chains(10.0, [("s", 1.0, "x1", None, 5.0)])
+    m2 = map_clusters(g2, w2, c2, 2, ccr=0.0)
+    assert m2.mapped_by_locality == 0 and m2.placement[g2.index["s"]] == 0
+
+
+def test_maximally_communicating_clusters_need_high_ccr():
+    """u talks to x1 (edge 6) and y1 (edge 1): maximally but not totally communicating with P0. Below
+    CCR 10 the lookahead ignores it; at CCR >= 10 it maps it to P0 by locality."""
+    names_extra = [("u", 1.0, "x1", None, 6.0)]
+    g, w, c = two_chains(20.0, names_extra)
+    g = CostGraph(g.names, g.comp_us, g.out_bytes, np.append(g.edge_src, g.index["y1"]),
+                  np.append(g.edge_dst, g.index["u"]))
+    w = np.zeros(g.m)
+    w[(g.edge_src == g.index["x1"]) & (g.edge_dst == g.index["u"])] = 6.0
+    w[(g.edge_src == g.index["y1"]) & (g.edge_dst == g.index["u"])] = 1.0
+    assert map_clusters(g, w, c, 2, ccr=1.0).mapped_by_locality == 0
+    high = map_clusters(g, w, c, 2, ccr=10.0)
+    assert high.mapped_by_locality == 1 and high.placement[g.index["u"]] == 0
+
+
+@given(random_dags(max_ops=40), st.integers(1, 6), st.integers(0, 2**31))
+def test_clusters_partition_the_ops_into_paths(g, k, seed):
+    w = np.random.default_rng(seed).random(g.m) * 5
+    c = slice_graph(g, w, k)
+    assert sorted(c.members.tolist()) == list(range(g.n))
+    assert c.primaries == k and c.count >= k
+    edges = set(zip(g.edge_src.tolist(), g.edge_dst.tolist()))
+    for i in range(c.count):
+        path = c.cluster(i).tolist()
+        assert all((a, b) in edges for a, b in zip(path, path[1:])), path
+        assert all(c.cluster_of[v] == i for v in path)
+        if i >= k:
+            assert path, "secondary clusters are never empty"
+    # The first primary is a critical path: its length equals the largest weighted level.
+    if g.n:
+        path = c.cluster(0)
+        length = g.comp_us[path].sum() + sum(
+            w[np.flatnonzero((g.edge_src == a) & (g.edge_dst == b))[0]] for a, b in zip(path[:-1], path[1:]))
+        assert length == pytest.approx(weighted_levels(g, w)[2].max())
+
+
+@given(random_dags(max_ops=40), st.integers(1, 6), st.sampled_from([0.0, 20.0]))
+def test_mapping_places_every_op_and_keeps_primaries(g, k, ccr):
+    w = np.ones(g.m)
+    c = slice_graph(g, w, k)
+    m = map_clusters(g, w, c, k, ccr)
+    assert m.placement.min(initial=0) >= 0 and m.placement.max(initial=0) < k
+    primary = c.cluster_of < k
+    assert np.array_equal(m.placement[primary], c.cluster_of[primary])
+    # A secondary cluster goes to one device, whole.
+    for i in range(k, c.count):
+        assert len(set(m.placement[c.cluster(i)].tolist())) == 1
+    assert m.mapped_by_locality + m.mapped_by_balance == c.count - k
