@@ -29,7 +29,7 @@ from numba import njit
 
 from pardnn.errors import InvalidGraphError
 
-__all__ = ["CostGraph", "Kind", "KIND_NAMES"]
+__all__ = ["KIND_NAMES", "CostGraph", "Kind"]
 
 
 class Kind(enum.IntEnum):
@@ -265,7 +265,8 @@ class CostGraph:
             ids = np.array(values, dtype=np.int64)
             if (ids < -1).any():
                 i = int(np.flatnonzero(ids < -1)[0])
-                raise InvalidGraphError(f"op {self.names[i]!r}: colocation = {int(ids[i])}; expected a group id >= 0 or -1")
+                raise InvalidGraphError(
+                    f"op {self.names[i]!r}: colocation = {int(ids[i])}; expected a group id >= 0 or -1")
             # Renumber groups by first appearance so equal graphs have equal ids.
             labels = {g: None for g in ids.tolist() if g >= 0}
             mapping = {g: k for k, g in enumerate(labels)}
@@ -299,7 +300,10 @@ class CostGraph:
             bytes_a = np.asarray(edge_bytes).reshape(-1)
             if bytes_a.shape != src_a.shape:
                 raise InvalidGraphError(f"graph {self.name!r}: {bytes_a.size} edge byte counts for {src_a.size} edges")
-            as_float = np.array([_number(v) for v in bytes_a.tolist()]) if bytes_a.dtype.kind == "O" else bytes_a.astype(np.float64)
+            if bytes_a.dtype.kind == "O":
+                as_float = np.array([_number(v) for v in bytes_a.tolist()])
+            else:
+                as_float = bytes_a.astype(np.float64)
             bad = ~np.isfinite(as_float) | (as_float < 0) | (as_float != np.floor(as_float))
             if bad.any():
                 k = int(np.flatnonzero(bad)[0])
@@ -408,7 +412,8 @@ class CostGraph:
             and self.memory_limit_bytes == other.memory_limit_bytes
             and all(
                 np.array_equal(getattr(self, f), getattr(other, f))
-                for f in ("comp_us", "out_bytes", "param_bytes", "kind", "colocation", "edge_src", "edge_dst", "edge_bytes")
+                for f in ("comp_us", "out_bytes", "param_bytes", "kind", "colocation",
+                          "edge_src", "edge_dst", "edge_bytes")
             )
         )
 

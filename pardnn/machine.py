@@ -19,7 +19,7 @@ import numpy as np
 
 from pardnn.errors import InvalidMachineError
 
-__all__ = ["Machine", "parse_bytes", "parse_bandwidth", "parse_duration_us", "format_bytes"]
+__all__ = ["Machine", "format_bytes", "parse_bandwidth", "parse_bytes", "parse_duration_us"]
 
 DEFAULT_RESERVE = 0.10
 DEFAULT_BANDWIDTH_BPS = 150e9  # NVLink 2 / NVSwitch per-direction order of magnitude (DGX-2)
@@ -56,7 +56,7 @@ def parse_bytes(value: str | int | float, what: str = "size") -> int:
         number = float(match.group(1)) * _PREFIX[(match.group(2) or "").lower()]
     if not np.isfinite(number) or number < 0:
         raise InvalidMachineError(f"{what}: {value!r} must be a finite size >= 0")
-    return int(round(number))
+    return round(number)
 
 
 def parse_bandwidth(value: str | int | float, what: str = "bandwidth") -> float:

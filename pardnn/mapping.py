@@ -48,7 +48,7 @@ from pardnn.graph import CostGraph
 from pardnn.levels import bottom_levels, top_levels
 from pardnn.slicing import Clusters
 
-__all__ = ["Mapping", "map_clusters", "CCR_THRESHOLD"]
+__all__ = ["CCR_THRESHOLD", "Mapping", "map_clusters"]
 
 CCR_THRESHOLD = 10.0  # Sinnen 2007: graphs with CCR >= 10 are highly communicating
 
@@ -121,6 +121,16 @@ def _span_work(c: int, k: int, ptr: np.ndarray, members: np.ndarray, level_of: n
 
 
 @njit(cache=True)
+def _deficit(work: np.ndarray, level: float) -> float:
+    """Work needed to bring every device up to ``level`` within the span."""
+    total = 0.0
+    for w in work:
+        if w < level:
+            total += level - w
+    return total
+
+
+@njit(cache=True)
 def _lookahead_pass(order: np.ndarray, dirty: np.ndarray, k: int, consider_maximal: bool, ptr: np.ndarray,
                     members: np.ndarray, cluster_of: np.ndarray, device_of: np.ndarray, succ_ptr: np.ndarray,
                     succ: np.ndarray, succ_weight: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray,
@@ -152,11 +162,10 @@ def _lookahead_pass(order: np.ndarray, dirty: np.ndarray, k: int, consider_maxim
         if not (totally or (consider_maximal and maximally)):
             continue
         own, unmapped_work = _span_work(c, k, ptr, members, level_of, comp, span_lo, span_hi, tree, work)
-        before = work.max() - work.min()
+        before = _deficit(work, work.max())
         work[target] += own
-        after = work.max() - work.min()
-        caused = after - before
-        cond_a = unmapped_work >= caused
+        after = _deficit(work, work[target])
+        cond_a = unmapped_work >= after
         cond_b = after <= before
         cond_c = best > weight[c] + (work[target] - own) + unmapped_work
         if not (cond_a or cond_b or cond_c):

@@ -14,7 +14,8 @@ Given a placement and its emulated :class:`~pardnn.emulator.Schedule`, memory in
 Reference ops hold nothing of their own. Each transient term is a *buffer* ``(device, alloc, free,
 bytes, owner)``. ``owner`` is the op whose finish releases the buffer — the last consumer on that
 device, or the producer itself when the buffer is released by its own finish or by an outgoing
-transfer landing — which is what moving an op can relieve, so ``M_pot(n, t)`` = n's own output while n runs + every buffer owned by n live at ``t``
+transfer landing — which is what moving an op can relieve, so ``M_pot(n, t)`` = n's own output
+while n runs + every buffer owned by n live at ``t``
 (the paper's Table "Terminology").
 
 Complexity: O(|V| + |E| log |E|) with NumPy (one sort of the buffers); potentials at one instant

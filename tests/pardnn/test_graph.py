@@ -102,7 +102,7 @@ def test_unknown_endpoint_by_name():
 
 
 def test_endpoint_index_out_of_range():
-    with pytest.raises(InvalidGraphError, match="destination index 5, outside 0..1"):
+    with pytest.raises(InvalidGraphError, match=r"destination index 5, outside 0\.\.1"):
         CostGraph(["a", "b"], [1, 1], [0, 0], [0], [5])
 
 

@@ -42,7 +42,7 @@ def test_cross_device_tensor_is_held_by_both_sides():
     """a(1, 10 B) on 0 -> b(2, 0 B) on 1. Sender keeps a's output until the copy lands at 1 + 11 = 12;
     the receiver holds the copy from 12 until b finishes at 14."""
     g = CostGraph(["a", "b"], [1, 2], [10, 0], [0], [1])
-    s, mem = profile(g, 2, [0, 1], **SLOW_LINK)
+    _, mem = profile(g, 2, [0, 1], **SLOW_LINK)
     assert mem.peak_bytes.tolist() == [10, 10]
     assert mem.peak_time_us.tolist() == [0.0, 12.0]
     assert mem.usage_at(0, 11.9) == 10 and mem.usage_at(0, 12.1) == 0

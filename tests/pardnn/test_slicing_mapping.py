@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -150,7 +152,7 @@ def test_clusters_partition_the_ops_into_paths(g, k, seed):
     edges = set(zip(g.edge_src.tolist(), g.edge_dst.tolist()))
     for i in range(c.count):
         path = c.cluster(i).tolist()
-        assert all((a, b) in edges for a, b in zip(path, path[1:])), path
+        assert all((a, b) in edges for a, b in itertools.pairwise(path)), path
         assert all(c.cluster_of[v] == i for v in path)
         if i >= k:
             assert path, "secondary clusters are never empty"
@@ -158,7 +160,7 @@ def test_clusters_partition_the_ops_into_paths(g, k, seed):
     if g.n:
         path = c.cluster(0)
         length = g.comp_us[path].sum() + sum(
-            w[np.flatnonzero((g.edge_src == a) & (g.edge_dst == b))[0]] for a, b in zip(path[:-1], path[1:]))
+            w[np.flatnonzero((g.edge_src == a) & (g.edge_dst == b))[0]] for a, b in itertools.pairwise(path))
         assert length == pytest.approx(weighted_levels(g, w)[2].max())
 
 
