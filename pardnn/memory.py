@@ -18,8 +18,8 @@ transfer landing — which is what moving an op can relieve, so ``M_pot(n, t)`` 
 while n runs + every buffer owned by n live at ``t``
 (the paper's Table "Terminology").
 
-Complexity: O(|V| + |E| log |E|) with NumPy (one sort of the buffers); potentials at one instant
-are O(|V| + |E|).
+Complexity: O(|V| + |E|) to build the buffers and O(B log B) to sweep their B <= |V| + |E| events in
+time order (both compiled with numba); potentials at one instant are O(B) with NumPy.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from pardnn.emulator import Schedule
 from pardnn.graph import CostGraph, Kind
@@ -59,11 +60,19 @@ class MemoryProfile:
     buffer_owner: np.ndarray
     buffer_producer: np.ndarray
 
-    def live(self, device: int, time_us: float) -> np.ndarray:
-        """Mask of the buffers in use on ``device`` at ``time_us``: allocated at or before it and
-        released after it (or released at it, if allocated at it too)."""
+    def live(self, device: int | None, time_us: float) -> np.ndarray:
+        """Mask of the buffers in use on ``device`` (any device if None) at ``time_us``: allocated at
+        or before it and released after it (or released at it, if allocated at it too)."""
         alloc, free = self.buffer_alloc_us, self.buffer_free_us
-        return (self.buffer_device == device) & (alloc <= time_us) & ((free > time_us) | (free == alloc))
+        live = (alloc <= time_us) & ((free > time_us) | (free == alloc))
+        return live if device is None else live & (self.buffer_device == device)
+
+    def usage_all_at(self, time_us: float) -> np.ndarray:
+        """Bytes in use on every device at ``time_us`` (Eq. 3)."""
+        live = self.live(None, time_us)
+        transient = np.bincount(self.buffer_device[live], weights=self.buffer_bytes[live],
+                                minlength=self.residual_bytes.size)
+        return self.residual_bytes + transient.astype(np.int64)
 
     def usage_at(self, device: int, time_us: float) -> int:
         """Bytes in use on ``device`` at ``time_us`` (Eq. 3)."""
@@ -85,87 +94,125 @@ class MemoryProfile:
         return pot.astype(np.int64)
 
 
-def _segment_max(values: np.ndarray, keys: np.ndarray, size: int, initial: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per key, the max of ``values`` (or ``initial``) and the index of the entry that attains it."""
-    best = initial.astype(np.float64).copy()
-    arg = np.full(size, -1, np.int64)
-    if values.size:
-        order = np.lexsort((values, keys))  # by key, then value: the last of each key is its max
-        last = np.ones(order.size, bool)
-        last[:-1] = keys[order[1:]] != keys[order[:-1]]
-        top = order[last]
-        better = values[top] >= best[keys[top]]
-        best[keys[top[better]]] = values[top[better]]
-        arg[keys[top[better]]] = top[better]
-    return best, arg
+@njit(cache=True)
+def _buffers(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_bytes: np.ndarray,
+             place: np.ndarray, kind: np.ndarray, out_bytes: np.ndarray, start: np.ndarray,
+             finish: np.ndarray, arrival: np.ndarray):
+    """Terms 2 and 3 of Eq. 3 as buffers (device, alloc, free, bytes, owner, producer)."""
+    m = succ.size
+    size = n + m
+    device = np.empty(size, np.int64)
+    alloc = np.empty(size)
+    free = np.empty(size)
+    nbytes = np.empty(size, np.int64)
+    owner = np.empty(size, np.int64)
+    producer = np.empty(size, np.int64)
+    slot = np.full(k, -1, np.int64)  # this producer's copy on each device, if any
+    b = 0
+    for v in range(n):
+        d = place[v]
+        # Term 2: own output until the last local consumer finishes or the last transfer lands.
+        release = finish[v]
+        keeper = v
+        for e in range(succ_ptr[v], succ_ptr[v + 1]):
+            w = succ[e]
+            if place[w] == d:
+                if finish[w] >= release:
+                    release = finish[w]
+                    keeper = w
+            elif arrival[e] >= release:
+                release = arrival[e]
+                keeper = v
+        if kind[v] == 0 and out_bytes[v] > 0:
+            device[b] = d
+            alloc[b] = start[v]
+            free[b] = release
+            nbytes[b] = out_bytes[v]
+            owner[b] = keeper
+            producer[b] = v
+            b += 1
+        # Term 3: one copy per remote device, from the first arrival to the last consumer there.
+        first = b
+        for e in range(succ_ptr[v], succ_ptr[v + 1]):
+            w = succ[e]
+            r = place[w]
+            if r == d or edge_bytes[e] == 0:
+                continue
+            i = slot[r]
+            if i < 0:
+                i = b
+                slot[r] = b
+                device[b] = r
+                alloc[b] = arrival[e]
+                free[b] = finish[w]
+                nbytes[b] = edge_bytes[e]
+                owner[b] = w
+                producer[b] = v
+                b += 1
+            else:
+                if arrival[e] < alloc[i]:
+                    alloc[i] = arrival[e]
+                if finish[w] >= free[i]:
+                    free[i] = finish[w]
+                    owner[i] = w
+                if edge_bytes[e] > nbytes[i]:
+                    nbytes[i] = edge_bytes[e]
+        for i in range(first, b):
+            slot[device[i]] = -1
+    return device[:b], alloc[:b], free[:b], nbytes[:b], owner[:b], producer[:b]
+
+
+@njit(cache=True)
+def _peaks(k: int, residual: np.ndarray, device: np.ndarray, alloc: np.ndarray, free: np.ndarray,
+           nbytes: np.ndarray):
+    """Per device, the peak of residual + live buffers and the first instant it is reached."""
+    b = device.size
+    # At one instant: releases of buffers that lived a while (their consumer finished), then
+    # allocations (ops starting), then releases of buffers allocated at that same instant. Events
+    # are laid out in that phase order and sorted stably by time.
+    time = np.empty(2 * b)
+    event = np.empty(2 * b, np.int64)  # buffer index, negated-minus-one for a release
+    pos = 0
+    for i in range(b):
+        if free[i] > alloc[i]:
+            time[pos] = free[i]
+            event[pos] = -i - 1
+            pos += 1
+    for i in range(b):
+        time[pos] = alloc[i]
+        event[pos] = i
+        pos += 1
+    for i in range(b):
+        if not free[i] > alloc[i]:
+            time[pos] = free[i]
+            event[pos] = -i - 1
+            pos += 1
+    order = np.argsort(time, kind="mergesort")
+    in_use = np.zeros(k, np.int64)
+    peak = np.zeros(k, np.int64)
+    peak_time = np.zeros(k)
+    for j in order:
+        x = event[j]
+        if x >= 0:
+            d = device[x]
+            in_use[d] += nbytes[x]
+            if in_use[d] > peak[d]:
+                peak[d] = in_use[d]
+                peak_time[d] = time[j]
+        else:
+            x = -x - 1
+            in_use[device[x]] -= nbytes[x]
+    return peak + residual, peak_time
 
 
 def track_memory(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: Schedule) -> MemoryProfile:
     """Memory per device over the step (Eq. 3): residual baseline, buffers, peak and time of peak."""
     k = machine.devices
     place = np.asarray(placement, dtype=np.int64)
-    start, finish = schedule.start_us, schedule.finish_us
-    src, dst = graph.edge_src, graph.edge_dst
-    src_dev, dst_dev = place[src], place[dst]
-    local = src_dev == dst_dev
-
     residual = np.bincount(place, weights=np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0),
                            minlength=k).astype(np.int64)
-
-    # Term 2: a normal op's own output, held until its last local consumer finishes or its last
-    # outgoing transfer lands, whichever is later.
-    release = np.where(local, finish[dst], schedule.edge_arrival_us)
-    own_free, own_arg = _segment_max(release, src, graph.n, finish)
-    own_owner = np.arange(graph.n)
-    consumed = np.flatnonzero(own_arg >= 0)
-    last_edge = own_arg[consumed]
-    own_owner[consumed] = np.where(local[last_edge], dst[last_edge], consumed)
-    normal = np.flatnonzero((graph.kind == Kind.NORMAL) & (graph.out_bytes > 0))
-
-    # Term 3: one received copy per (producer, remote device), from arrival to its last consumer there.
-    remote = np.flatnonzero(~local & (graph.edge_bytes > 0))
-    pair = src[remote] * k + dst_dev[remote]
-    pairs, inverse = np.unique(pair, return_inverse=True)
-    npairs = pairs.size
-    copy_free, copy_arg = _segment_max(finish[dst[remote]], inverse, npairs, np.zeros(npairs))
-    copy_bytes = np.zeros(npairs, np.int64)
-    np.maximum.at(copy_bytes, inverse, graph.edge_bytes[remote])
-    copy_alloc = np.full(npairs, np.inf)
-    np.minimum.at(copy_alloc, inverse, schedule.edge_arrival_us[remote])
-
-    device = np.concatenate((place[normal], pairs % k))
-    alloc = np.concatenate((start[normal], copy_alloc))
-    free = np.concatenate((own_free[normal], copy_free))
-    nbytes = np.concatenate((graph.out_bytes[normal], copy_bytes))
-    owner = np.concatenate((own_owner[normal], dst[remote][copy_arg]))
-    producer = np.concatenate((normal, pairs // k))
-
+    device, alloc, free, nbytes, owner, producer = _buffers(
+        graph.n, k, graph.succ_ptr, graph.succ, graph.edge_bytes, place, graph.kind, graph.out_bytes,
+        schedule.start_us, schedule.finish_us, schedule.edge_arrival_us)
     peak, peak_time = _peaks(k, residual, device, alloc, free, nbytes)
     return MemoryProfile(residual, peak, peak_time, device, alloc, free, nbytes, owner, producer)
-
-
-def _peaks(k: int, residual: np.ndarray, device: np.ndarray, alloc: np.ndarray, free: np.ndarray,
-           nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    b = device.size
-    ev_device = np.concatenate((device, device))
-    ev_time = np.concatenate((alloc, free))
-    ev_delta = np.concatenate((nbytes, -nbytes))
-    # At one instant: releases of buffers that lived a while (their consumer finished), then
-    # allocations (ops starting), then releases of buffers allocated at that same instant.
-    ev_phase = np.concatenate((np.ones(b, np.int8), np.where(free > alloc, 0, 2).astype(np.int8)))
-    order = np.lexsort((ev_phase, ev_time, ev_device))
-    ev_device, ev_time, ev_delta = ev_device[order], ev_time[order], ev_delta[order]
-    running = np.cumsum(ev_delta)
-    bounds = np.searchsorted(ev_device, np.arange(k + 1))
-    peak = residual.astype(np.int64).copy()
-    peak_time = np.zeros(k)
-    for d in range(k):
-        lo, hi = bounds[d], bounds[d + 1]
-        if lo == hi:
-            continue
-        in_use = running[lo:hi] - (running[lo - 1] if lo else 0)
-        i = int(np.argmax(in_use))
-        if in_use[i] > 0:
-            peak[d] += int(in_use[i])
-            peak_time[d] = ev_time[lo + i]
-    return peak, peak_time

@@ -1,8 +1,9 @@
-"""The ParDNN pipeline: slicing → LFLAM mapping → colocation → evaluation. The public entry point.
+"""The ParDNN pipeline: slicing → (chunk splitting) → LFLAM mapping → colocation → memory heuristic →
+evaluation. The public entry point.
 
 ``partition(graph, machine)`` returns the placement and a report of what each stage did and cost.
-Stages are the modules of the paper's Step 1 (``slicing``, ``mapping``); this module only chains
-them, keeps colocation groups whole, and measures.
+Stages are the modules of the paper's Step 1 (``slicing``, ``mapping``) and Step 2 (``overflow``,
+``balance``); this module only chains them, keeps colocation groups whole, and measures.
 
 Colocation: a group's members follow the group's first member in topological order (for a
 variable group that is the variable itself), so a group is never split.
@@ -17,13 +18,16 @@ from typing import Any
 
 import numpy as np
 
+from pardnn.balance import balance_residuals, split_critical_path
+from pardnn.errors import InfeasibleError
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
 from pardnn.mapping import map_clusters
+from pardnn.overflow import check_residual_capacity, handle_overflow, infeasible_message
 from pardnn.simulate import Evaluation, evaluate
 from pardnn.slicing import slice_graph
 
-__all__ = ["PartitionReport", "Result", "communication_ratio", "keep_groups_whole", "partition"]
+__all__ = ["MEMORY_HEURISTICS", "PartitionReport", "Result", "communication_ratio", "keep_groups_whole", "partition"]
 
 Progress = Callable[[str, int, int], None]
 
@@ -87,7 +91,20 @@ def keep_groups_whole(graph: CostGraph, placement: np.ndarray) -> tuple[np.ndarr
     return place, moved
 
 
-def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = None,
+MEMORY_HEURISTICS = ("overflow", "balance")
+
+
+def _resolve_heuristic(memory_heuristic: str | None, machine: Machine) -> str | None:
+    if memory_heuristic == "auto":
+        return "overflow" if machine.bounded else None
+    if memory_heuristic in (None, "none"):
+        return None
+    if memory_heuristic not in MEMORY_HEURISTICS:
+        raise ValueError(f"memory_heuristic={memory_heuristic!r}; expected 'overflow', 'balance', None or 'auto'")
+    return memory_heuristic
+
+
+def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = "auto",
               progress: Progress | None = None) -> Result:
     """Place every op of ``graph`` on one of ``machine.devices`` devices with ParDNN.
 
@@ -98,7 +115,10 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
     machine:
         Devices, memory, interconnect.
     memory_heuristic:
-        ``None`` (Step 1 only). The memory heuristics of Step 2 plug in here.
+        ``"overflow"`` (heuristic I: emulate and move ops off overflowing devices; guarantees the
+        limits or raises), ``"balance"`` (heuristic II: critical-path chunk splitting before mapping
+        and residual balancing after it; no emulation, no guarantee), ``None`` (Step 1 only), or
+        ``"auto"`` (the default: ``"overflow"`` when the machine has a memory size, else ``None``).
     progress:
         Called as ``progress(stage, done, total)`` during long stages.
 
@@ -108,40 +128,77 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
         ``placement`` (int64, one device per op; colocation groups whole; byte-identical across
         runs) and a :class:`PartitionReport`.
 
+    Raises
+    ------
+    InfeasibleError
+        With a memory heuristic, when no placement meeting every device's limit was found.
+
     Notes
     -----
-    Slicing O(K(|V| + |E|)), mapping O(|V| log^2 |V|), evaluation O((|V| + |E|) log |V|).
+    Slicing O(K(|V| + |E|)), mapping O(|V| log^2 |V|), evaluation O((|V| + |E|) log |V|); heuristic I
+    adds one evaluation per round, heuristic II O(|V| + |E|).
     """
-    if memory_heuristic is not None:
-        raise ValueError(f"memory_heuristic={memory_heuristic!r}: only None is available")
+    heuristic = _resolve_heuristic(memory_heuristic, machine)
     k = machine.devices
     seconds: dict[str, float] = {}
+    details: dict[str, Any] = {"memory_heuristic": heuristic}
+
+    def report_progress(stage: str) -> Callable[[int, int], None] | None:
+        return None if progress is None else lambda done, total: progress(stage, done, total)
+
     t0 = time.perf_counter()
+    if heuristic is not None:
+        check_residual_capacity(graph, machine)
     weight = machine.edge_comm_us(graph.edge_bytes)
     ccr = communication_ratio(graph, machine)
-    clusters = slice_graph(graph, weight, k,
-                           progress=None if progress is None else lambda done, total: progress("slicing", done, total))
+    clusters = slice_graph(graph, weight, k, progress=report_progress("slicing"))
+    details["primary_ops"] = np.diff(clusters.ptr[: k + 1]).tolist()
+    if heuristic == "balance":
+        clusters, details["chunk_split_ops"] = split_critical_path(graph, clusters)
+    seconds["slicing"] = time.perf_counter() - t0
+
     t1 = time.perf_counter()
-    seconds["slicing"] = t1 - t0
     if progress is not None:
         progress("mapping", 0, 1)
     mapping = map_clusters(graph, weight, clusters, k, ccr)
-    placement, colocation_moved = keep_groups_whole(graph, mapping.placement)
-    t2 = time.perf_counter()
-    seconds["mapping"] = t2 - t1
+    placement, details["colocation_moved"] = keep_groups_whole(graph, mapping.placement)
+    details.update(secondary_clusters=clusters.count - k, mapped_by_locality=mapping.mapped_by_locality,
+                   mapped_by_balance=mapping.mapped_by_balance, lookahead_passes=mapping.passes)
+    seconds["mapping"] = time.perf_counter() - t1
+
+    if heuristic is not None:
+        t2 = time.perf_counter()
+        before = evaluate(graph, machine, placement)
+        details.update(peak_before_bytes=before.peak_memory_bytes, makespan_before_us=before.makespan_us,
+                       fits_before=before.memory_fits)
+        seconds["evaluation_before"] = time.perf_counter() - t2
+        t3 = time.perf_counter()
+        if heuristic == "overflow":
+            handled = handle_overflow(graph, machine, placement, progress=report_progress("memory"))
+            placement, moved = handled.placement, handled.moved_ops
+            details["overflow_rounds"] = handled.rounds
+        else:
+            balanced = balance_residuals(graph, machine, placement)
+            placement, moved = balanced.placement, balanced.moved_ops
+            details["residual_units_moved"] = balanced.moved_units
+        details.update(moved_ops=moved, moved_share=moved / graph.n if graph.n else 0.0)
+        seconds["memory"] = time.perf_counter() - t3
+
+    t4 = time.perf_counter()
     if progress is not None:
         progress("evaluation", 0, 1)
     evaluation = evaluate(graph, machine, placement)
-    seconds["evaluation"] = time.perf_counter() - t2
-    primary_sizes = np.diff(clusters.ptr[: k + 1])
-    details = {
-        "primary_ops": primary_sizes.tolist(),
-        "secondary_clusters": clusters.count - k,
-        "mapped_by_locality": mapping.mapped_by_locality,
-        "mapped_by_balance": mapping.mapped_by_balance,
-        "lookahead_passes": mapping.passes,
-        "colocation_moved": colocation_moved,
-    }
+    seconds["evaluation"] = time.perf_counter() - t4
+    if heuristic is not None:
+        details.update(peak_after_bytes=evaluation.peak_memory_bytes, makespan_after_us=evaluation.makespan_us)
+        if not evaluation.memory_fits:
+            limits = machine.limits_bytes
+            peaks = np.array(evaluation.peak_memory_bytes)
+            worst = int(np.argmax(peaks - limits))
+            raise InfeasibleError(infeasible_message(
+                worst, int(peaks[worst]), int(limits[worst]), machine,
+                " after memory heuristic II (it balances memory but cannot guarantee the limits; "
+                "--memory-heuristic overflow can)"))
     report = PartitionReport("pardnn", k, graph.n, graph.m, ccr, seconds, evaluation, details)
     placement.flags.writeable = False
     return Result(placement, report)

@@ -1,0 +1,276 @@
+"""Memory heuristic I: the overflow handler (the paper's Section 3.2, Eqs. 4-5).
+
+Emulate the schedule, track memory per device (Eq. 3), and wherever a device's use exceeds its limit
+(``memory × (1 − reserve)``) treat the overflow ``O`` as a 0-1 min-knapsack (Eq. 4): choose ops whose
+memory potentials at the overflow instant add up to at least ``O`` at least total *move cost*
+(Eq. 5: the op's compute plus its communication with ops on the same device — what moving it
+adds in imbalance and transfers). Greedily, as the paper does: a min-heap keyed by
+``move_cost / M_pot`` and a second min-heap keyed by ``move_cost`` holding the ops whose potential
+alone covers the overflow; each step takes both tops and keeps the cheaper move (the other goes
+back). An op moves only to a device that can hold its potential; otherwise it is dropped from the
+heaps. Moved ops never move again, so the handler ends.
+
+Choices where the paper is silent:
+
+- **Units.** A colocation group (a variable, its slots, the ops that read or mutate them) moves as
+  one unit: its potential and move cost are the sums over its members (residual members count their
+  bytes, live all step); edges inside the unit cost nothing.
+- **Where the overflow is taken.** Each round handles every overflowing device at its peak instant
+  (the largest overflow); the moves of a round are applied together, then the step is emulated again
+  and potentials recomputed (the paper recomputes after every move; batching per device and round
+  keeps the same greedy but costs one O(|V| + |E|) emulation per round instead of per move).
+- **Target device.** Among the devices that can hold the unit — its residual bytes on top of their
+  peak, and its whole potential on top of their use at the overflow instant (plus what this round
+  already sent there) —  the one the unit communicates with most, then the
+  lowest peak, then the lowest index.
+- **Ties** in either heap are broken by the unit's lowest op index, so the result is deterministic.
+
+If a round moves nothing while a device still overflows, or the residual bytes alone exceed the
+total capacity (checked first), :class:`~pardnn.errors.InfeasibleError` names the device, its peak,
+its limit, the shortfall and what to change.
+
+Complexity: per round O((|V| + |E|) log |V|) for emulation and potentials plus O(U log U) heap work
+for U candidate units; each op moves at most once, so at most |V| moves over all rounds — the
+paper's O(|V|^2) worst case; in practice a handful of rounds.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pardnn.emulator import Schedule, emulate
+from pardnn.errors import InfeasibleError
+from pardnn.graph import CostGraph, Kind
+from pardnn.machine import Machine, format_bytes
+from pardnn.memory import MemoryProfile, track_memory
+
+__all__ = ["OverflowResult", "check_residual_capacity", "handle_overflow", "infeasible_message", "units_of"]
+
+
+@dataclass(frozen=True)
+class OverflowResult:
+    """The placement after heuristic I, and what it did."""
+
+    placement: np.ndarray
+    moved_ops: int
+    rounds: int
+    moves: list[tuple[int, int, int]] = field(default_factory=list)  # (unit's first op, from, to)
+
+
+def units_of(graph: CostGraph) -> np.ndarray:
+    """Unit id of every op: its colocation group id, or ``groups + op index`` for an ungrouped op."""
+    groups = len(graph.group_names)
+    return np.where(graph.colocation >= 0, graph.colocation, groups + np.arange(graph.n))
+
+
+def infeasible_message(device: int, peak: int, limit: int, machine: Machine, extra: str = "") -> str:
+    shortfall = peak - limit
+    return (f"device {device} needs {format_bytes(peak)} at its peak but its limit is {format_bytes(limit)} "
+            f"({format_bytes(int(machine.memory_bytes[device]))} less the {machine.reserve:.0%} reserve): "
+            f"{format_bytes(shortfall)} short{extra}. Options: more devices (--devices), a smaller batch, "
+            f"or a lower reserve (--reserve).")
+
+
+def check_residual_capacity(graph: CostGraph, machine: Machine) -> None:
+    """Raise :class:`InfeasibleError` at once when no placement can hold the residual bytes.
+
+    Residual ops (variables, optimizer slots) live all step, so their sum must fit in the devices'
+    total capacity, and every colocation unit's residual bytes must fit on some device.
+    """
+    limits = machine.limits_bytes
+    residual = np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0)
+    total = int(residual.sum())
+    capacity = int(limits.sum())
+    if total > capacity:
+        raise InfeasibleError(
+            f"the residual ops (variables, optimizer state) alone need {format_bytes(total)} but the "
+            f"{machine.devices} devices hold {format_bytes(capacity)} after the {machine.reserve:.0%} reserve: "
+            f"{format_bytes(total - capacity)} short. Options: more devices (--devices), a smaller model, "
+            f"or a lower reserve (--reserve).")
+    per_unit = np.bincount(units_of(graph), weights=residual)
+    if per_unit.size and per_unit.max() > limits.max():
+        unit = int(np.argmax(per_unit))
+        member = int(np.flatnonzero(units_of(graph) == unit)[0])
+        raise InfeasibleError(
+            f"op {graph.names[member]!r} and its colocation group hold {format_bytes(int(per_unit[unit]))} of "
+            f"residual state, more than any device's limit ({format_bytes(int(limits.max()))}). Options: "
+            f"larger devices, a smaller model, or a lower reserve (--reserve).")
+
+
+@dataclass(frozen=True)
+class _Units:
+    """Colocation units as CSR: members, and the edges that cross each unit's boundary."""
+
+    of: np.ndarray  # unit id per op
+    ptr: np.ndarray
+    members: np.ndarray
+    edge_ptr: np.ndarray
+    edge_other: np.ndarray  # the op at the other end of each crossing edge
+    edge_comm: np.ndarray  # its cost if cut (µs)
+    first_op: np.ndarray
+
+    @classmethod
+    def build(cls, graph: CostGraph, machine: Machine) -> _Units:
+        of = units_of(graph)
+        count = int(of.max(initial=-1)) + 1
+        members = np.argsort(of, kind="stable")
+        ptr = np.searchsorted(of[members], np.arange(count + 1))
+        src, dst = graph.edge_src, graph.edge_dst
+        crossing = of[src] != of[dst]
+        comm = machine.edge_comm_us(graph.edge_bytes[crossing])
+        owner = np.concatenate((of[src[crossing]], of[dst[crossing]]))
+        other = np.concatenate((dst[crossing], src[crossing]))
+        order = np.argsort(owner, kind="stable")
+        edge_ptr = np.searchsorted(owner[order], np.arange(count + 1))
+        first_op = np.full(count, graph.n, np.int64)
+        np.minimum.at(first_op, of, np.arange(graph.n))
+        return cls(of, ptr, members, edge_ptr, other[order], np.concatenate((comm, comm))[order], first_op)
+
+    def members_of(self, u: int) -> np.ndarray:
+        return self.members[self.ptr[u] : self.ptr[u + 1]]
+
+
+def _potentials(graph: CostGraph, place: np.ndarray, memory: MemoryProfile, schedule: Schedule,
+                residual: np.ndarray) -> np.ndarray:
+    """``M_pot`` of every op at the peak instant of its own device (plus residual bytes)."""
+    when = memory.peak_time_us
+    at = when[memory.buffer_device]
+    alloc, free = memory.buffer_alloc_us, memory.buffer_free_us
+    live = (alloc <= at) & ((free > at) | (free == alloc)) & (memory.buffer_owner != memory.buffer_producer)
+    pot = np.bincount(memory.buffer_owner[live], weights=memory.buffer_bytes[live], minlength=graph.n)
+    t = when[place]
+    running = (graph.kind == Kind.NORMAL) & (schedule.start_us <= t) & (schedule.finish_us >= t)
+    return pot + np.where(running, graph.out_bytes, 0) + residual
+
+
+def _move_costs(graph: CostGraph, units: _Units, place: np.ndarray) -> np.ndarray:
+    """Eq. 5 per unit: its compute plus its communication with other units on its own device."""
+    count = units.ptr.size - 1
+    cost = np.bincount(units.of, weights=graph.comp_us, minlength=count)
+    unit_device = np.empty(count, np.int64)
+    unit_device[units.of] = place
+    owner = np.repeat(np.arange(count), np.diff(units.edge_ptr))
+    same = place[units.edge_other] == unit_device[owner]
+    return cost + np.bincount(owner[same], weights=units.edge_comm[same], minlength=count)
+
+
+def handle_overflow(graph: CostGraph, machine: Machine, placement: np.ndarray, *,
+                    progress: Callable[[int, int], None] | None = None) -> OverflowResult:
+    """Memory heuristic I: move ops off overflowing devices until every device fits its limit.
+
+    Parameters
+    ----------
+    graph, machine:
+        The graph and a machine with memory (``machine.bounded``).
+    placement:
+        The Step 1 placement (colocation groups whole).
+    progress:
+        Called as ``progress(round, overflowing_devices)`` after each round.
+
+    Raises
+    ------
+    InfeasibleError
+        When the residual bytes cannot fit, or a device still overflows and no candidate is left.
+    """
+    place = np.array(placement, dtype=np.int64)
+    if not machine.bounded:
+        return OverflowResult(place, 0, 0)
+    check_residual_capacity(graph, machine)
+    limits = machine.limits_bytes
+    units = _Units.build(graph, machine)
+    count = units.ptr.size - 1
+    residual = np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0)
+    frozen = np.zeros(count, bool)
+    moves: list[tuple[int, int, int]] = []
+    rounds = 0
+    devices = np.arange(machine.devices)
+    while True:
+        schedule = emulate(graph, machine, place)
+        memory = track_memory(graph, machine, place, schedule)
+        over = np.flatnonzero(memory.peak_bytes > limits)
+        if over.size == 0:
+            break
+        rounds += 1
+        unit_pot = np.bincount(units.of, weights=_potentials(graph, place, memory, schedule, residual),
+                               minlength=count)
+        unit_res = np.bincount(units.of, weights=residual, minlength=count)
+        cost = _move_costs(graph, units, place)
+        unit_device = np.empty(count, np.int64)
+        unit_device[units.of] = place
+        reserved = np.zeros(machine.devices, np.int64)
+        reserved_always = np.zeros(machine.devices, np.int64)
+        moved_this_round = 0
+        for device in over[np.argsort(-(memory.peak_bytes[over] - limits[over]), kind="stable")]:
+            device = int(device)
+            overflow = int(memory.peak_bytes[device] - limits[device])
+            usage_then = memory.usage_all_at(float(memory.peak_time_us[device]))
+            others = devices != device
+            room_then = int((limits - usage_then - reserved)[others].max(initial=-1))
+            room_always = int((limits - memory.peak_bytes - reserved_always)[others].max(initial=-1))
+            # Rooms only shrink during this device's turn: a unit that fits nowhere now never will.
+            candidates = np.flatnonzero((unit_device == device) & ~frozen & (unit_pot > 0)
+                                        & (unit_pot <= room_then) & (unit_res <= room_always))
+            holds = ((unit_pot[candidates, None] <= (limits - usage_then - reserved)[None, :])
+                     & (unit_res[candidates, None] <= (limits - memory.peak_bytes - reserved_always)[None, :]))
+            holds[:, device] = False
+            candidates = candidates[holds.any(axis=1)]
+            if candidates.size == 0:
+                continue
+            ratio_heap = list(zip((cost[candidates] / unit_pot[candidates]).tolist(),
+                                  units.first_op[candidates].tolist(), candidates.tolist()))
+            cover = candidates[unit_pot[candidates] >= overflow]
+            cover_heap = list(zip(cost[cover].tolist(), units.first_op[cover].tolist(), cover.tolist()))
+            heapq.heapify(ratio_heap)
+            heapq.heapify(cover_heap)
+            taken: set[int] = set()
+            remaining = overflow
+            while remaining > 0:
+                for heap in (ratio_heap, cover_heap):
+                    while heap and heap[0][2] in taken:
+                        heapq.heappop(heap)
+                if not ratio_heap and not cover_heap:
+                    break
+                if cover_heap and (not ratio_heap or cover_heap[0][0] < cost[ratio_heap[0][2]]):
+                    chosen = heapq.heappop(cover_heap)[2]
+                else:
+                    chosen = heapq.heappop(ratio_heap)[2]
+                taken.add(chosen)
+                need = int(unit_pot[chosen])
+                need_always = int(unit_res[chosen])
+                if need > room_then or need_always > room_always:
+                    continue  # no device can hold it (fast path of the check below)
+                # The target must hold the unit's residual bytes on top of its own peak, and all of
+                # the unit's potential on top of its use at the instant of this overflow.
+                fits = np.flatnonzero((memory.peak_bytes + reserved_always + need_always <= limits)
+                                      & (usage_then + reserved + need <= limits) & (devices != device))
+                if fits.size == 0:
+                    continue  # no device can hold it: not considered again
+                lo, hi = units.edge_ptr[chosen], units.edge_ptr[chosen + 1]
+                comm = np.bincount(place[units.edge_other[lo:hi]], weights=units.edge_comm[lo:hi],
+                                   minlength=machine.devices)[fits]
+                target = int(fits[np.lexsort((fits, memory.peak_bytes[fits] + reserved[fits], -comm))[0]])
+                members = units.members_of(chosen)
+                place[members] = target
+                unit_device[chosen] = target
+                frozen[chosen] = True
+                reserved[target] += need
+                reserved_always[target] += need_always
+                remaining -= need
+                room_then = int((limits - usage_then - reserved)[others].max())
+                room_always = int((limits - memory.peak_bytes - reserved_always)[others].max())
+                moved_this_round += members.size
+                moves.append((int(members[0]), device, target))
+        if progress is not None:
+            progress(rounds, int(over.size))
+        if moved_this_round == 0:
+            worst = int(over[np.argmax(memory.peak_bytes[over] - limits[over])])
+            moved_ops = int(np.diff(units.ptr)[frozen].sum())
+            raise InfeasibleError(infeasible_message(
+                worst, int(memory.peak_bytes[worst]), int(limits[worst]), machine,
+                f" after moving {moved_ops} ops in {rounds - 1} rounds, no op left on it can move to a "
+                f"device with room"))
+    return OverflowResult(place, int(np.diff(units.ptr)[frozen].sum()), rounds, moves)
