@@ -26,3 +26,7 @@ class InvalidPlacementError(PardnnError, ValueError):
 
 class InfeasibleError(PardnnError):
     """No placement meets memory: names the device, its need, its limit and what to change."""
+
+
+class MissingDependencyError(PardnnError, ImportError):
+    """An optional package a feature needs is not installed; the message says what to install."""

@@ -1,0 +1,48 @@
+"""Everything on device 0: the reference a model-parallel placement has to beat.
+
+Its makespan is the total work (no communication, no parallelism) and its peak memory is the whole
+step's; it is what TensorFlow does without a placement. Complexity: O(|V|) (plus the evaluation).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from pardnn.baselines._common import finish, reject_memory_heuristic
+from pardnn.graph import CostGraph
+from pardnn.machine import Machine
+from pardnn.partition import Progress, Result
+
+__all__ = ["single_device"]
+
+
+def single_device(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = None,
+                  progress: Progress | None = None) -> Result:
+    """Place every op on device 0.
+
+    Parameters
+    ----------
+    graph, machine:
+        What to place, and on what.
+    memory_heuristic:
+        Must be ``None`` (the signature is :func:`pardnn.partition.partition`'s).
+    progress:
+        Called as ``progress(stage, done, total)``.
+
+    Returns
+    -------
+    Result
+        All zeros; colocation groups are trivially whole.
+
+    Raises
+    ------
+    ValueError
+        ``memory_heuristic`` is not ``None``.
+    """
+    reject_memory_heuristic("single", memory_heuristic)
+    t0 = time.perf_counter()
+    placement = np.zeros(graph.n, np.int64)
+    return finish(graph, machine, placement, algorithm="single", placement_seconds=time.perf_counter() - t0,
+                  details={}, progress=progress)

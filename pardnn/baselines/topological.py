@@ -1,0 +1,71 @@
+"""Contiguous topological split: K consecutive stretches of the topological order, equal in compute.
+
+What pipeline balancers do (GPipe, torchgpipe's ``balance_by_time``): cut the op sequence into K
+blocks of about equal work, block j on device j. An op belongs to the block in which the midpoint
+of its compute falls: op ``v`` with ``W_before`` work ahead of it in topological order goes to
+``floor(K (W_before + comp(v) / 2) / W)``, ``W`` the total work. The blocks are therefore contiguous
+and each holds ``W / K`` up to half an op at either end. (Equal op counts when the graph has no
+work.) Colocation groups then follow their topologically first member
+(:func:`pardnn.partition.keep_groups_whole`), which takes optimizer updates back to their variable's
+device, as TensorFlow's colocation does.
+
+Complexity: O(|V|) (plus the evaluation).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from pardnn.baselines._common import finish, reject_memory_heuristic
+from pardnn.graph import CostGraph
+from pardnn.machine import Machine
+from pardnn.partition import Progress, Result, keep_groups_whole
+
+__all__ = ["topological"]
+
+
+def topological(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = None,
+                progress: Progress | None = None) -> Result:
+    """Split the topological order into K contiguous blocks of equal compute.
+
+    Parameters
+    ----------
+    graph, machine:
+        What to place, and on what.
+    memory_heuristic:
+        Must be ``None`` (the signature is :func:`pardnn.partition.partition`'s).
+    progress:
+        Called as ``progress(stage, done, total)``.
+
+    Returns
+    -------
+    Result
+        ``details["block_work_us"]``: each block's compute before colocation;
+        ``details["colocation_moved"]``: ops moved to keep their group whole.
+
+    Raises
+    ------
+    ValueError
+        ``memory_heuristic`` is not ``None``.
+
+    Examples
+    --------
+    A 4-op chain with compute ``[1, 1, 1, 1]`` on 2 devices is placed ``[0, 0, 1, 1]``.
+    """
+    reject_memory_heuristic("topological", memory_heuristic)
+    t0 = time.perf_counter()
+    k = machine.devices
+    work = graph.comp_us[graph.topo_order]
+    if not work.sum() > 0:
+        work = np.ones(graph.n)
+    total = float(work.sum()) or 1.0
+    ahead = np.cumsum(work) - work
+    block = np.minimum(np.floor(k * (ahead + work / 2) / total).astype(np.int64), k - 1)
+    placement = np.empty(graph.n, np.int64)
+    placement[graph.topo_order] = block
+    block_work = np.bincount(block, weights=graph.comp_us[graph.topo_order], minlength=k).tolist()
+    placement, moved = keep_groups_whole(graph, placement)
+    return finish(graph, machine, placement, algorithm="topological", placement_seconds=time.perf_counter() - t0,
+                  details={"block_work_us": block_work, "colocation_moved": moved}, progress=progress)

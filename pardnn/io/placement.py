@@ -1,0 +1,295 @@
+"""Placement files: one device index per op of a graph.
+
+Two formats (DESIGN.md, "Placement"):
+
+- text: one ``op_name device_index`` line per op. The device is the last whitespace-separated field,
+  so everything before it is the name. Blank lines are skipped; ``#`` starts a comment when it
+  begins a line or follows whitespace.
+- JSON: one object mapping op name to device index, ``{"dense/MatMul": 0, ...}``.
+
+Readers pick JSON for a ``.json`` file name or when the first non-blank character is ``{``.
+Writers list ops in graph order, one per line, so the same placement always gives the same bytes.
+
+Choices where the contract is silent:
+
+- Every op of the graph must be placed; an op listed twice is an error even when both lines agree.
+- A device index is a non-negative integer (``+3`` and ``03`` read as 3); with ``devices`` given it
+  must also be below ``devices``.
+- The text writer refuses names it could not read back (a line break, leading or trailing
+  whitespace, a ``#`` at the start or after whitespace) and points to the JSON format, which holds
+  any name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from json.encoder import encode_basestring_ascii
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pardnn.errors import InvalidPlacementError
+from pardnn.graph import CostGraph
+
+__all__ = ["format_placement", "parse_placement_lines", "read_placement", "write_placement"]
+
+PathLike = str | os.PathLike[str]
+
+_FORMATS = ("text", "json")
+_MAX_LISTED = 8
+_INT64_MAX = 2**63 - 1
+_COMMENT = re.compile(r"(?:^|\s)#")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_TF_NAME = re.compile(r"[A-Za-z0-9_.\-/>:]+")  # always writable: no whitespace, no '#'
+
+
+# ---------------------------------------------------------------------------------------- reading
+def read_placement(path: PathLike, graph: CostGraph, devices: int | None = None) -> np.ndarray:
+    """Read a placement file for ``graph``.
+
+    Parameters
+    ----------
+    path:
+        A text file of ``op_name device_index`` lines, or a JSON object of name to index (chosen by
+        a ``.json`` suffix or a first non-blank character ``{``).
+    graph:
+        The graph the placement is for; every op must be placed exactly once.
+    devices:
+        Number of devices K; when given, every index must be in ``0..K-1``.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 array of length ``graph.n``: the device of each op, in graph order.
+
+    Raises
+    ------
+    InvalidPlacementError
+        File missing or unreadable; and, naming the file and line (the op for JSON): a malformed
+        line, an unknown op, an op listed twice, a device that is not an integer or is out of range,
+        or ops not placed (up to 8 named, and their count).
+
+    Examples
+    --------
+    >>> placement = read_placement("placement.txt", graph, devices=4)  # doctest: +SKIP
+    """
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError as exc:
+        raise InvalidPlacementError(f"{source}: no such file") from exc
+    except IsADirectoryError as exc:
+        raise InvalidPlacementError(f"{source}: is a directory, expected a placement file") from exc
+    except UnicodeDecodeError as exc:
+        raise InvalidPlacementError(f"{source}: not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
+    except OSError as exc:
+        raise InvalidPlacementError(f"{source}: cannot read ({exc.strerror or exc})") from exc
+    if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
+        return _parse_placement_json(text, graph, source, devices)
+    return parse_placement_lines(text.splitlines(), graph, source, devices=devices)
+
+
+def parse_placement_lines(
+    lines: Iterable[str], graph: CostGraph, source: str = "<string>", *, devices: int | None = None
+) -> np.ndarray:
+    """Parse the lines of a text placement (``op_name device_index`` per line) for ``graph``.
+
+    Parameters
+    ----------
+    lines:
+        The lines, with or without their line endings (a file object works).
+    graph:
+        The graph the placement is for.
+    source:
+        What to call the input in error messages (usually the file name).
+    devices:
+        Number of devices K; when given, every index must be in ``0..K-1``.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 device index of each op, in graph order.
+
+    Raises
+    ------
+    InvalidPlacementError
+        See :func:`read_placement`; messages read ``source:line: ...``.
+
+    Notes
+    -----
+    O(|V| + number of lines).
+    """
+    highest = _highest_device(devices)
+    index = graph.index
+    placement = [-1] * graph.n
+    line_of = [0] * graph.n
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if "#" in line:
+            comment = _COMMENT.search(line)
+            if comment is not None:
+                line = line[: comment.start()].rstrip()
+        if not line:
+            continue
+        fields = line.rsplit(None, 1)
+        if len(fields) != 2:
+            raise InvalidPlacementError(f"{source}:{number}: expected 'op_name device_index', got {line!r}")
+        op_name, device_text = fields
+        v = index.get(op_name)
+        if v is None:
+            raise InvalidPlacementError(
+                f"{source}:{number}: unknown op {op_name!r} (not among the {graph.n} ops of the graph)"
+            )
+        if line_of[v]:
+            raise InvalidPlacementError(f"{source}:{number}: op {op_name!r} listed twice (first on line {line_of[v]})")
+        if not (device_text.isascii() and device_text.isdigit()) and not _INTEGER.fullmatch(device_text):
+            raise InvalidPlacementError(
+                f"{source}:{number}: op {op_name!r}: device {device_text!r} is not an integer (expected a device index)"
+            )
+        device = int(device_text)
+        if not 0 <= device <= highest:
+            raise InvalidPlacementError(f"{source}:{number}: op {op_name!r}: {_out_of_range(device, devices)}")
+        placement[v] = device
+        line_of[v] = number
+    return _complete(placement, graph, source)
+
+
+def _parse_placement_json(text: str, graph: CostGraph, source: str, devices: int | None) -> np.ndarray:
+    highest = _highest_device(devices)
+
+    def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in seen:
+                raise InvalidPlacementError(f"{source}: op {key!r} listed twice")
+            seen[key] = value
+        return seen
+
+    try:
+        mapping = json.loads(text, object_pairs_hook=unique_keys)
+    except json.JSONDecodeError as exc:
+        raise InvalidPlacementError(
+            f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from exc
+    if not isinstance(mapping, dict):
+        raise InvalidPlacementError(f"{source}: expected a JSON object mapping op name to device index")
+    index = graph.index
+    placement = [-1] * graph.n
+    for op_name, device in mapping.items():
+        if op_name not in index:
+            raise InvalidPlacementError(f"{source}: unknown op {op_name!r} (not among the {graph.n} ops of the graph)")
+        if type(device) is not int:
+            raise InvalidPlacementError(
+                f"{source}: op {op_name!r}: device {device!r} is not an integer (expected a device index)"
+            )
+        if not 0 <= device <= highest:
+            raise InvalidPlacementError(f"{source}: op {op_name!r}: {_out_of_range(device, devices)}")
+        placement[index[op_name]] = device
+    return _complete(placement, graph, source)
+
+
+def _highest_device(devices: int | None) -> int:
+    """The largest valid device index."""
+    if devices is None:
+        return _INT64_MAX
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise ValueError(f"devices must be a positive integer or None, got {devices!r}")
+    return devices - 1
+
+
+def _out_of_range(device: int, devices: int | None) -> str:
+    if devices is not None:
+        expected = f"0..{devices - 1} ({devices} devices)"
+    else:
+        expected = ">= 0" if device < 0 else "an int64 index"
+    return f"device {device} out of range; expected {expected}"
+
+
+def _complete(devices_of: list[int], graph: CostGraph, source: str) -> np.ndarray:
+    """``devices_of`` as an int64 array, after checking that no op is left at -1 (unplaced)."""
+    placement = np.array(devices_of, dtype=np.int64)
+    missing = np.flatnonzero(placement < 0)
+    if missing.size:
+        names = [graph.names[v] for v in missing[:_MAX_LISTED].tolist()]
+        more = f", ... ({missing.size} in all)" if missing.size > _MAX_LISTED else ""
+        raise InvalidPlacementError(
+            f"{source}: {missing.size} of {graph.n} ops not placed: {', '.join(map(repr, names))}{more}"
+        )
+    return placement
+
+
+# ---------------------------------------------------------------------------------------- writing
+def write_placement(path: PathLike, graph: CostGraph, placement: npt.ArrayLike, format: str | None = None) -> None:
+    """Write ``placement`` of ``graph`` to ``path``.
+
+    Parameters
+    ----------
+    path:
+        Destination file.
+    graph:
+        The graph placed.
+    placement:
+        Device index of every op, in graph order (integers >= 0).
+    format:
+        ``"text"`` or ``"json"``; default: JSON for a ``.json`` file name, text otherwise.
+
+    Raises
+    ------
+    InvalidPlacementError
+        The placement does not fit the graph, or (text) an op name cannot be written as a line.
+    ValueError
+        Unknown ``format``.
+
+    Notes
+    -----
+    Deterministic: ops in graph order, one per line, ``\\n`` line endings, ASCII-escaped JSON.
+    """
+    path = Path(path)
+    if format is None:
+        format = "json" if path.suffix.lower() == ".json" else "text"
+    path.write_bytes(format_placement(graph, placement, format).encode("utf-8"))
+
+
+def format_placement(graph: CostGraph, placement: npt.ArrayLike, format: str = "text") -> str:
+    """The contents :func:`write_placement` writes, as a string (``format`` is ``"text"`` or ``"json"``)."""
+    if format not in _FORMATS:
+        raise ValueError(f"format must be one of {', '.join(_FORMATS)}, got {format!r}")
+    devices = _checked_placement(graph, placement).tolist()
+    if format == "json":
+        if not devices:
+            return "{}\n"
+        body = ",\n".join(
+            f" {encode_basestring_ascii(op_name)}: {device}"
+            for op_name, device in zip(graph.names, devices, strict=True)
+        )
+        return f"{{\n{body}\n}}\n"
+    for op_name in graph.names:
+        if not _TF_NAME.fullmatch(op_name) and not _writable_as_text(op_name):
+            raise InvalidPlacementError(
+                f"op name {op_name!r} cannot be written to a text placement file (line break, surrounding"
+                " whitespace or '#' comment marker); write a .json placement instead"
+            )
+    return "".join(f"{op_name} {device}\n" for op_name, device in zip(graph.names, devices, strict=True))
+
+
+def _checked_placement(graph: CostGraph, placement: npt.ArrayLike) -> np.ndarray:
+    array = np.asarray(placement)
+    if array.shape != (graph.n,):
+        raise InvalidPlacementError(f"placement has shape {array.shape}; expected ({graph.n},), one device per op")
+    if array.size and array.dtype.kind not in "iu":
+        raise InvalidPlacementError(f"placement has dtype {array.dtype}; expected integer device indices")
+    array = array.astype(np.int64)
+    if array.size and array.min() < 0:
+        v = int(np.flatnonzero(array < 0)[0])
+        raise InvalidPlacementError(f"op {graph.names[v]!r}: device {int(array[v])} out of range; expected >= 0")
+    return array
+
+
+def _writable_as_text(op_name: str) -> bool:
+    return op_name == op_name.strip() and len(op_name.splitlines()) == 1 and _COMMENT.search(op_name) is None
