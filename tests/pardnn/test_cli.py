@@ -1,0 +1,139 @@
+"""The pardnn command: outputs, exit codes, and one clear line on bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pardnn.cli import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_OK, main
+from pardnn.graph import CostGraph
+from pardnn.io import read_placement, write_graph, write_placement
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mlp-train.json"
+
+
+@pytest.fixture
+def diamond(tmp_path: Path) -> Path:
+    """a(1) -> b(2), a -> c(3), b -> d(4), c -> d; 1000-byte outputs, d none."""
+    g = CostGraph(["a", "b", "c", "d"], [1, 2, 3, 4], [1000, 1000, 1000, 0], [0, 0, 1, 2], [1, 2, 3, 3], name="diamond")
+    path = tmp_path / "diamond.json"
+    write_graph(g, path)
+    return path
+
+
+def test_info_json_by_hand(diamond, capsys):
+    """Work 10, critical path a-c-d = 8, DoP 1.25; at 1 GB/s and 1 us each edge costs 1 + 1 us
+    (1000 B), the d-bound ones the same: CCR = 4 × 2 / 10 = 0.8."""
+    assert main(["info", str(diamond), "--json", "--bandwidth", "1GB/s", "--latency", "1us"]) == EXIT_OK
+    info = json.loads(capsys.readouterr().out)
+    assert info["ops"] == 4 and info["edges"] == 4
+    assert info["total_work_us"] == 10 and info["critical_path_us"] == 8
+    assert info["dop"] == pytest.approx(1.25) and info["ccr"] == pytest.approx(0.8)
+    assert info["critical_path_with_comm_us"] == pytest.approx(12)
+
+
+def test_info_text_names_dop_and_ccr(capsys):
+    assert main(["info", str(EXAMPLE)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "degree of parallelism" in out and "CCR" in out and "35 ops" in out
+
+
+def test_simulate_json_by_hand(diamond, tmp_path, capsys):
+    """b and d on device 0, a and c on device 1 at 1 GB/s, 1 us: a 0-1; b waits for a's 1000 B
+    (1 + 1 us): 3-5; c 1-4; d waits for c (4 + 2 = 6): 6-10."""
+    placement = tmp_path / "p.txt"
+    placement.write_text("a 1\nb 0\nc 1\nd 0\n")
+    assert main(["simulate", str(diamond), str(placement), "--bandwidth", "1GB/s", "--latency", "1us",
+                 "--json"]) == EXIT_OK
+    report = json.loads(capsys.readouterr().out)
+    assert report["makespan_us"] == pytest.approx(10)
+    assert report["lower_bound_us"] == 8 and report["cut_edges"] == 2 and report["cut_bytes"] == 2000
+    assert report["load_us"] == [6, 4] and report["memory_fits"] is True
+
+
+def test_place_writes_a_placement_and_reports(tmp_path, capsys):
+    out = tmp_path / "placement.txt"
+    assert main(["place", str(EXAMPLE), "-k", "2", "--memory", "400MiB", "-o", str(out)]) == EXIT_OK
+    text = capsys.readouterr().out
+    assert "makespan" in text and "heuristic overflow" in text and f"wrote {out}" in text
+    from pardnn.io import read_any_graph
+
+    graph = read_any_graph(EXAMPLE)
+    assert read_placement(out, graph, devices=2).shape == (graph.n,)
+
+
+def test_place_json_report(tmp_path, capsys):
+    out = tmp_path / "placement.json"
+    assert main(["place", str(EXAMPLE), "-k", "3", "-o", str(out), "--json"]) == EXIT_OK
+    report = json.loads(capsys.readouterr().out)
+    assert report["devices"] == 3 and set(report["stage_seconds"]) >= {"slicing", "mapping", "evaluation"}
+    assert json.loads(out.read_text()).keys() == {n["name"] for n in json.loads(EXAMPLE.read_text())["nodes"]}
+
+
+@pytest.mark.parametrize("algorithm", ["round_robin", "topological", "critical_path", "single"])
+def test_place_with_a_baseline(tmp_path, capsys, algorithm):
+    out = tmp_path / "p.txt"
+    assert main(["place", str(EXAMPLE), "-k", "2", "-a", algorithm, "-o", str(out)]) == EXIT_OK
+    assert capsys.readouterr().out.startswith(f"{algorithm}:")
+
+
+def test_infeasible_memory_exits_3_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "p.txt"
+    assert main(["place", str(EXAMPLE), "-k", "2", "--memory", "40MiB", "-o", str(out)]) == EXIT_INFEASIBLE
+    err = capsys.readouterr().err
+    assert "infeasible" in err and "Options:" in err and "no placement was written" in err
+    assert not out.exists()
+
+
+def test_bad_inputs_give_one_line_and_exit_1(tmp_path, diamond, capsys):
+    missing = tmp_path / "nope.json"
+    assert main(["info", str(missing)]) == EXIT_BAD_INPUT
+    assert "nope.json" in capsys.readouterr().err
+    placement = tmp_path / "p.txt"
+    placement.write_text("a 0\nb 0\nc 0\nzz 0\n")
+    assert main(["simulate", str(diamond), str(placement)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "p.txt" in err and "zz" in err and err.count("\n") == 1
+    assert main(["place", str(diamond), "-k", "2", "--memory", "lots", "-o", str(placement)]) == EXIT_BAD_INPUT
+    assert "cannot read 'lots'" in capsys.readouterr().err
+
+
+def test_no_traceback_from_the_console_script(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "pardnn-graph", "version": 1, "nodes": [{"name": "a", "comp_us": -1, '
+                   '"out_bytes": 0}], "edges": []}')
+    done = subprocess.run([sys.executable, "-m", "pardnn.cli", "info", str(bad)], capture_output=True, text=True)
+    assert done.returncode == EXIT_BAD_INPUT
+    assert "Traceback" not in done.stderr and "comp_us" in done.stderr and "bad.json" in done.stderr
+
+
+def test_generate_then_convert_round_trip(tmp_path, capsys):
+    from pardnn.io import read_any_graph, write_reference
+
+    graph_path = tmp_path / "g.json.gz"
+    assert main(["generate", "--ops", "300", "--seed", "2", "-o", str(graph_path)]) == EXIT_OK
+    graph = read_any_graph(graph_path)
+    files = write_reference(graph, tmp_path, "ref")
+    back = tmp_path / "back.json"
+    argv = ["convert", "--dot", str(files["graph"]), "--times", str(files["times"]), "--sizes", str(files["sizes"]),
+            "-o", str(back)]
+    for key in ("variables", "references", "noops"):
+        if key in files:
+            argv += [f"--{key}", str(files[key])]
+    assert main(argv) == EXIT_OK
+    converted = read_any_graph(back)
+    assert converted.n == graph.n and converted.m == graph.m
+    assert (converted.comp_us == graph.comp_us).all()
+    write_placement(tmp_path / "p.txt", graph, [0] * graph.n)
+    assert main(["simulate", str(back), str(tmp_path / "p.txt")]) == EXIT_OK
+
+
+def test_help_teaches(capsys):
+    with pytest.raises(SystemExit):
+        main(["place", "--help"])
+    out = capsys.readouterr().out
+    assert "--memory-heuristic" in out and "exit codes" in out and "32GiB" in out
