@@ -11,8 +11,8 @@ Choices where the contract is silent:
 
 - Two edges with the same ends (an op reading two outputs of one producer) are merged into one edge
   whose bytes are their sum: one transfer, one buffer.
-- ``topo_order`` is Kahn's algorithm with a FIFO queue seeded by node index, so it is deterministic
-  and, for a graph whose indices are already topological, the identity.
+- ``topo_order`` is Kahn's algorithm with a FIFO queue seeded by node index (all sources first, in
+  index order), so it is deterministic.
 - Construction validates everything and copies its inputs; every array is read-only afterwards.
 """
 
@@ -238,47 +238,54 @@ class CostGraph:
     def _kinds(self, kind: npt.ArrayLike | Sequence[str] | None) -> np.ndarray:
         if kind is None:
             return np.zeros(self.n, np.int8)
-        values = list(kind)  # type: ignore[arg-type]
-        if len(values) != self.n:
-            raise InvalidGraphError(f"graph {self.name!r}: kind has {len(values)} values for {self.n} ops")
-        out = np.empty(self.n, np.int8)
-        for i, value in enumerate(values):
-            if isinstance(value, str):
-                if value not in KIND_NAMES:
-                    raise InvalidGraphError(
-                        f"op {self.names[i]!r}: kind = {value!r}; expected one of {', '.join(KIND_NAMES)}"
-                    )
-                out[i] = KIND_NAMES.index(value)
-            else:
-                if int(value) not in (0, 1, 2):
-                    raise InvalidGraphError(f"op {self.names[i]!r}: kind = {value!r}; expected 0, 1 or 2")
-                out[i] = int(value)
+        array = np.asarray(kind)
+        if array.shape != (self.n,):
+            raise InvalidGraphError(f"graph {self.name!r}: kind has {array.size} values for {self.n} ops")
+        if array.dtype.kind in "iu":
+            bad = (array < 0) | (array > 2)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise InvalidGraphError(f"op {self.names[i]!r}: kind = {array[i]!r}; expected 0, 1 or 2")
+            return array.astype(np.int8)
+        # Names (or a mix): map through a dict, one lookup per op.
+        codes: dict[str | int, int] = {name: code for code, name in enumerate(KIND_NAMES)}
+        codes.update({0: 0, 1: 1, 2: 2})
+        out = np.fromiter((codes.get(v, -1) if isinstance(v, (str, int)) else -1 for v in array.tolist()),
+                          np.int8, count=self.n)
+        if (out < 0).any():
+            i = int(np.flatnonzero(out < 0)[0])
+            raise InvalidGraphError(
+                f"op {self.names[i]!r}: kind = {array.tolist()[i]!r}; expected one of {', '.join(KIND_NAMES)}")
         return out
 
     def _groups(self, colocation: Sequence[Any] | npt.ArrayLike | None) -> tuple[np.ndarray, tuple[str, ...]]:
         if colocation is None:
             return np.full(self.n, -1, np.int64), ()
-        values = list(colocation)  # type: ignore[arg-type]
-        if len(values) != self.n:
-            raise InvalidGraphError(f"graph {self.name!r}: colocation has {len(values)} values for {self.n} ops")
-        if all(isinstance(v, (int, np.integer)) for v in values):
+        array = np.asarray(colocation, dtype=object if not isinstance(colocation, np.ndarray) else None)
+        if array.shape != (self.n,):
+            raise InvalidGraphError(f"graph {self.name!r}: colocation has {array.size} values for {self.n} ops")
+        values = array.tolist()
+        if array.dtype.kind in "iu" or all(isinstance(v, int) for v in values):
             ids = np.array(values, dtype=np.int64)
             if (ids < -1).any():
                 i = int(np.flatnonzero(ids < -1)[0])
                 raise InvalidGraphError(
                     f"op {self.names[i]!r}: colocation = {int(ids[i])}; expected a group id >= 0 or -1")
             # Renumber groups by first appearance so equal graphs have equal ids.
-            labels = {g: None for g in ids.tolist() if g >= 0}
-            mapping = {g: k for k, g in enumerate(labels)}
-            out = np.array([mapping.get(g, -1) for g in ids.tolist()], dtype=np.int64)
-            return out, tuple(str(g) for g in labels)
+            grouped = np.flatnonzero(ids >= 0)
+            labels, first = np.unique(ids[grouped], return_index=True)
+            by_appearance = labels[np.argsort(first, kind="stable")]
+            renumber = np.empty(by_appearance.size, np.int64)
+            renumber[np.searchsorted(labels, by_appearance)] = np.arange(by_appearance.size)
+            out = np.full(self.n, -1, np.int64)
+            out[grouped] = renumber[np.searchsorted(labels, ids[grouped])]
+            return out, tuple(str(g) for g in by_appearance.tolist())
         group_ids: dict[str, int] = {}
         out = np.full(self.n, -1, np.int64)
         for i, value in enumerate(values):
             if value is None or value == -1:
                 continue
-            label = str(value)
-            out[i] = group_ids.setdefault(label, len(group_ids))
+            out[i] = group_ids.setdefault(str(value), len(group_ids))
         return out, tuple(group_ids)
 
     def _build_edges(self, src: npt.ArrayLike, dst: npt.ArrayLike, edge_bytes: npt.ArrayLike | None) -> None:
