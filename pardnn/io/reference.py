@@ -309,50 +309,52 @@ def _parse_values(
         line = raw.strip()
         if not line:
             continue
-        where = f"{source}:{number}"
         op_name, separator, text = line.rpartition("::")
         op_name, text = op_name.strip(), text.strip()
         if not separator or not op_name or not text:
-            raise InvalidGraphError(f"{where}: expected 'name::{unit}', got {line!r}")
+            raise InvalidGraphError(f"{source}:{number}: expected 'name::{unit}', got {line!r}")
         v = index.get(op_name)
         if v is None:
             if strict:
-                raise InvalidGraphError(f"{where}: unknown op {op_name!r} (not in {graph_source})")
+                raise InvalidGraphError(f"{source}:{number}: unknown op {op_name!r} (not in {graph_source})")
             skipped.append(op_name)
             continue
         if v in line_of:
-            raise InvalidGraphError(f"{where}: op {op_name!r} listed twice (first on line {line_of[v]})")
-        values[v] = _whole_bytes(text, where, op_name) if whole else _microseconds(text, where, op_name)
+            raise InvalidGraphError(f"{source}:{number}: op {op_name!r} listed twice (first on line {line_of[v]})")
+        value = _whole_bytes(text) if whole else _microseconds(text)
+        if isinstance(value, str):
+            raise InvalidGraphError(f"{source}:{number}: op {op_name!r}: {value}")
+        values[v] = value
         line_of[v] = number
     _warn_skipped(skipped, source, graph_source)
     return values
 
 
-def _microseconds(text: str, where: str, op_name: str) -> float:
+def _microseconds(text: str) -> float | str:
+    """The time in ``text``, or what is wrong with it."""
     try:
         value = float(text)
     except ValueError:
-        raise InvalidGraphError(f"{where}: op {op_name!r}: time {text!r} is not a number (microseconds)") from None
+        return f"time {text!r} is not a number (microseconds)"
     if not math.isfinite(value) or value < 0:
-        raise InvalidGraphError(f"{where}: op {op_name!r}: time {text!r}; expected a finite number >= 0")
+        return f"time {text!r}; expected a finite number >= 0"
     return value
 
 
-def _whole_bytes(text: str, where: str, op_name: str) -> int:
+def _whole_bytes(text: str) -> int | str:
+    """The byte count in ``text`` (``4096``, also ``4096.0``), or what is wrong with it."""
     try:
         value = int(text)
     except ValueError:
-        value = None
-    if value is None:
         try:
             as_float = float(text)
         except ValueError:
-            raise InvalidGraphError(f"{where}: op {op_name!r}: size {text!r} is not a number (bytes)") from None
+            return f"size {text!r} is not a number (bytes)"
         if not as_float.is_integer():
-            raise InvalidGraphError(f"{where}: op {op_name!r}: size {text!r}; expected a whole number of bytes")
+            return f"size {text!r}; expected a whole number of bytes"
         value = int(as_float)
     if not 0 <= value < 2**63:
-        raise InvalidGraphError(f"{where}: op {op_name!r}: size {text!r}; expected a whole number of bytes >= 0")
+        return f"size {text!r}; expected a whole number of bytes >= 0"
     return value
 
 
