@@ -56,6 +56,18 @@ def test_overflow_target_must_have_room():
     assert result.placement.tolist() == [2, 0, 1]
 
 
+def test_overflow_with_heterogeneous_memory():
+    """Devices of 300, 100 and 100 B. Residuals a (150 B), b (80 B), c (60 B) all on device 1:
+    overflow 190. All move costs are 0, so ratio ties go to the lowest op: a first, which fits only on
+    device 0; then b, which fits on 0 and 2 — no communication either way, so the lower peak wins
+    (device 2, empty, over device 0, now holding a). 230 B moved >= 190: done."""
+    g = CostGraph(["a", "b", "c"], [0, 0, 0], [150, 80, 60], [], [], kind=["residual"] * 3)
+    machine = Machine(3, memory="300B,100B,100B", **LINK)
+    result = handle_overflow(g, machine, np.array([1, 1, 1]))
+    assert result.placement.tolist() == [0, 2, 1]
+    assert evaluate(g, machine, result.placement).peak_memory_bytes == [150, 60, 80]
+
+
 def test_overflow_moves_colocation_groups_whole():
     """var (residual 80 B) with its update op apply (reference) and read (normal, 10 B) form group 'v';
     other (residual 40 B). Device 0 (limit 100) holds everything: 130 B. The group's move cost is
