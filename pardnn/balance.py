@@ -29,9 +29,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pardnn.errors import InvalidPlacementError
 from pardnn.graph import CostGraph, Kind
 from pardnn.machine import Machine
 from pardnn.overflow import units_of
+from pardnn.simulate import colocation_violations
 from pardnn.slicing import Clusters
 
 __all__ = ["SPLIT_FACTOR", "BalanceResult", "balance_residuals", "memory_shares", "split_critical_path"]
@@ -69,7 +71,14 @@ def memory_shares(graph: CostGraph, machine: Machine, placement: np.ndarray) -> 
 
 
 def balance_residuals(graph: CostGraph, machine: Machine, placement: np.ndarray) -> BalanceResult:
-    """Move residual units from the device of highest share to the lowest until Eq. 6 holds."""
+    """Move residual units from the device of highest share to the lowest until Eq. 6 holds.
+
+    ``placement`` must keep colocation groups whole (a group is moved as one unit).
+    """
+    split = colocation_violations(graph, placement)
+    if split:
+        raise InvalidPlacementError(f"balance_residuals needs whole colocation groups; {len(split)} are split, "
+                                    f"e.g. {split[0]!r}")
     place = np.array(placement, dtype=np.int64)
     k = machine.devices
     unit, residual, normal = _unit_bytes(graph)

@@ -1,0 +1,211 @@
+"""Apply a placement to a TensorFlow graph, and the session configuration that runs it.
+
+``apply(graph, placement, device_names)`` sets the device of *every* op of ``graph``, because
+TensorFlow's placer checks the whole graph when a session first runs it, not only the step. It must
+run before the first ``Session.run`` on the graph (a session does not see later device changes).
+
+Ops named by the placement take their device. Every other op (initializers, savers, ops
+``capture`` pruned) follows the first rule that gives a device:
+
+1. its colocation group's device (groups as in :func:`pardnn.tf.capture.colocation_groups`);
+2. the device of its first data or control input, in graph order (an initializer follows the op it
+   reads, a chain follows its head);
+3. the device of its first consumer, in reverse graph order (a ``Const`` goes where it is used);
+4. device 0.
+
+A decided op settles its group, so groups are never split. On GPUs, an op that is not in a group
+and has no kernel registered for the devices' type goes to the host (``/device:CPU:0``): savers,
+string and iterator ops cannot run on a GPU, and with soft placement off they would fail.
+
+:func:`session_config` builds the ``ConfigProto`` with ``allow_soft_placement=False`` so that a
+placement TensorFlow cannot honour fails loudly instead of silently moving ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+import tensorflow as tf
+from tensorflow.core.protobuf import rewriter_config_pb2
+from tensorflow.python.framework import kernels
+
+from pardnn.errors import InvalidPlacementError
+from pardnn.tf.capture import colocation_groups
+
+__all__ = ["ApplyReport", "apply", "device_names", "session_config"]
+
+_KINDS = {"cpu": "CPU", "gpu": "GPU"}
+HOST_DEVICE = "/device:CPU:0"
+
+
+def _device_type(kind: str) -> str:
+    if kind.lower() not in _KINDS:
+        raise ValueError(f"kind={kind!r}: expected 'cpu' or 'gpu'")
+    return _KINDS[kind.lower()]
+
+
+def device_names(count: int, kind: str = "cpu") -> list[str]:
+    """``["/device:CPU:0", ..., "/device:CPU:{count-1}"]`` (or ``GPU``)."""
+    if count < 1:
+        raise ValueError(f"count={count}: need at least one device")
+    device_type = _device_type(kind)
+    return [f"/device:{device_type}:{i}" for i in range(count)]
+
+
+def session_config(devices: int, kind: str = "cpu", *, soft_placement: bool = False, optimize: bool = True,
+                   log_device_placement: bool = False) -> tf.compat.v1.ConfigProto:
+    """A ``ConfigProto`` for ``devices`` logical CPU devices (``kind="cpu"``) or GPUs of the node.
+
+    Parameters
+    ----------
+    devices:
+        K. For CPUs this many logical devices share the host's cores (``device_count={"CPU": K}``);
+        for GPUs the session uses at most K of the visible GPUs.
+    soft_placement:
+        ``allow_soft_placement``; off by default so a placement TensorFlow cannot honour raises.
+    optimize:
+        Off disables Grappler and the classic graph optimizer's constant folding, so the
+        ops that run are the graph's ops with their names (what :mod:`pardnn.tf.profile` needs).
+    """
+    device_type = _device_type(kind)
+    if devices < 1:
+        raise ValueError(f"devices={devices}: need at least one device")
+    count = {"CPU": devices} if device_type == "CPU" else {"CPU": 1, "GPU": devices}
+    config = tf.compat.v1.ConfigProto(device_count=count, allow_soft_placement=soft_placement,
+                                      log_device_placement=log_device_placement)
+    if not optimize:
+        config.graph_options.rewrite_options.CopyFrom(rewriter_config_pb2.RewriterConfig(disable_meta_optimizer=True))
+        config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
+        config.graph_options.optimizer_options.do_constant_folding = False
+    return config
+
+
+@dataclass(frozen=True)
+class ApplyReport:
+    """How each op got its device: from the placement, or by rules 1-4 of the module docstring."""
+
+    placed: int
+    by_group: int
+    by_input: int
+    by_consumer: int
+    by_default: int
+    on_host: int
+    ops_per_device: dict[str, int] = field(default_factory=dict)
+
+
+def _placement_map(placement: Mapping[str, int] | npt.ArrayLike, names: Sequence[str] | None) -> dict[str, int]:
+    if isinstance(placement, Mapping):
+        return {str(k): int(v) for k, v in placement.items()}
+    indices = np.asarray(placement)
+    if names is None:
+        raise InvalidPlacementError("a placement array needs names=cost_graph.names (or pass a mapping name → device)")
+    if indices.shape != (len(names),):
+        raise InvalidPlacementError(f"placement has {indices.size} entries for {len(names)} names")
+    return dict(zip(names, indices.astype(np.int64).tolist()))
+
+
+def _has_kernel(op_type: str, device_type: str, cache: dict[str, bool]) -> bool:
+    if op_type not in cache:
+        registered = kernels.get_registered_kernels_for_op(op_type).kernel
+        # Ops without kernels (function calls, control flow) are placed by the runtime.
+        cache[op_type] = not registered or any(k.device_type == device_type for k in registered)
+    return cache[op_type]
+
+
+def apply(graph: tf.Graph, placement: Mapping[str, int] | npt.ArrayLike, device_names: Sequence[str], *,
+          names: Sequence[str] | None = None) -> ApplyReport:
+    """Set the device of every op of ``graph``: the placement's, else by the rules of the module docstring.
+
+    Parameters
+    ----------
+    graph:
+        The graph the placement was computed for; no session may have run it yet.
+    placement:
+        ``{op name: device index}``, or an array of device indices aligned with ``names``.
+    device_names:
+        Device string of each index (:func:`device_names`).
+    names:
+        Op names when ``placement`` is an array (``cost_graph.names``).
+
+    Raises
+    ------
+    InvalidPlacementError
+        An op name not in the graph, a device index outside ``0..len(device_names)-1``, or two ops of
+        one colocation group on different devices.
+
+    Notes
+    -----
+    O(|V| + |E|) over the whole graph.
+    """
+    wanted = _placement_map(placement, names)
+    count = len(device_names)
+    ops = graph.get_operations()
+    by_name = {op.name: op for op in ops}
+    device: dict[str, int] = {}
+    for name, index in wanted.items():
+        if name not in by_name:
+            raise InvalidPlacementError(f"placement names op {name!r}, which is not in the graph")
+        if not 0 <= index < count:
+            raise InvalidPlacementError(f"op {name!r} is placed on device {index}, outside 0..{count - 1}")
+        device[name] = index
+    groups = colocation_groups(graph)
+    group_device: dict[str, tuple[int, str]] = {}
+    for name in sorted(device):
+        label = groups.get(name)
+        if label is None:
+            continue
+        if label in group_device and group_device[label][0] != device[name]:
+            other, first = group_device[label][1], group_device[label][0]
+            raise InvalidPlacementError(
+                f"colocation group {label!r} is split: {other!r} on device {first}, {name!r} on device {device[name]}")
+        group_device.setdefault(label, (device[name], name))
+
+    counts = {"group": 0, "input": 0, "consumer": 0, "default": 0}
+
+    def decide(op: tf.Operation, candidates: list[tf.Operation], rule: str) -> None:
+        label = groups.get(op.name)
+        if label is not None and label in group_device:
+            device[op.name] = group_device[label][0]
+            counts["group"] += 1
+            return
+        for other in candidates:
+            if other.name in device:
+                device[op.name] = device[other.name]
+                counts[rule] += 1
+                if label is not None:
+                    group_device[label] = (device[op.name], op.name)
+                return
+
+    for op in ops:  # graph order is topological but for v1 loop back edges
+        if op.name not in device:
+            decide(op, [t.op for t in op.inputs] + list(op.control_inputs), "input")
+    for op in reversed(ops):
+        if op.name not in device:
+            consumers = [c for t in op.outputs for c in t.consumers()] + list(op._control_outputs)
+            decide(op, consumers, "consumer")
+    for op in ops:
+        if op.name not in device:
+            decide(op, [], "default")
+            if op.name not in device:
+                device[op.name] = 0
+                counts["default"] += 1
+                label = groups.get(op.name)
+                if label is not None:
+                    group_device[label] = (0, op.name)
+
+    device_type = tf.DeviceSpec.from_string(device_names[0]).device_type or "CPU"
+    kernel_cache: dict[str, bool] = {}
+    on_host = 0
+    per_device: dict[str, int] = {}
+    for op in ops:
+        target = device_names[device[op.name]]
+        if device_type != "CPU" and op.name not in groups and not _has_kernel(op.type, device_type, kernel_cache):
+            target = HOST_DEVICE
+            on_host += 1
+        op._set_device(target)
+        per_device[target] = per_device.get(target, 0) + 1
+    return ApplyReport(len(wanted), counts["group"], counts["input"], counts["consumer"], counts["default"],
+                       on_host, per_device)

@@ -1,0 +1,301 @@
+"""Capture: the ops one training step runs, as a :class:`~pardnn.graph.CostGraph` (no costs yet).
+
+``capture(graph, fetches)`` walks back from the fetches' ops through data and control inputs; the
+ops reached are what ``Session.run(fetches)`` executes, so initializers, savers and summaries not
+fetched are left out. One node per op, named as the op.
+
+- **Edges.** A data edge carries its tensor's bytes (static shape × dtype size); an op reading two
+  outputs of one producer gets one edge with their sum. Control edges carry 0 bytes. Resource
+  handles, TensorLists (variant) and strings count 0 bytes: their static shape says nothing about
+  the data behind them. v1 while-loop back edges (``NextIteration`` → ``Merge``) are dropped so the
+  step is a DAG.
+- **Unknown dimensions** (a ``None`` batch) raise :class:`InvalidGraphError` naming the op and the
+  tensor, unless ``unknown_dim`` is given: every unknown dimension then counts as ``unknown_dim``
+  (the batch size, typically). An unknown *rank* cannot be sized this way and always raises here;
+  :func:`pardnn.tf.profile.profile` sizes such tensors from the trace instead.
+- **Kinds.** Variables (``VarHandleOp``, ``VariableV2``, ``Variable``) are residual; their
+  ``out_bytes`` and ``param_bytes`` are the variable's size from its ``shape`` attribute. Ops that
+  mutate a variable (``Assign*``, ``ApplyAdam``, ``ResourceApply*``, ``ScatterUpdate``,
+  ``ResourceScatter*``...) are reference ops and hold no bytes of their own. Everything else is
+  normal, holding the sum of its outputs' bytes.
+- **Colocation groups** are found by union-find over the *whole* graph, because TensorFlow's placer
+  constrains the whole graph, not only the step: an edge carrying a resource handle joins producer
+  and consumer (a variable, its ``ReadVariableOp``, ``AssignVariableOp``, ``ResourceApplyAdam`` with
+  the optimizer's slot variables, a ``While`` taking the handle), so does an edge into an input
+  declared as a reference (``Assign``, ``ApplyAdam`` on a ``VariableV2``), and so does a ``_class``
+  attribute ``loc:@name``. A group is labelled by its first variable in graph order (else its first
+  op); ops alone in their group get no label.
+
+Capture is O(|V| + |E|) over the graph's ops and tensors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from pardnn.errors import InvalidGraphError
+from pardnn.graph import CostGraph, Kind
+
+__all__ = ["VARIABLE_OPS", "Step", "capture", "colocation_groups", "cost_graph", "fetch_ops", "op_kind", "shape_bytes",
+           "static_sizes", "trace_step"]
+
+VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable"})
+
+_MUTATING_OPS = frozenset({
+    "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+    "StridedSliceAssign", "ResourceStridedSliceAssign", "CountUpTo", "ResourceCountUpTo",
+})
+_MUTATING_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply", "Scatter", "ResourceScatter")
+_NOT_MUTATING = frozenset({"ScatterNd", "ScatterNdNonAliasingAdd"})
+_BACK_EDGE = (frozenset({"NextIteration", "RefNextIteration"}), frozenset({"Merge", "RefMerge"}))
+
+
+def op_kind(op_type: str) -> Kind:
+    """The memory kind of an op type: residual for variables, reference for variable updates."""
+    if op_type in VARIABLE_OPS:
+        return Kind.RESIDUAL
+    if op_type in _MUTATING_OPS or (op_type.startswith(_MUTATING_PREFIXES) and op_type not in _NOT_MUTATING):
+        return Kind.REFERENCE
+    return Kind.NORMAL
+
+
+def _is_resource_edge(op: tf.Operation, index: int) -> bool:
+    tensor = op.inputs[index]
+    if tensor.dtype == tf.resource:
+        return True
+    return tensor.dtype._is_ref_dtype and op._input_types[index]._is_ref_dtype
+
+
+def colocation_groups(graph: tf.Graph) -> dict[str, str]:
+    """Op name → group label for every op that shares a colocation group with another op.
+
+    Union-find over resource-handle and reference edges and ``_class`` ``loc:@`` attributes of all
+    ops of ``graph`` (see the module docstring). O(|V| + |E|) amortised.
+    """
+    ops = graph.get_operations()
+    parent: dict[str, str] = {op.name: op.name for op in ops}
+
+    def find(name: str) -> str:
+        root = name
+        while parent[root] != root:
+            root = parent[root]
+        while parent[name] != root:
+            parent[name], name = root, parent[name]
+        return root
+
+    def union(a: str, b: str) -> None:
+        parent.setdefault(a, a)
+        parent.setdefault(b, b)
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[rb] = ra
+
+    for op in ops:
+        for i in range(len(op.inputs)):
+            if _is_resource_edge(op, i):
+                union(op.inputs[i].op.name, op.name)
+        for target in _class_targets(op):
+            # A target missing from the graph still groups the ops that name it.
+            union(target if target in parent else f"loc:@{target}", op.name)
+    members: dict[str, list[tf.Operation]] = {}
+    for op in ops:
+        members.setdefault(find(op.name), []).append(op)
+    labels: dict[str, str] = {}
+    for group in members.values():
+        if len(group) < 2:
+            continue
+        label = next((op.name for op in group if op.type in VARIABLE_OPS), group[0].name)
+        for op in group:
+            labels[op.name] = label
+    return labels
+
+
+def _class_targets(op: tf.Operation) -> list[str]:
+    if "_class" not in op.node_def.attr:
+        return []
+    values = [v.decode() if isinstance(v, bytes) else str(v) for v in op.get_attr("_class")]
+    return [v[len("loc:@"):] for v in values if v.startswith("loc:@")]
+
+
+@dataclass(frozen=True)
+class Step:
+    """The ops one training step runs, in graph (creation) order, with their dependencies.
+
+    ``data_edges`` are ``(src, output slot, dst)`` index triples, ``control_edges`` ``(src, dst)``;
+    both between ops of the step. ``groups`` maps op names of the whole graph to group labels.
+    """
+
+    graph: tf.Graph
+    ops: tuple[tf.Operation, ...]
+    index: dict[str, int]
+    data_edges: tuple[tuple[int, int, int], ...]
+    control_edges: tuple[tuple[int, int], ...]
+    groups: dict[str, str]
+
+    @property
+    def names(self) -> list[str]:
+        return [op.name for op in self.ops]
+
+    def kinds(self) -> list[Kind]:
+        return [op_kind(op.type) for op in self.ops]
+
+
+def fetch_ops(graph: tf.Graph, fetches: Any) -> list[tf.Operation]:
+    """The ops behind ``fetches``: tensors, ops, variables or their names, in any nested structure."""
+    ops: list[tf.Operation] = []
+    for fetch in tf.nest.flatten(fetches):
+        try:
+            element = graph.as_graph_element(fetch, allow_tensor=True, allow_operation=True)
+        except (KeyError, TypeError, ValueError) as error:
+            raise InvalidGraphError(f"fetch {fetch!r} is not an op or tensor of the graph: {error}") from None
+        ops.append(element if isinstance(element, tf.Operation) else element.op)
+    if not ops:
+        raise InvalidGraphError("no fetches: give the training step's ops or tensors (e.g. [train_op, loss])")
+    return ops
+
+
+def trace_step(graph: tf.Graph, fetches: Any) -> Step:
+    """The ops ``Session.run(fetches)`` executes and the edges between them. O(|V| + |E|)."""
+    reached: set[str] = set()
+    stack = fetch_ops(graph, fetches)
+    while stack:
+        op = stack.pop()
+        if op.name in reached:
+            continue
+        reached.add(op.name)
+        stack.extend(tensor.op for tensor in op.inputs)
+        stack.extend(op.control_inputs)
+    ops = tuple(op for op in graph.get_operations() if op.name in reached)
+    index = {op.name: i for i, op in enumerate(ops)}
+    data: list[tuple[int, int, int]] = []
+    control: list[tuple[int, int]] = []
+    for dst, op in enumerate(ops):
+        for tensor in op.inputs:
+            if tensor.op.type in _BACK_EDGE[0] and op.type in _BACK_EDGE[1]:
+                continue
+            data.append((index[tensor.op.name], tensor.value_index, dst))
+        control.extend((index[src.name], dst) for src in op.control_inputs)
+    return Step(graph, ops, index, tuple(data), tuple(control), colocation_groups(graph))
+
+
+def shape_bytes(dims: Sequence[int | None] | None, item_size: int, unknown_dim: int | None) -> int | None:
+    """Bytes of a tensor of shape ``dims`` (``None`` = unknown rank); ``None`` when unknown remains."""
+    if item_size == 0:
+        return 0
+    if dims is None:
+        return None
+    if any(d is None for d in dims) and unknown_dim is None:
+        return None
+    sizes: list[int] = [int(unknown_dim if d is None else d) for d in dims]  # type: ignore[arg-type]
+    return item_size * math.prod(sizes)
+
+
+def _item_size(dtype: tf.DType) -> int:
+    return int(dtype.base_dtype.size)
+
+
+def _variable_bytes(op: tf.Operation, unknown_dim: int | None) -> int | None:
+    dtype = tf.as_dtype(op.get_attr("dtype"))
+    shape = tf.TensorShape(op.get_attr("shape"))
+    return shape_bytes(shape.as_list() if shape.rank is not None else None, _item_size(dtype), unknown_dim)
+
+
+def static_sizes(step: Step, unknown_dim: int | None = None, *, strict: bool = True) -> list[list[int | None]]:
+    """Bytes of every output of every op of ``step`` from static shapes.
+
+    With ``strict`` an unresolved size raises :class:`InvalidGraphError`; otherwise it is ``None``.
+    A variable op's entry is a one-element list: the variable's size.
+    """
+    sizes: list[list[int | None]] = []
+    for op in step.ops:
+        if op.type in VARIABLE_OPS:
+            size = _variable_bytes(op, unknown_dim)
+            if size is None and strict:
+                raise InvalidGraphError(
+                    f"op {op.name!r} ({op.type}): variable shape {tf.TensorShape(op.get_attr('shape'))} is not fully"
+                    " known; give the variable a static shape or pass unknown_dim=<batch size>")
+            sizes.append([size])
+            continue
+        row: list[int | None] = []
+        for tensor in op.outputs:
+            dims = tensor.shape.as_list() if tensor.shape.rank is not None else None
+            size = shape_bytes(dims, _item_size(tensor.dtype), unknown_dim)
+            if size is None and strict:
+                hint = "unknown rank; set a static shape (tensor.set_shape)" if dims is None else \
+                    "pass unknown_dim=<batch size> or give the placeholder a static shape"
+                raise InvalidGraphError(
+                    f"op {op.name!r} ({op.type}): output {tensor.name!r} has shape {tensor.shape}, {hint}")
+            row.append(size)
+        sizes.append(row)
+    return sizes
+
+
+def cost_graph(step: Step, sizes: Sequence[Sequence[int | None]], comp_us: Iterable[float] | None = None, *,
+               name: str = "tf-step") -> CostGraph:
+    """Build the :class:`CostGraph` of ``step`` from per-output sizes (``None`` counts 0) and times."""
+    kinds = step.kinds()
+    out_bytes = np.zeros(len(step.ops), np.int64)
+    param_bytes = np.zeros(len(step.ops), np.int64)
+    for i, row in enumerate(sizes):
+        if kinds[i] == Kind.RESIDUAL:
+            param_bytes[i] = out_bytes[i] = row[0] or 0
+        elif kinds[i] == Kind.NORMAL:
+            out_bytes[i] = sum(size or 0 for size in row)
+    src: list[int] = []
+    dst: list[int] = []
+    edge_bytes: list[int] = []
+    for producer, slot, consumer in step.data_edges:
+        src.append(producer)
+        dst.append(consumer)
+        # A variable's handle carries no data; its own entry is the variable's size.
+        edge_bytes.append(0 if kinds[producer] == Kind.RESIDUAL and step.ops[producer].type == "VarHandleOp"
+                          else sizes[producer][slot] or 0)
+    for producer, consumer in step.control_edges:
+        src.append(producer)
+        dst.append(consumer)
+        edge_bytes.append(0)
+    comp = np.zeros(len(step.ops)) if comp_us is None else np.fromiter(comp_us, np.float64, len(step.ops))
+    return CostGraph(
+        step.names, comp, out_bytes, src, dst, edge_bytes,
+        kind=[int(k) for k in kinds],
+        colocation=[step.groups.get(op.name) for op in step.ops],
+        ops=[op.type for op in step.ops],
+        param_bytes=param_bytes,
+        name=name,
+    )
+
+
+def capture(graph: tf.Graph, fetches: Any, *, unknown_dim: int | None = None, name: str = "tf-step") -> CostGraph:
+    """The :class:`CostGraph` of the training step that runs ``fetches`` (``comp_us`` all 0).
+
+    Parameters
+    ----------
+    graph:
+        A ``tf.compat.v1`` graph holding the forward pass, gradients and optimizer update.
+    fetches:
+        What one step runs, as for ``Session.run`` (e.g. ``[train_op, loss]``, or names).
+    unknown_dim:
+        Size to assume for every unknown dimension (the batch size); default: unknown dims raise.
+    name:
+        The cost graph's name.
+
+    Raises
+    ------
+    InvalidGraphError
+        A fetch not in the graph; an unknown dimension without ``unknown_dim``; an unknown rank; a
+        cycle other than a v1 while loop's back edge.
+
+    Examples
+    --------
+    >>> cost = capture(graph, [train_op, loss])                      # doctest: +SKIP
+    >>> cost.names[:2], cost.out_bytes[:2]                           # doctest: +SKIP
+    """
+    step = trace_step(graph, fetches)
+    return cost_graph(step, static_sizes(step, unknown_dim), name=name)
+

@@ -1,0 +1,121 @@
+"""apply(), session_config(), device_names(): every op placed, groups whole, placed runs train as one device does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from pardnn.errors import InvalidPlacementError  # noqa: E402
+from pardnn.machine import Machine  # noqa: E402
+from pardnn.partition import keep_groups_whole, partition  # noqa: E402
+from pardnn.simulate import colocation_violations  # noqa: E402
+from pardnn.tf import apply, capture, device_names, profile_with_report, session_config  # noqa: E402
+from tests.tf import models  # noqa: E402
+
+pytestmark = pytest.mark.tf
+
+
+def _devices_used(metadata):
+    """Device indices that ran at least one op in a traced step."""
+    return {int(d.device.rsplit(":", 1)[1]) for d in metadata.step_stats.dev_stats if len(d.node_stats)}
+
+
+def test_device_names():
+    assert device_names(3) == ["/device:CPU:0", "/device:CPU:1", "/device:CPU:2"]
+    assert device_names(2, "gpu") == ["/device:GPU:0", "/device:GPU:1"]
+    with pytest.raises(ValueError, match="kind='tpu'"):
+        device_names(2, "tpu")
+
+
+def test_session_config():
+    config = session_config(4)
+    assert dict(config.device_count) == {"CPU": 4}
+    assert not config.allow_soft_placement
+    assert not config.graph_options.rewrite_options.disable_meta_optimizer
+    assert dict(session_config(8, "gpu").device_count) == {"CPU": 1, "GPU": 8}
+    profiling = session_config(1, soft_placement=True, optimize=False)
+    assert profiling.allow_soft_placement and profiling.graph_options.rewrite_options.disable_meta_optimizer
+    assert not profiling.graph_options.optimizer_options.do_constant_folding
+
+
+def test_ops_outside_the_placement_follow_group_input_consumer():
+    model = models.tiny()
+    cost = capture(model.graph, model.fetches)
+    placement = {name: 2 if name == "mm" else (1 if cost.colocation[i] == cost.group_names.index("w") else 0)
+                 for i, name in enumerate(cost.names)}
+    report = apply(model.graph, placement, device_names(3))
+    device = {op.name: op.device for op in model.graph.get_operations()}
+    assert all(device.values())
+    assert device["w/Initializer/random_uniform"] == "/device:CPU:1"  # rule 1: w's group
+    assert device["w/IsInitialized/VarIsInitializedOp"] == "/device:CPU:1"
+    assert device["unused"] == "/device:CPU:2"  # rule 2: follows its first input, mm
+    assert device["one"] == "/device:CPU:2"  # rule 3: a constant goes to its consumer
+    assert report.placed == cost.n
+    assert report.by_group + report.by_input + report.by_consumer + report.by_default == \
+        len(model.graph.get_operations()) - cost.n
+    assert sum(report.ops_per_device.values()) == len(model.graph.get_operations())
+
+
+def test_placement_array_needs_names_and_is_checked():
+    model = models.tiny()
+    cost = capture(model.graph, model.fetches)
+    with pytest.raises(InvalidPlacementError, match="needs names="):
+        apply(model.graph, np.zeros(cost.n, int), device_names(2))
+    with pytest.raises(InvalidPlacementError, match="'nope', which is not in the graph"):
+        apply(model.graph, {"nope": 0}, device_names(2))
+    with pytest.raises(InvalidPlacementError, match=r"op 'mm' is placed on device 2, outside 0\.\.1"):
+        apply(model.graph, {"mm": 2}, device_names(2))
+
+
+def test_split_colocation_group_is_refused():
+    model = models.tiny()
+    with pytest.raises(InvalidPlacementError, match=r"colocation group 'w' is split: 'mm/ReadVariableOp' on "
+                                                    r"device 1, 'w' on device 0"):
+        apply(model.graph, {"w": 0, "mm/ReadVariableOp": 1}, device_names(2))
+
+
+def test_wrong_placement_fails_loudly_without_soft_placement():
+    model = models.tiny()
+    apply(model.graph, {"mm": 3}, device_names(4))
+    feeds = models.batches(model, 1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="CPU:3"):
+        models.train_losses(model, feeds, session_config(2))
+
+
+def test_round_robin_over_groups_with_adam_runs_on_four_devices():
+    feeds = models.batches(models.two_layer("adam"), 5)
+    single = models.two_layer("adam")
+    expected, _ = models.train_losses(single, [{single.graph.get_tensor_by_name(t.name): v for t, v in f.items()}
+                                               for f in feeds], session_config(1))
+    model = models.two_layer("adam")
+    cost = capture(model.graph, model.fetches)
+    placement, moved = keep_groups_whole(cost, np.arange(cost.n) % 4)
+    assert moved > 0 and not colocation_violations(cost, placement)
+    apply(model.graph, placement, device_names(4), names=cost.names)
+    placed_feeds = [{model.graph.get_tensor_by_name(t.name): v for t, v in f.items()} for f in feeds]
+    losses, metadata = models.train_losses(model, placed_feeds, session_config(4), trace_last=True)
+    assert _devices_used(metadata) == {0, 1, 2, 3}
+    np.testing.assert_allclose(losses, expected, rtol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:non-integer arguments to randrange:DeprecationWarning")  # keras' own seeding
+def test_lstm_model_profiled_partitioned_applied_trains_like_one_device():
+    steps = 20
+    reference = models.lstm_dense(seed=5)
+    data = models.batches(reference, steps, seed=9)
+    expected, _ = models.train_losses(reference, data, session_config(1))
+
+    model = models.lstm_dense(seed=5)
+    feeds = [{model.graph.get_tensor_by_name(t.name): v for t, v in f.items()} for f in data]
+    cost, report = profile_with_report(model.graph, model.fetches, lambda step: feeds[step], steps=5, warmup=1)
+    assert report.timed + len(report.missing) == cost.n
+    result = partition(cost, Machine(4))
+    assert not colocation_violations(cost, result.placement)
+    assert set(result.placement.tolist()) == {0, 1, 2, 3}
+    apply(model.graph, result.placement, device_names(4), names=cost.names)
+    losses, metadata = models.train_losses(model, feeds, session_config(4), trace_last=True)
+    assert _devices_used(metadata) == {0, 1, 2, 3}
+    np.testing.assert_allclose(losses, expected, rtol=1e-5)
+    assert losses[-1] < losses[0]
