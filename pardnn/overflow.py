@@ -20,8 +20,9 @@ Choices where the paper is silent:
   and potentials recomputed (the paper recomputes after every move; batching per device and round
   keeps the same greedy but costs one O(|V| + |E|) emulation per round instead of per move).
 - **Target device.** Among the devices that can hold the unit — its residual bytes on top of their
-  peak, and its whole potential on top of their use at the overflow instant (plus what this round
-  already sent there) —  the one the unit communicates with most, then the
+  peak, and its potential on top of their use at the overflow instant, less the copies it received
+  from that very device (there they become local reads), plus what this round already sent there —
+   the one the unit communicates with most, then the
   lowest peak, then the lowest index.
 - **Ties** in either heap are broken by the unit's lowest op index, so the result is deterministic.
 
@@ -135,16 +136,23 @@ class _Units:
 
 
 def _potentials(graph: CostGraph, place: np.ndarray, memory: MemoryProfile, schedule: Schedule,
-                residual: np.ndarray) -> np.ndarray:
-    """``M_pot`` of every op at the peak instant of its own device (plus residual bytes)."""
+                residual: np.ndarray, unit: np.ndarray, units: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``M_pot`` of every op at the peak instant of its own device (plus residual bytes), and per unit
+    and device the bytes of that potential that are copies received *from* that device — moving the
+    unit there turns them into local reads, so the target needs no room for them."""
     when = memory.peak_time_us
     at = when[memory.buffer_device]
     alloc, free = memory.buffer_alloc_us, memory.buffer_free_us
     live = (alloc <= at) & ((free > at) | (free == alloc)) & (memory.buffer_owner != memory.buffer_producer)
-    pot = np.bincount(memory.buffer_owner[live], weights=memory.buffer_bytes[live], minlength=graph.n)
+    owner, nbytes = memory.buffer_owner[live], memory.buffer_bytes[live]
+    pot = np.bincount(owner, weights=nbytes, minlength=graph.n)
     t = when[place]
     running = (graph.kind == Kind.NORMAL) & (schedule.start_us <= t) & (schedule.finish_us >= t)
-    return pot + np.where(running, graph.out_bytes, 0) + residual
+    source = place[memory.buffer_producer[live]]
+    copy = source != memory.buffer_device[live]
+    key = unit[owner[copy]] * k + source[copy]
+    copies = np.bincount(key, weights=nbytes[copy], minlength=units * k).reshape(units, k)
+    return pot + np.where(running, graph.out_bytes, 0) + residual, copies
 
 
 def _move_costs(graph: CostGraph, units: _Units, place: np.ndarray) -> np.ndarray:
@@ -195,8 +203,8 @@ def handle_overflow(graph: CostGraph, machine: Machine, placement: np.ndarray, *
         if over.size == 0:
             break
         rounds += 1
-        unit_pot = np.bincount(units.of, weights=_potentials(graph, place, memory, schedule, residual),
-                               minlength=count)
+        potential, copies = _potentials(graph, place, memory, schedule, residual, units.of, count, machine.devices)
+        unit_pot = np.bincount(units.of, weights=potential, minlength=count)
         unit_res = np.bincount(units.of, weights=residual, minlength=count)
         cost = _move_costs(graph, units, place)
         unit_device = np.empty(count, np.int64)
@@ -213,8 +221,9 @@ def handle_overflow(graph: CostGraph, machine: Machine, placement: np.ndarray, *
             room_always = int((limits - memory.peak_bytes - reserved_always)[others].max(initial=-1))
             # Rooms only shrink during this device's turn: a unit that fits nowhere now never will.
             candidates = np.flatnonzero((unit_device == device) & ~frozen & (unit_pot > 0)
-                                        & (unit_pot <= room_then) & (unit_res <= room_always))
-            holds = ((unit_pot[candidates, None] <= (limits - usage_then - reserved)[None, :])
+                                        & (unit_pot - copies.max(axis=1) <= room_then) & (unit_res <= room_always))
+            needs = unit_pot[candidates, None] - copies[candidates]  # on each possible target
+            holds = ((needs <= (limits - usage_then - reserved)[None, :])
                      & (unit_res[candidates, None] <= (limits - memory.peak_bytes - reserved_always)[None, :]))
             holds[:, device] = False
             candidates = candidates[holds.any(axis=1)]
@@ -239,12 +248,14 @@ def handle_overflow(graph: CostGraph, machine: Machine, placement: np.ndarray, *
                 else:
                     chosen = heapq.heappop(ratio_heap)[2]
                 taken.add(chosen)
-                need = int(unit_pot[chosen])
+                relief = int(unit_pot[chosen])
+                need = relief - copies[chosen].astype(np.int64)  # per target device
                 need_always = int(unit_res[chosen])
-                if need > room_then or need_always > room_always:
+                if need.min() > room_then or need_always > room_always:
                     continue  # no device can hold it (fast path of the check below)
-                # The target must hold the unit's residual bytes on top of its own peak, and all of
-                # the unit's potential on top of its use at the instant of this overflow.
+                # The target must hold the unit's residual bytes on top of its own peak, and the
+                # unit's potential (less the copies it would read locally there) on top of its use
+                # at the instant of this overflow.
                 fits = np.flatnonzero((memory.peak_bytes + reserved_always + need_always <= limits)
                                       & (usage_then + reserved + need <= limits) & (devices != device))
                 if fits.size == 0:
@@ -257,9 +268,9 @@ def handle_overflow(graph: CostGraph, machine: Machine, placement: np.ndarray, *
                 place[members] = target
                 unit_device[chosen] = target
                 frozen[chosen] = True
-                reserved[target] += need
+                reserved[target] += need[target]
                 reserved_always[target] += need_always
-                remaining -= need
+                remaining -= relief
                 room_then = int((limits - usage_then - reserved)[others].max())
                 room_always = int((limits - memory.peak_bytes - reserved_always)[others].max())
                 moved_this_round += members.size

@@ -1,0 +1,222 @@
+"""The largest trainable batch on K devices: ParDNN against data parallelism.
+
+For each K, the largest batch size for which ParDNN (with memory heuristic I) finds a placement
+that fits every device, by doubling and then bisection over the batch size; each probe costs the
+job's graph at that batch size (a callback: build, estimate) and partitions it. Data parallelism
+replicates the whole model on every device, so its answer is the largest batch that fits *one*
+device, times K — the paper's "Increase over ideal DP" compares the two.
+
+The search assumes that fitting is monotone in the batch size (a larger batch never needs less
+memory), which holds for the graphs we build: every activation grows with the batch, parameters
+do not. Probes are cached by key (job fingerprint, batch, K, memory, reserve, heuristic), in memory
+and optionally in a JSON file, so a rerun is instant; graphs are cached per batch within a run, so
+the K values share one build per batch size.
+
+Complexity: O(log B) probes per K for an answer B (doubling: ⌈log2 B⌉ + 1, bisection: at most as
+many again).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pardnn.errors import InfeasibleError
+from pardnn.graph import CostGraph
+from pardnn.machine import Machine, format_bytes
+from pardnn.partition import partition
+
+__all__ = ["BatchRow", "ProbeCache", "ProbeResult", "data_parallel_fits", "fingerprint_of", "max_batch",
+           "search_largest"]
+
+MAX_BATCH = 1 << 20
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One probe: did batch ``batch`` fit on ``devices`` devices, and at what peak."""
+
+    batch: int
+    devices: int
+    fits: bool
+    peak_bytes: int  # highest per-device peak of the placement (or of one device for data parallelism)
+    limit_bytes: int
+    makespan_us: float
+    seconds: float
+    cached: bool = False
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    """The answer for one K."""
+
+    devices: int
+    pardnn_batch: int  # 0: not even batch 1 fits
+    data_parallel_batch: int  # largest batch per replica × K
+    probes: list[ProbeResult] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        """ParDNN's batch over data parallelism's (the paper's "increase over ideal DP")."""
+        return self.pardnn_batch / self.data_parallel_batch if self.data_parallel_batch else float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["ratio"] = self.ratio if self.data_parallel_batch else None
+        return out
+
+
+class ProbeCache:
+    """Probe results by key, kept in memory and (with ``path``) in a JSON file written atomically."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = None if path is None else Path(path)
+        self.entries: dict[str, dict[str, Any]] = {}
+        if self.path is not None and self.path.exists():
+            try:
+                self.entries = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                self.entries = {}  # a damaged cache is only a cache: start again
+
+    def get(self, key: str) -> ProbeResult | None:
+        entry = self.entries.get(key)
+        return None if entry is None else ProbeResult(**{**entry, "cached": True})
+
+    def put(self, key: str, result: ProbeResult) -> None:
+        self.entries[key] = {**asdict(result), "cached": False}
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(self.entries, indent=1, sort_keys=True))
+            os.replace(tmp, self.path)
+
+
+def search_largest(fits: Callable[[int], bool], *, start: int = 1, limit: int = MAX_BATCH) -> int:
+    """Largest ``b`` in ``[start, limit]`` with ``fits(b)``, for a monotone ``fits``; 0 if none.
+
+    Doubling from ``start`` until a probe fails (or ``limit``), then bisection between the last
+    success and the first failure.
+    """
+    if not fits(start):
+        return 0
+    good = start
+    bad = None
+    while bad is None:
+        candidate = min(good * 2, limit)
+        if candidate == good:
+            return good
+        if fits(candidate):
+            good = candidate
+        else:
+            bad = candidate
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        if fits(middle):
+            good = middle
+        else:
+            bad = middle
+    return good
+
+
+def _probe_pardnn(graph: CostGraph, machine: Machine) -> tuple[bool, int, float]:
+    try:
+        result = partition(graph, machine, memory_heuristic="overflow")
+    except InfeasibleError:
+        step1 = partition(graph, machine, memory_heuristic=None).report.evaluation
+        return False, max(step1.peak_memory_bytes), step1.makespan_us
+    evaluation = result.report.evaluation
+    return True, max(evaluation.peak_memory_bytes), evaluation.makespan_us
+
+
+def data_parallel_fits(graph: CostGraph, machine: Machine) -> tuple[bool, int, float]:
+    """Whether the whole step fits one device of ``machine`` (a data-parallel replica)."""
+    one = Machine(1, int(machine.memory_bytes[0]), machine.bandwidth_Bps, machine.latency_us, machine.reserve)
+    evaluation = partition(graph, one, memory_heuristic=None).report.evaluation
+    return evaluation.memory_fits, evaluation.peak_memory_bytes[0], evaluation.makespan_us
+
+
+def max_batch(graph_for_batch: Callable[[int], CostGraph], devices: Sequence[int],
+              machine_for: Callable[[int], Machine], *, fingerprint: str, cache: ProbeCache | None = None,
+              start: int = 1, limit: int = MAX_BATCH,
+              on_probe: Callable[[str, ProbeResult], None] | None = None) -> list[BatchRow]:
+    """For every K in ``devices``: the largest batch ParDNN fits, and data parallelism's.
+
+    Parameters
+    ----------
+    graph_for_batch:
+        Builds (and costs) the training step at a batch size.
+    devices:
+        The K values.
+    machine_for:
+        The machine of K devices (memory, interconnect, reserve).
+    fingerprint:
+        Identifies the job (model and everything but the batch) in cache keys.
+    cache:
+        Probe cache (in memory if None).
+    on_probe:
+        Called as ``on_probe(kind, result)`` after every probe (``kind``: ``"pardnn"`` or ``"dp"``).
+
+    Raises
+    ------
+    InfeasibleError
+        When not even batch ``start`` fits ParDNN on the largest K, naming the shortfall.
+    """
+    cache = cache if cache is not None else ProbeCache()
+    graphs: dict[int, CostGraph] = {}
+
+    def graph(batch: int) -> CostGraph:
+        if batch not in graphs:
+            graphs.clear()  # keep one graph in memory: probes for one K move through sizes
+            graphs[batch] = graph_for_batch(batch)
+        return graphs[batch]
+
+    def probe(kind: str, k: int, batch: int, log: list[ProbeResult]) -> bool:
+        machine = machine_for(k)
+        key = json.dumps([fingerprint, kind, batch, k, machine.memory_bytes.tolist(), machine.reserve,
+                          machine.bandwidth_Bps, machine.latency_us])
+        result = cache.get(key)
+        if result is None:
+            started = time.perf_counter()
+            check = _probe_pardnn if kind == "pardnn" else data_parallel_fits
+            fits, peak, makespan = check(graph(batch), machine)
+            result = ProbeResult(batch, k, fits, int(peak), int(machine.limits_bytes[0]), float(makespan),
+                                 time.perf_counter() - started)
+            cache.put(key, result)
+        log.append(result)
+        if on_probe is not None:
+            on_probe(kind, result)
+        return result.fits
+
+    dp_log: list[ProbeResult] = []
+    per_replica = search_largest(lambda b: probe("dp", 1, b, dp_log), start=start, limit=limit)
+    rows = []
+    for k in devices:
+        log: list[ProbeResult] = []
+        best = search_largest(lambda b, k=k: probe("pardnn", k, b, log), start=start, limit=limit)
+        rows.append(BatchRow(k, best, per_replica * k, log + (dp_log if k == devices[0] else [])))
+    if rows and all(row.pardnn_batch == 0 for row in rows):
+        k = max(devices)
+        failed = [p for row in rows for p in row.probes if p.devices == k and p.batch == start]
+        need = failed[0].peak_bytes if failed else 0
+        limit_bytes = int(machine_for(k).limits_bytes[0])
+        raise InfeasibleError(
+            f"the model does not fit even at batch {start} on {k} devices: the best placement peaks at "
+            f"{format_bytes(need)} on a device whose limit is {format_bytes(limit_bytes)} "
+            f"({format_bytes(max(need - limit_bytes, 0))} short). Options: more devices, larger devices, "
+            f"a smaller model, or a lower reserve.")
+    return rows
+
+
+def fingerprint_of(*parts: Any) -> str:
+    """A stable short hash of the job's content and the pardnn version (for cache keys)."""
+    import hashlib
+
+    from pardnn import __version__
+
+    text = json.dumps([__version__, *parts], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,85 @@
+"""Largest batch search: doubling + bisection against brute force, data parallelism by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pardnn import CostGraph, InfeasibleError, Machine
+from pardnn.maxbatch import ProbeCache, max_batch, search_largest
+
+
+@given(st.integers(0, 3000), st.integers(1, 4096))
+def test_search_matches_brute_force(answer, limit):
+    calls: list[int] = []
+
+    def fits(b: int) -> bool:
+        calls.append(b)
+        return b <= answer
+
+    expected = min(answer, limit)
+    assert search_largest(fits, limit=limit) == expected
+    assert len(calls) <= 2 * max(limit, 2).bit_length() + 2  # O(log B) probes
+
+
+def model(batch: int) -> CostGraph:
+    """Two layers: weights w1, w2 (residual, 100 B each, constant) and activations a1 -> a2 -> loss,
+    each holding 10 B per sample. On one device the peak is 200 + a1 + a2 = 200 + 20 b."""
+    names = ["w1", "w2", "a1", "a2", "loss"]
+    out = [100, 100, 10 * batch, 10 * batch, 0]
+    return CostGraph(names, [0, 0, batch, batch, 1], out, [0, 1, 2, 3], [2, 3, 3, 4],
+                     kind=["residual", "residual", "normal", "normal", "normal"])
+
+
+def test_data_parallel_by_hand_and_pardnn_against_brute_force():
+    """Memory 400 B, no reserve. One device holds 200 + 20 b <= 400, so b <= 10 per replica: data
+    parallelism gives 10 K. ParDNN on 2 devices must do at least as well, and its answer must be the
+    brute-force largest batch whose placement fits."""
+    machine = lambda k: Machine(k, memory=400, reserve=0.0)  # noqa: E731
+    rows = max_batch(model, [1, 2], machine, fingerprint="toy")
+    assert [r.data_parallel_batch for r in rows] == [10, 20]
+    assert rows[0].pardnn_batch == 10
+    from pardnn.partition import partition
+
+    def fits(b: int, k: int) -> bool:
+        try:
+            partition(model(b), machine(k), memory_heuristic="overflow")
+        except InfeasibleError:
+            return False
+        return True
+
+    best = rows[1].pardnn_batch
+    assert best >= 10
+    assert all(fits(b, 2) for b in range(1, best + 1))
+    assert not fits(best + 1, 2) and not fits(best + 2, 2)
+
+
+def test_cache_makes_a_rerun_instant(tmp_path):
+    built: list[int] = []
+
+    def counting(batch: int) -> CostGraph:
+        built.append(batch)
+        return model(batch)
+
+    path = tmp_path / "cache.json"
+    machine = lambda k: Machine(k, memory=400, reserve=0.0)  # noqa: E731
+    first = max_batch(counting, [2], machine, fingerprint="toy", cache=ProbeCache(path))
+    assert built
+    built.clear()
+    again = max_batch(counting, [2], machine, fingerprint="toy", cache=ProbeCache(path))
+    assert built == [] and [r.pardnn_batch for r in again] == [r.pardnn_batch for r in first]
+    assert all(p.cached for p in again[0].probes)
+
+
+def test_not_even_batch_one_fits():
+    """Devices of 90 B hold less than one 100-byte weight: nothing fits at any K."""
+    with pytest.raises(InfeasibleError, match=r"does not fit even at batch 1 on 2 devices: .* short"):
+        max_batch(model, [1, 2], lambda k: Machine(k, memory=90, reserve=0.0), fingerprint="toy")
+
+
+def test_rows_report_ratio():
+    rows = max_batch(model, [1, 2, 4], lambda k: Machine(k, memory=400, reserve=0.0), fingerprint="toy")
+    assert rows[0].ratio == pytest.approx(1.0)
+    assert all(np.isfinite(r.ratio) for r in rows)
