@@ -1,1 +1,33 @@
-"""Model zoo and job files for pardnn-launch."""
+"""The model zoo and job files of pardnn-launch.
+
+::
+
+    from jobs import load_job, build
+    job = load_job("trn-tiny")                  # or a path: load_job("jobs/trn-tiny.toml")
+    train = build(job)                          # TrainGraph: graph, loss, train_op, feed_fn, ...
+    jobs.export_graph("trn-2", "trn-2.json.gz") # paper-size graph with estimated V100 costs
+
+``Job``, ``JobError``, ``load_job`` and ``JOBS_DIR`` do not need TensorFlow; ``build``,
+``TrainGraph``, ``export_graph`` and ``cost_graph`` import it on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.config import JOBS_DIR, Job, JobError, job_from_dict, load_job, preset_names
+
+__all__ = ["JOBS_DIR", "Job", "JobError", "TrainGraph", "build", "cost_graph", "export_graph", "job_from_dict",
+           "load_job", "preset_names"]
+
+_NEEDS_TF = ("TrainGraph", "build", "cost_graph", "export_graph")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NEEDS_TF:
+        from jobs import training
+
+        value = getattr(training, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'jobs' has no attribute {name!r}")

@@ -1,1 +1,16 @@
-"""pardnn-launch: the hybrid-parallel launcher (one rank per node, ParDNN inside, Horovod across)."""
+"""pardnn-launch: the hybrid-parallel launcher (one rank per node, ParDNN inside, Horovod across).
+
+::
+
+    import launcher
+    summary = launcher.run("jobs/trn-tiny.toml", devices_per_node=4, iterations=160)
+
+``launcher.run`` is the core the ``pardnn-launch`` command calls (:mod:`launcher.cli`); keyword
+arguments override the job file as the command-line options do.
+"""
+
+from launcher.core import run
+from launcher.errors import LaunchError, Terminated
+from launcher.settings import Settings, resolve
+
+__all__ = ["LaunchError", "Settings", "Terminated", "resolve", "run"]

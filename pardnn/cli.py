@@ -267,6 +267,94 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ------------------------------------------------------------------------------------- capture
+def _is_function_spec(target: str) -> bool:
+    """``package.module:function`` rather than a job file or preset name."""
+    from pathlib import Path
+
+    return ":" in target and not target.endswith(".toml") and not Path(target).exists()
+
+
+def _call_function_spec(target: str) -> tuple[Any, Any, Any, str]:
+    """Import ``module:function``, call it; its result gives (graph, fetches, feed_fn, name)."""
+    import importlib
+
+    module_name, _, function_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise PardnnError(f"{target}: cannot import module {module_name!r}: {exc}") from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise PardnnError(f"{target}: module {module_name!r} has no function {function_name!r}")
+    result = function()
+    if hasattr(result, "graph") and hasattr(result, "fetches"):
+        return result.graph, result.fetches, getattr(result, "feed_fn", None), function_name
+    if isinstance(result, tuple) and len(result) in (2, 3):
+        return result[0], result[1], result[2] if len(result) == 3 else None, function_name
+    raise PardnnError(f"{target}: returned {type(result).__name__}; expected an object with .graph and .fetches "
+                      "(and .feed_fn to profile), or a tuple (graph, fetches[, feed_fn])")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
+    return value
+
+
+def cmd_capture(args: argparse.Namespace) -> int:
+    from pardnn.errors import MissingDependencyError
+    from pardnn.io import write_graph
+    from pardnn.presets import preset
+
+    started = time.perf_counter()
+    if args.estimate is not None:
+        preset(args.estimate)  # an unknown preset fails before anything is built
+    job = None
+    if not _is_function_spec(args.target):
+        import jobs
+
+        job = jobs.load_job(args.target)  # a bad job file fails before TensorFlow loads
+    elif args.batch_size is not None:
+        raise PardnnError("--batch-size applies to job files only; MODULE:FUNCTION builds its own graph")
+    try:
+        import pardnn.tf as pardnn_tf
+    except ImportError as exc:
+        raise MissingDependencyError(f"pardnn capture needs TensorFlow ({exc}): pip install -e '.[tf]'") from None
+    device, steps = args.estimate or "v100-32gb", args.profile
+    if job is None:
+        graph, fetches, feed_fn, name = _call_function_spec(args.target)
+    else:
+        from jobs import build
+
+        train = build(job, args.batch_size)
+        graph, fetches, feed_fn, name = train.graph, train.fetches, train.feed_fn, job.name
+        if args.estimate is None and args.profile is None:  # the job's own [placement] settings
+            device, steps = job.device_preset, job.profile_steps if job.costs == "profile" else None
+    built = time.perf_counter()
+    name = args.name or name
+    if steps is not None:
+        if feed_fn is None:
+            raise PardnnError(f"{args.target}: profiling needs a feed_fn (return .feed_fn or a third tuple item)")
+        cost = pardnn_tf.profile(graph, fetches, feed_fn, steps=steps, name=name)
+        how = f"profiled {steps} steps on this machine"
+    else:
+        cost = pardnn_tf.estimate(graph, fetches, device, name=name)
+        how = f"estimated for {preset(device).name}"
+    if job is not None and job.memory_bytes is not None:
+        from jobs.training import with_memory_limit
+
+        cost = with_memory_limit(cost, job.memory_bytes)
+    write_graph(cost, args.output)
+    print(f"wrote {args.output}: {cost.n:,} ops, {cost.m:,} edges, work {_us(cost.total_work_us)} ({how}); "
+          f"build {built - started:.1f} s, costs {time.perf_counter() - built:.1f} s")
+    return EXIT_OK
+
+
 # ------------------------------------------------------------------------------------ generate
 def cmd_generate(args: argparse.Namespace) -> int:
     from pardnn.io import write_graph
@@ -275,6 +363,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
     graph = dnn_graph(args.ops, seed=args.seed)
     write_graph(graph, args.output)
     print(f"wrote {args.output}: {graph.n:,} ops, {graph.m:,} edges")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------- bench
+def cmd_bench(args: argparse.Namespace) -> int:
+    from pardnn.bench import run_bench
+
+    def progress(message: str) -> None:
+        print(f"pardnn bench: {message}", file=sys.stderr, flush=True)
+
+    for path in run_bench(args, "pardnn bench", progress):
+        print(f"wrote {path}")
     return EXIT_OK
 
 
@@ -355,6 +455,26 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("-o", "--output", required=True, help="output graph file (.json or .json.gz)")
     convert.set_defaults(func=cmd_convert)
 
+    capture = sub.add_parser(
+        "capture", help="build a TensorFlow training graph, cost it and write it as a graph file (needs TensorFlow)",
+        description="Build the training graph of a job (a jobs/*.toml file or a preset name such as trn-2) or of "
+                    "MODULE:FUNCTION (a function returning an object with .graph, .fetches and .feed_fn, or a tuple "
+                    "(graph, fetches[, feed_fn])), cost one step and write the native graph file. Building allocates "
+                    "nothing, so paper-size graphs are fine with --estimate. Default costs: the job's [placement] "
+                    "costs, device_preset and profile_steps (a function: --estimate v100-32gb).",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    capture.add_argument("target", metavar="JOB_OR_MODULE:FUNCTION",
+                         help="job file, job preset name, or package.module:function")
+    capture.add_argument("-o", "--output", required=True, help="graph file to write (.json or .json.gz)")
+    costs = capture.add_mutually_exclusive_group()
+    costs.add_argument("--estimate", metavar="PRESET",
+                       help="roofline costs for a device preset: v100-32gb, a100-80gb, h100-80gb (no session runs)")
+    costs.add_argument("--profile", metavar="N", type=_positive_int,
+                       help="measure N traced training steps on this machine (allocates and runs the model)")
+    capture.add_argument("--batch-size", type=_positive_int, default=None, help="override the job's batch size")
+    capture.add_argument("--name", default=None, help="graph name (default: the job's name or the function's)")
+    capture.set_defaults(func=cmd_capture)
+
     generate = sub.add_parser("generate", help="write a synthetic DNN-shaped training graph",
                               description="Write a synthetic training graph (forward fork-join layers with skip "
                                           "edges, mirrored backward pass, variables with optimizer updates) of about "
@@ -363,6 +483,22 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     generate.add_argument("-o", "--output", required=True, help="output graph file (.json or .json.gz)")
     generate.set_defaults(func=cmd_generate)
+
+    from pardnn.bench import add_bench_arguments
+
+    bench = sub.add_parser("bench", help="benchmark ParDNN against every baseline; write RESULTS.md, CSV and plots",
+                           description="Run ParDNN and the baseline placers on synthetic DNN graphs (and any graph "
+                                       "files given) for several device counts, without and under memory limits, "
+                                       "time the pardnn commands, and write benchmarks/RESULTS.md (command, machine, "
+                                       "summary, a table per suite), benchmarks/out/results.csv and plots of the "
+                                       "makespan ratios and of placer time against graph size (log-log, fitted "
+                                       "slopes). The full suite takes minutes; --quick takes seconds. Default "
+                                       "paths are relative to the current directory: run it from the repository "
+                                       "root.",
+                           epilog="exit codes: 0 ok, 1 bad input (a missing or invalid graph file), 2 bad command "
+                                  "line.")
+    add_bench_arguments(bench)
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -18,6 +18,7 @@ many again).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -175,7 +176,7 @@ def max_batch(graph_for_batch: Callable[[int], CostGraph], devices: Sequence[int
             graphs[batch] = graph_for_batch(batch)
         return graphs[batch]
 
-    def probe(kind: str, k: int, batch: int, log: list[ProbeResult]) -> bool:
+    def probe(kind: str, k: int, batch: int, *, log: list[ProbeResult]) -> bool:
         machine = machine_for(k)
         key = json.dumps([fingerprint, kind, batch, k, machine.memory_bytes.tolist(), machine.reserve,
                           machine.bandwidth_Bps, machine.latency_us])
@@ -193,11 +194,11 @@ def max_batch(graph_for_batch: Callable[[int], CostGraph], devices: Sequence[int
         return result.fits
 
     dp_log: list[ProbeResult] = []
-    per_replica = search_largest(lambda b: probe("dp", 1, b, dp_log), start=start, limit=limit)
+    per_replica = search_largest(functools.partial(probe, "dp", 1, log=dp_log), start=start, limit=limit)
     rows = []
     for k in devices:
         log: list[ProbeResult] = []
-        best = search_largest(lambda b, k=k: probe("pardnn", k, b, log), start=start, limit=limit)
+        best = search_largest(functools.partial(probe, "pardnn", k, log=log), start=start, limit=limit)
         rows.append(BatchRow(k, best, per_replica * k, log + (dp_log if k == devices[0] else [])))
     if rows and all(row.pardnn_batch == 0 for row in rows):
         k = max(devices)

@@ -184,6 +184,12 @@ def trace_step(graph: tf.Graph, fetches: Any) -> Step:
     return Step(graph, ops, index, tuple(data), tuple(control), colocation_groups(graph))
 
 
+# Ops whose output aliases a buffer that is already counted: a resource variable's read returns
+# the variable's own tensor (copy-on-write), so it holds no memory of its own on its device; its
+# edges still carry the bytes, which a read on another device must receive.
+ALIASING_OPS = frozenset({"ReadVariableOp"})
+
+
 def shape_bytes(dims: Sequence[int | None] | None, item_size: int, unknown_dim: int | None) -> int | None:
     """Bytes of a tensor of shape ``dims`` (``None`` = unknown rank); ``None`` when unknown remains."""
     if item_size == 0:
@@ -226,6 +232,8 @@ def static_sizes(step: Step, unknown_dim: int | None = None, *, strict: bool = T
         for tensor in op.outputs:
             dims = tensor.shape.as_list() if tensor.shape.rank is not None else None
             size = shape_bytes(dims, _item_size(tensor.dtype), unknown_dim)
+            if size is None and not tensor.consumers():
+                size = 0  # nothing reads it (e.g. FusedBatchNormV3's reserve_space_3): nothing to size
             if size is None and strict:
                 hint = "unknown rank; set a static shape (tensor.set_shape)" if dims is None else \
                     "pass unknown_dim=<batch size> or give the placeholder a static shape"
@@ -245,7 +253,7 @@ def cost_graph(step: Step, sizes: Sequence[Sequence[int | None]], comp_us: Itera
     for i, row in enumerate(sizes):
         if kinds[i] == Kind.RESIDUAL:
             param_bytes[i] = out_bytes[i] = row[0] or 0
-        elif kinds[i] == Kind.NORMAL:
+        elif kinds[i] == Kind.NORMAL and step.ops[i].type not in ALIASING_OPS:
             out_bytes[i] = sum(size or 0 for size in row)
     src: list[int] = []
     dst: list[int] = []

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.tf
 TINY_OPS = {
     "x": ("Placeholder", 4 * 3 * 4),
     "w": ("VarHandleOp", 3 * 5 * 4),
-    "mm/ReadVariableOp": ("ReadVariableOp", 3 * 5 * 4),
+    "mm/ReadVariableOp": ("ReadVariableOp", 0),  # aliases the variable; its edge carries 60 B
     "mm": ("MatMul", 4 * 5 * 4),
     "Const": ("Const", 2 * 4),
     "loss": ("Sum", 4),
@@ -194,3 +194,15 @@ def test_captured_graph_is_deterministic():
     second = capture(models.two_layer("adam").graph, ["train", "loss"])
     assert first == second
     assert np.array_equal(first.colocation, second.colocation)
+
+
+def test_unused_output_of_unknown_rank_counts_nothing():
+    """FusedBatchNormV3's sixth output (reserve_space_3) has an unknown rank and nothing reads it."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [2, 4, 4, 3], name="x")
+        y, _, _ = tf.compat.v1.nn.fused_batch_norm(x, tf.ones([3]), tf.zeros([3]), is_training=True)
+        loss = tf.reduce_sum(y, name="loss")
+    cost = capture(graph, [loss])
+    batch_norm = [i for i, op in enumerate(cost.ops) if op.startswith("FusedBatchNorm")]
+    assert batch_norm and cost.out_bytes[batch_norm[0]] >= 2 * 4 * 4 * 3 * 4

@@ -1,0 +1,139 @@
+"""Building blocks shared by the models, in ``tf.compat.v1`` graph mode with resource variables.
+
+Written with plain ops rather than Keras layers so that the graphs look like the TF1 code of the
+paper's models (one op per step of a cell, unrolled time steps) and build in a ``tf.Graph`` without
+Keras' graph-mode quirks. Every function creates its variables with ``get_variable`` under the
+current variable scope, so names are deterministic.
+
+Weights used at many time steps are read once (:func:`weights`), as a TF1 ``RefVariable``'s
+``kernel/read`` snapshot was: a resource variable used directly gets a new ``ReadVariableOp`` at
+every use, and a cost graph would count every such read as a copy of the weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import tensorflow as tf
+
+v1 = tf.compat.v1
+
+__all__ = ["LayerNorm", "Net", "dense", "dropout", "layer_norm", "lstm_layer", "lstm_stack", "placeholder", "variable",
+           "weights"]
+
+
+@dataclass
+class Net:
+    """What a model's ``build`` returns: the loss, its input placeholders by name, and extra ops
+    one training step must run (batch-norm moving averages)."""
+
+    loss: tf.Tensor
+    inputs: dict[str, tf.Tensor]
+    update_ops: list[tf.Operation] = field(default_factory=list)
+    tokens_per_step: int | None = None
+
+
+def placeholder(dtype: tf.DType, shape: Sequence[int], name: str) -> tf.Tensor:
+    return v1.placeholder(dtype, list(shape), name=name)
+
+
+def variable(name: str, shape: Sequence[int], initializer: object = None, *, trainable: bool = True) -> tf.Variable:
+    """A float32 resource variable (``initializer`` default: Glorot uniform)."""
+    if initializer is None:
+        initializer = v1.glorot_uniform_initializer()
+    return v1.get_variable(name, list(shape), tf.float32, initializer=initializer, trainable=trainable,
+                           use_resource=True)
+
+
+def dense(x: tf.Tensor, units: int, name: str, *, bias: bool = True, bias_init: float = 0.0) -> tf.Tensor:
+    """``x @ W + b`` for a 2-D ``x`` (reshape higher ranks around it)."""
+    with v1.variable_scope(name):
+        kernel = variable("kernel", [x.shape[-1], units])
+        y = tf.matmul(x, kernel)
+        if bias:
+            y = tf.nn.bias_add(y, variable("bias", [units], v1.constant_initializer(bias_init)))
+    return y
+
+
+def dropout(x: tf.Tensor, rate: float) -> tf.Tensor:
+    return x if rate <= 0 else tf.nn.dropout(x, rate=rate)
+
+
+def weights(name: str, shape: Sequence[int], initializer: object = None) -> tf.Tensor:
+    """A trainable variable's value, read once here for all its uses."""
+    return variable(name, shape, initializer).value()
+
+
+@dataclass(frozen=True)
+class LayerNorm:
+    """Layer normalisation over ``axes`` with a gain and bias per channel (last axis), as
+    ``tf.contrib.layers.layer_norm``; its variables are created once and applied at every call."""
+
+    gain: tf.Tensor
+    bias: tf.Tensor
+    axes: tuple[int, ...] = (-1,)
+    epsilon: float = 1e-6
+
+    @classmethod
+    def create(cls, name: str, channels: int, axes: Sequence[int] = (-1,)) -> LayerNorm:
+        with v1.variable_scope(name):
+            return cls(weights("gain", [channels], v1.ones_initializer()),
+                       weights("bias", [channels], v1.zeros_initializer()), tuple(axes))
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        mean, variance = tf.nn.moments(x, list(self.axes), keepdims=True)
+        return (x - mean) * tf.math.rsqrt(variance + self.epsilon) * self.gain + self.bias
+
+
+def layer_norm(x: tf.Tensor, name: str, *, axes: Sequence[int] = (-1,)) -> tf.Tensor:
+    """Layer normalisation with its own variables (see :class:`LayerNorm`)."""
+    return LayerNorm.create(name, int(x.shape[-1]), axes)(x)
+
+
+@dataclass(frozen=True)
+class LSTMWeights:
+    kernel: tf.Tensor
+    bias: tf.Tensor
+    forget_bias: float
+
+
+def lstm_layer(inputs: int, hidden: int, name: str, forget_bias: float) -> LSTMWeights:
+    """The variables of one ``BasicLSTMCell`` layer: kernel ``[inputs + hidden, 4 * hidden]`` and bias."""
+    with v1.variable_scope(name):
+        return LSTMWeights(weights("kernel", [inputs + hidden, 4 * hidden]),
+                           weights("bias", [4 * hidden], v1.zeros_initializer()), forget_bias)
+
+
+def lstm_step(cell: LSTMWeights, x: tf.Tensor, h: tf.Tensor, c: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """One step of ``tf.nn.rnn_cell.BasicLSTMCell``: gates i, j, f, o from ``[x, h] @ W + b``."""
+    gates = tf.nn.bias_add(tf.matmul(tf.concat([x, h], 1), cell.kernel), cell.bias)
+    i, j, f, o = tf.split(gates, 4, axis=1)
+    new_c = c * tf.sigmoid(f + cell.forget_bias) + tf.sigmoid(i) * tf.tanh(j)
+    return tf.tanh(new_c) * tf.sigmoid(o), new_c
+
+
+def lstm_stack(inputs: Sequence[tf.Tensor], cells: Sequence[LSTMWeights], *, dropout_rate: float = 0.0,
+               scope: str = "rnn") -> list[tf.Tensor]:
+    """A statically unrolled multi-layer LSTM (``static_rnn`` over a ``MultiRNNCell``) from zero state.
+
+    Returns the top layer's output at every step. Dropout (``DropoutWrapper`` with
+    ``output_keep_prob``) applies to every layer's output.
+    """
+    batch = int(inputs[0].shape[0])
+    with v1.name_scope(scope):
+        state = []
+        for index, cell in enumerate(cells):
+            hidden = int(cell.bias.shape[0]) // 4
+            zeros = tf.zeros([batch, hidden], name=f"zero_state_{index}")
+            state.append((zeros, zeros))
+        outputs = []
+        for step, x in enumerate(inputs):
+            with v1.name_scope(f"step_{step}"):
+                for index, cell in enumerate(cells):
+                    with v1.name_scope(f"layer_{index}"):
+                        h, c = lstm_step(cell, x, *state[index])
+                        state[index] = (h, c)
+                        x = dropout(h, dropout_rate)
+                outputs.append(x)
+    return outputs

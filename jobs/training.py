@@ -1,0 +1,199 @@
+"""Build a job's training graph (``build``) and export its cost graph (``export_graph``).
+
+``build(job)`` creates a fresh ``tf.Graph`` holding the model's forward pass, the gradients
+(``optimizer.compute_gradients``), an optional ``gradient_hook`` over them (the launcher's Horovod
+allreduce), optional clipping by global norm, and the optimizer update, plus the initializer.
+Nothing runs and no variable is allocated: a paper-size graph builds on a laptop.
+
+Determinism: the graph-level seed is the job's seed, ops are created in a fixed order under fixed
+name scopes, so two builds of one job have the same op names and the same initial weights; the
+hook's ops are the only names that differ between a build with and one without the hook.
+Embedding gradients (``IndexedSlices``) are made dense before the hook, with static shapes, so
+every tensor of the step has a known size (what ``pardnn.tf.capture`` needs) and the hook sees
+plain tensors (Horovod's ``sparse_as_dense``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from jobs.config import Job, JobError, load_job
+from jobs.data import batches
+from jobs.models import model_module
+from pardnn.graph import CostGraph
+
+v1 = tf.compat.v1
+
+__all__ = ["GradientHook", "TrainGraph", "build", "export_graph"]
+
+GradsAndVars = list[tuple[tf.Tensor, tf.Variable]]
+GradientHook = Callable[[GradsAndVars], GradsAndVars]
+COSTS = ("estimate", "profile", "capture")
+
+
+@dataclass
+class TrainGraph:
+    """One training step of a job, built in its own graph (see the module docstring).
+
+    ``feed_fn(i)`` is the feed dict of iteration ``i`` (placeholder → array); ``fetches`` is
+    ``[train_op, loss]``; ``variables`` are all global variables (weights, batch-norm statistics,
+    optimizer slots) for broadcasting; ``parameters`` counts the trainable weights.
+    """
+
+    graph: tf.Graph
+    loss: tf.Tensor
+    train_op: tf.Operation
+    init_op: tf.Operation
+    variables: list[tf.Variable]
+    feed_fn: Callable[[int], dict[tf.Tensor, np.ndarray]]
+    samples_per_step: int
+    tokens_per_step: int | None
+    fetches: list[Any]
+    inputs: dict[str, tf.Tensor]
+    job: Job
+    batch_size: int
+    parameters: int
+    build_seconds: float
+
+
+def _optimizer(job: Job) -> Any:
+    if job.optimizer == "adam":
+        return v1.train.AdamOptimizer(job.learning_rate)
+    return v1.train.MomentumOptimizer(job.learning_rate, job.momentum)
+
+
+def _dense_gradients(grads_and_vars: GradsAndVars) -> GradsAndVars:
+    out: GradsAndVars = []
+    with v1.name_scope("dense_gradients"):
+        for grad, var in grads_and_vars:
+            if isinstance(grad, tf.IndexedSlices):
+                shape = var.shape.as_list()
+                values = tf.reshape(grad.values, [-1, *shape[1:]])
+                grad = tf.math.unsorted_segment_sum(values, grad.indices, shape[0])
+            out.append((grad, var))
+    return out
+
+
+def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook | None = None, *,
+          shard: tuple[int, int] = (0, 1)) -> TrainGraph:
+    """The training graph of ``job``.
+
+    Parameters
+    ----------
+    job:
+        A validated job (:func:`jobs.load_job`).
+    batch_size:
+        Overrides ``job.batch_size`` (samples per step on this node).
+    gradient_hook:
+        ``hook(grads_and_vars) -> grads_and_vars``, applied between ``compute_gradients`` and
+        ``apply_gradients`` (e.g. Horovod's allreduce).
+    shard:
+        ``(rank, ranks)``: which part of the data this data-parallel rank reads (default all).
+
+    Raises
+    ------
+    JobError
+        A batch size < 1, or the job's data files missing or malformed.
+    """
+    batch = job.batch_size if batch_size is None else batch_size
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise JobError(f"{job.source}: batch size {batch!r}: expected a whole number >= 1")
+    started = time.perf_counter()
+    feed = batches(job, batch, shard=shard)
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.keras.utils.set_random_seed(job.seed)
+        net = model_module(job.model).build(dict(job.model_params), batch)
+        optimizer = _optimizer(job)
+        trainable = v1.trainable_variables()
+        grads_and_vars = _dense_gradients(optimizer.compute_gradients(net.loss, var_list=trainable))
+        unused = [var.name for grad, var in grads_and_vars if grad is None]
+        if unused:
+            raise AssertionError(f"model {job.model}: variables without a gradient: {unused[:5]}")
+        if gradient_hook is not None:
+            grads_and_vars = list(gradient_hook(grads_and_vars))
+        if job.grad_clip > 0:
+            with v1.name_scope("clip_gradients"):
+                clipped, _ = tf.clip_by_global_norm([grad for grad, _ in grads_and_vars], job.grad_clip)
+                grads_and_vars = list(zip(clipped, (var for _, var in grads_and_vars)))
+        apply = optimizer.apply_gradients(grads_and_vars, name="apply_gradients")
+        train_op = tf.group(apply, *net.update_ops, name="train_step")
+        init_op = v1.global_variables_initializer()
+        variables = v1.global_variables()
+    inputs = net.inputs
+
+    def feed_fn(iteration: int) -> dict[tf.Tensor, np.ndarray]:
+        return {inputs[name]: value for name, value in feed(iteration).items()}
+
+    parameters = sum(math.prod(var.shape.as_list()) for var in trainable)
+    return TrainGraph(graph, net.loss, train_op, init_op, variables, feed_fn, batch, net.tokens_per_step,
+                      [train_op, net.loss], inputs, job, batch, parameters, time.perf_counter() - started)
+
+
+def with_memory_limit(cost: CostGraph, limit: int | None) -> CostGraph:
+    """``cost`` carrying ``memory_limit_bytes = limit`` (the graph file's default device memory)."""
+    if limit == cost.memory_limit_bytes:
+        return cost
+    groups = [cost.group_names[g] if g >= 0 else None for g in cost.colocation.tolist()]
+    return CostGraph(cost.names, cost.comp_us, cost.out_bytes, cost.edge_src, cost.edge_dst, cost.edge_bytes,
+                     kind=cost.kind, colocation=groups, ops=cost.ops, param_bytes=cost.param_bytes, name=cost.name,
+                     memory_limit_bytes=limit)
+
+
+def cost_graph(train: TrainGraph, costs: str = "estimate", *, preset: str | None = None,
+               steps: int | None = None) -> CostGraph:
+    """The :class:`CostGraph` of one step of ``train``: ``estimate`` (roofline on ``preset``, default
+    the job's ``device_preset``), ``profile`` (``steps`` traced steps on this machine, default the
+    job's ``profile_steps``) or ``capture`` (structure and sizes only, 0 µs)."""
+    import pardnn.tf
+
+    job = train.job
+    if costs == "estimate":
+        cost = pardnn.tf.estimate(train.graph, train.fetches, preset or job.device_preset, name=job.name)
+    elif costs == "profile":
+        cost = pardnn.tf.profile(train.graph, train.fetches, train.feed_fn, steps=steps or job.profile_steps,
+                                 name=job.name)
+    elif costs == "capture":
+        cost = pardnn.tf.capture(train.graph, train.fetches, name=job.name)
+    else:
+        raise ValueError(f"costs={costs!r}: expected one of {', '.join(COSTS)}")
+    return with_memory_limit(cost, job.memory_bytes)
+
+
+def export_graph(job: Job | str | Path, path: str | Path, *, costs: str = "estimate", preset: str | None = None,
+                 batch_size: int | None = None, steps: int | None = None) -> CostGraph:
+    """Build ``job``'s training graph, cost it and write the native graph file ``path``.
+
+    Parameters
+    ----------
+    job:
+        A :class:`Job`, a job file or a preset name.
+    path:
+        ``.json`` or ``.json.gz`` file to write.
+    costs, preset, steps:
+        As for :func:`cost_graph`: ``estimate`` (default; builds only, allocates nothing),
+        ``profile`` or ``capture``.
+    batch_size:
+        Overrides the job's batch size.
+
+    Returns
+    -------
+    CostGraph
+        What was written; ``memory_limit_bytes`` is the job's ``[placement] memory``.
+    """
+    from pardnn.io import write_graph
+
+    if costs not in COSTS:
+        raise ValueError(f"costs={costs!r}: expected one of {', '.join(COSTS)}")
+    loaded = job if isinstance(job, Job) else load_job(job)
+    cost = cost_graph(build(loaded, batch_size), costs, preset=preset, steps=steps)
+    write_graph(cost, path)
+    return cost

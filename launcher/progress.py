@@ -1,0 +1,45 @@
+"""A progress bar over training iterations: tqdm when installed, else a log line every 10 %."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+__all__ = ["Progress", "progress"]
+
+logger = logging.getLogger(__name__)
+
+
+class Progress:
+    """Plain progress: logs ``iteration i/N`` at every tenth of the run."""
+
+    def __init__(self, total: int, description: str) -> None:
+        self._total = total
+        self._description = description
+        self._done = 0
+        self._next = max(total // 10, 1)
+
+    def update(self, count: int = 1) -> None:
+        self._done += count
+        if self._done >= self._next or self._done == self._total:
+            logger.info("%s: iteration %d/%d", self._description, self._done, self._total)
+            self._next += max(self._total // 10, 1)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class _Silent(Progress):
+    def update(self, count: int = 1) -> None:
+        """Shows nothing."""
+
+
+def progress(total: int, description: str, enabled: bool) -> Any:
+    """A bar with ``update`` and ``close``."""
+    if not enabled:
+        return _Silent(total, description)
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return Progress(total, description)
+    return tqdm(total=total, desc=description, unit="it", mininterval=1.0, dynamic_ncols=True)

@@ -1,0 +1,113 @@
+"""The run's summary (``summary.json``, rank 0) and its row in ``results.csv`` for sweeps.
+
+Global throughput is the sum over nodes of each node's throughput over the window: the nodes train
+in lockstep (every step ends with an allreduce), so each node's rate is one replica's share.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["FORMAT", "RESULTS_COLUMNS", "job_dict", "results_row", "summarize", "versions"]
+
+FORMAT = "pardnn-launch-summary"
+RESULTS_COLUMNS = (
+    "finished_utc", "job", "model", "status", "nodes", "devices_per_node", "device_kind", "batch_size",
+    "global_batch_size", "iterations", "window", "samples_per_s", "tokens_per_s", "samples_per_s_per_node",
+    "step_ms_median", "simulated_makespan_us", "costs", "memory", "placement_sha256", "run_dir",
+)
+
+
+def job_dict(job: Any) -> dict[str, Any]:
+    """The job's fields as plain data (a dataclass, or any object with attributes)."""
+    if dataclasses.is_dataclass(job) and not isinstance(job, type):
+        fields = dataclasses.asdict(job)
+    else:
+        fields = dict(vars(job))
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in fields.items()}
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of what ran: Python, pardnn, NumPy, TensorFlow, Horovod, mpi4py and the MPI library."""
+    found: dict[str, str | None] = {"python": platform.python_version()}
+    for name, module in (("pardnn", "pardnn"), ("numpy", "numpy"), ("tensorflow", "tensorflow"),
+                         ("horovod", "horovod"), ("mpi4py", "mpi4py")):
+        loaded = sys.modules.get(module)
+        found[name] = getattr(loaded, "__version__", None) if loaded is not None else None
+    mpi = sys.modules.get("mpi4py.MPI")
+    found["mpi"] = mpi.Get_library_version().replace("\0", "").splitlines()[0].strip() if mpi is not None else None  # type: ignore[attr-defined]
+    return found
+
+
+def _sum(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(sum(present)) if len(present) == len(values) and present else None
+
+
+def summarize(*, status: str, job: Any, settings: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
+              devices: Mapping[str, Any], placement: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary document. ``nodes`` are the nodes' :meth:`Collector.node_summary` figures, by rank."""
+    rates = [n["throughput"]["samples_per_s"] for n in nodes]
+    tokens = [n["throughput"]["tokens_per_s"] for n in nodes]
+    batch = settings["batch_size"]
+    return {
+        "format": FORMAT,
+        "version": 1,
+        "status": status,
+        "job": job_dict(job),
+        "settings": dict(settings),
+        "nodes": len(nodes),
+        "devices_per_node": devices["count"],
+        "device_kind": devices["kind"],
+        "device_names": list(devices["names"]),
+        "batch_size": batch,
+        "global_batch_size": batch * len(nodes),
+        "window": list(settings["window"]),
+        "throughput": {
+            "samples_per_s": _sum(rates),
+            "tokens_per_s": _sum(tokens),
+            "per_node_samples_per_s": rates,
+            "complete": all(n["throughput"]["complete"] for n in nodes),
+        },
+        "per_node": list(nodes),
+        "placement": dict(placement),
+        **extra,
+        "versions": versions(),
+    }
+
+
+def results_row(summary: Mapping[str, Any], finished_utc: str, run_dir: Path) -> dict[str, Any]:
+    """The ``results.csv`` row of a summary (columns :data:`RESULTS_COLUMNS`)."""
+    throughput = summary["throughput"]
+    medians = [n["throughput"]["step_ms_median"] for n in summary["per_node"]]
+    medians = [m for m in medians if m is not None]
+    evaluation = summary["placement"].get("report", {}).get("evaluation", {})
+    job = summary["job"]
+    return {
+        "finished_utc": finished_utc,
+        "job": job.get("name"),
+        "model": job.get("model"),
+        "status": summary["status"],
+        "nodes": summary["nodes"],
+        "devices_per_node": summary["devices_per_node"],
+        "device_kind": summary["device_kind"],
+        "batch_size": summary["batch_size"],
+        "global_batch_size": summary["global_batch_size"],
+        "iterations": summary["settings"]["iterations"],
+        "window": "{}:{}".format(*summary["window"]),
+        "samples_per_s": throughput["samples_per_s"],
+        "tokens_per_s": throughput["tokens_per_s"],
+        "samples_per_s_per_node": (throughput["samples_per_s"] / summary["nodes"]
+                                   if throughput["samples_per_s"] is not None else None),
+        "step_ms_median": max(medians) if medians else None,
+        "simulated_makespan_us": evaluation.get("makespan_us"),
+        "costs": summary["settings"]["costs"],
+        "memory": summary["settings"]["memory"] or "unlimited",
+        "placement_sha256": summary["placement"].get("sha256"),
+        "run_dir": str(run_dir),
+    }

@@ -1,0 +1,137 @@
+"""A stand-in for the model zoo (``jobs``), implementing the jobs contract with a tiny dense model.
+
+The launcher's tests run against it where they need things the real zoo does not offer: a model
+small enough for 160 iterations in seconds on 2 cores, and a job that fails on purpose
+(``fail_at``: the rank given by ``fail_rank`` raises while feeding that iteration).
+
+Run under mpirun: ``python -m tests.launcher.standin --out DIR [--fail-at I] [launcher settings]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Job:
+    """The contract's ``jobs.Job`` fields (a dense model: ``layers`` widths, ``features`` inputs)."""
+
+    name: str = "standin-tiny"
+    path: Path | None = None
+    model: str = "dense"
+    model_params: dict[str, Any] = field(default_factory=lambda: {"features": 16, "layers": [32, 32], "classes": 4,
+                                                               "clip": 5.0})
+    batch_size: int = 8
+    optimizer: str = "adam"
+    learning_rate: float = 0.01
+    seed: int = 0
+    iterations: int = 150
+    window: tuple[int, int] = (100, 150)
+    devices_per_node: int = 2
+    memory: str | None = None
+    reserve: float = 0.1
+    memory_heuristic: str = "overflow"
+    costs: str = "profile"
+    device_preset: str = "v100-32gb"
+    profile_steps: int = 3
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TrainGraph:
+    graph: Any
+    loss: Any
+    train_op: Any
+    init_op: Any
+    variables: list[Any]
+    feed_fn: Callable[[int], dict[Any, Any]]
+    samples_per_step: int
+    tokens_per_step: int | None
+    fetches: list[Any]
+
+
+class InjectedFailure(RuntimeError):
+    """The failure a test asked for."""
+
+
+def build(job: Job, batch_size: int | None = None, gradient_hook: Any = None) -> TrainGraph:
+    """The contract's ``jobs.build`` for the dense stand-in."""
+    import tensorflow as tf
+
+    batch = batch_size or job.batch_size
+    params = job.model_params
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.keras.utils.set_random_seed(job.seed)
+        tf.compat.v1.set_random_seed(job.seed)
+        x = tf.compat.v1.placeholder(tf.float32, [batch, params["features"]], name="x")
+        y = tf.compat.v1.placeholder(tf.int32, [batch], name="y")
+        hidden = x
+        widths = [*params["layers"], params["classes"]]
+        width_in = params["features"]
+        for index, width in enumerate(widths):
+            with tf.compat.v1.variable_scope(f"dense{index}"):
+                kernel = tf.compat.v1.get_variable("kernel", [width_in, width], use_resource=True)
+                bias = tf.compat.v1.get_variable("bias", [width], initializer=tf.zeros_initializer(),
+                                                 use_resource=True)
+                hidden = tf.matmul(hidden, kernel) + bias
+                if index < len(widths) - 1:
+                    hidden = tf.nn.relu(hidden)
+            width_in = width
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=hidden), name="loss")
+        optimizer = (tf.compat.v1.train.AdamOptimizer(job.learning_rate) if job.optimizer == "adam"
+                     else tf.compat.v1.train.MomentumOptimizer(job.learning_rate, 0.9))
+        grads_and_vars = optimizer.compute_gradients(loss)
+        if gradient_hook is not None:
+            grads_and_vars = gradient_hook(grads_and_vars)
+        if params.get("clip"):  # as jobs/ does: clip_by_global_norm colocates each clipped gradient with it
+            clipped, _ = tf.clip_by_global_norm([g for g, _ in grads_and_vars], params["clip"])
+            grads_and_vars = list(zip(clipped, [v for _, v in grads_and_vars], strict=True))
+        train_op = optimizer.apply_gradients(grads_and_vars, name="train")
+        init_op = tf.compat.v1.global_variables_initializer()
+        variables = tf.compat.v1.global_variables()
+
+    fail_at = job.data.get("fail_at")
+    fail_rank = str(job.data.get("fail_rank", 1))
+
+    def feed_fn(index: int) -> dict[Any, Any]:
+        rank = os.environ.get("OMPI_COMM_WORLD_RANK", "0")
+        if fail_at is not None and gradient_hook is not None and rank == fail_rank and index // 2 == fail_at:
+            raise InjectedFailure(f"injected failure while feeding iteration {fail_at}")
+        rng = np.random.default_rng([job.seed, index])
+        return {x: rng.standard_normal((batch, params["features"]), dtype=np.float32),
+                y: rng.integers(0, params["classes"], batch, dtype=np.int32)}
+
+    return TrainGraph(graph, loss, train_op, init_op, variables, feed_fn, batch, None, [train_op, loss])
+
+
+def main(argv: list[str] | None = None) -> int:
+    import launcher
+    from launcher.cli import _configure_logging
+    from launcher.failure import exit_code
+
+    parser = argparse.ArgumentParser(prog="standin")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--fail-at", type=int)
+    parser.add_argument("--settings", default="{}", help="JSON object of launcher settings")
+    args = parser.parse_args(argv)
+    _configure_logging(False)
+    data = {} if args.fail_at is None else {"fail_at": args.fail_at, "fail_rank": 1}
+    try:
+        launcher.run(Job(data=data), build=build, out=args.out, **json.loads(args.settings))
+    except BaseException as error:
+        return exit_code(error)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""pardnn-launch's command line: a bad job file or setting is one line and exit 1, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _launch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env.pop("PARDNN_EMULATE_NODES", None)
+    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert lines[0].startswith("pardnn-launch: error: ")
+    return lines[0]
+
+
+def test_bad_job_file_is_one_line_and_exit_1(tmp_path):
+    job = tmp_path / "bad.toml"
+    job.write_text('[model]\ntype = "perceptron"\n[train]\nbatch_size = 4\n')
+    proc = _launch(str(job), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 1
+    line = _one_error_line(proc)
+    assert "bad.toml" in line and "model.type" in line and "perceptron" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_job_file_is_one_line(tmp_path):
+    proc = _launch(str(tmp_path / "nowhere.toml"))
+    assert proc.returncode == 1
+    assert "nowhere" in _one_error_line(proc)
+
+
+def test_window_outside_the_iterations_is_one_line(tmp_path):
+    proc = _launch("trn-tiny", "--iterations", "20", "--window", "100:150", "--out", str(tmp_path))
+    assert proc.returncode == 1
+    line = _one_error_line(proc)
+    assert "window 100:150 (command line)" in line and "iterations = 20 (command line)" in line
+
+
+def test_bad_option_is_exit_2():
+    proc = _launch("trn-tiny", "--window", "soon")
+    assert proc.returncode == 2
+    assert "window" in proc.stderr
+
+
+def test_parser_maps_options_to_settings():
+    args = build_parser().parse_args(["job.toml", "--devices-per-node", "8", "--iterations", "160", "--window",
+                                      "100:150", "--memory", "32GiB", "--costs", "estimate", "--no-progress"])
+    assert (args.devices_per_node, args.iterations, args.window, args.memory, args.costs, args.progress) == (
+        8, 160, "100:150", "32GiB", "estimate", False)
+    assert build_parser().parse_args(["job.toml"]).progress is None  # not given: the job file or default decides
+
+
+@pytest.mark.tf
+@pytest.mark.slow
+def test_one_node_run_of_a_tiny_job(tmp_path):
+    import json
+
+    proc = _launch("word-rnn-tiny", "--iterations", "30", "--window", "10:30", "--devices-per-node", "2",
+                   "--out", str(tmp_path), "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
+    assert summary["nodes"] == 1 and summary["devices_per_node"] == 2
+    assert summary["throughput"]["tokens_per_s"] == pytest.approx(summary["throughput"]["samples_per_s"] * 10)
+    assert summary["settings"]["sources"]["iterations"] == "command line"
+    assert (tmp_path / "results.csv").read_text().count("\n") == 2
+
+
+@pytest.mark.tf
+@pytest.mark.slow
+def test_infeasible_memory_is_exit_3_with_one_error_line(tmp_path):
+    proc = _launch("word-rnn-tiny", "--memory", "100KiB", "--costs", "estimate", "--out", str(tmp_path))
+    assert proc.returncode == 3, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("pardnn-launch: error")]
+    assert len(errors) == 1 and "limit" in errors[0]
+    assert "Traceback" not in proc.stderr

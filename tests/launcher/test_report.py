@@ -1,0 +1,58 @@
+"""pardnn-report: results.csv lines in, tables (by hand) and PNG plots out."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.errors import LaunchError
+from launcher.report import main, read_results, tables
+from launcher.summary import RESULTS_COLUMNS
+
+HEADER = ",".join(RESULTS_COLUMNS)
+
+
+def _row(job: str, nodes: int, devices: int, batch: int, rate: float, status: str = "complete") -> str:
+    values = {"job": job, "status": status, "nodes": nodes, "devices_per_node": devices, "batch_size": batch,
+              "samples_per_s": rate, "device_kind": "gpu"}
+    return ",".join(str(values.get(column, "")) for column in RESULTS_COLUMNS)
+
+
+LINES = [HEADER,
+         _row("trn", 1, 1, 1, 10.0), _row("trn", 1, 2, 8, 30.0), _row("trn", 1, 2, 8, 50.0),
+         _row("trn", 1, 2, 8, 40.0), _row("trn", 2, 2, 8, 70.0), _row("trn", 1, 4, 8, 999.0, status="failed")]
+
+
+def test_read_results_keeps_complete_runs():
+    results = read_results(LINES)
+    assert len(results) == 5
+    assert (results[0].job, results[0].nodes, results[0].devices, results[0].batch) == ("trn", 1, 1, 1)
+
+
+def test_tables_take_the_median_of_repeats_and_show_node_scaling():
+    text = tables(read_results(LINES))
+    assert "| 2 |  | 40.0 |" in text  # devices 2, batch 1 empty, batch 8: median of 30, 50, 40
+    assert "| 1 | 10.0 |  |" in text
+    assert "| 2 | 8 | 40.0 (1.00×) | 70.0 (1.75×) |" in text
+    assert "999" not in text
+
+
+def test_read_results_errors_name_the_file_and_line():
+    with pytest.raises(LaunchError, match="no column"):
+        read_results(["a,b", "1,2"], "x.csv")
+    with pytest.raises(LaunchError, match=r"x\.csv, line 2"):
+        read_results([HEADER, _row("trn", 1, 1, 1, 10.0).replace(",10.0,", ",fast,")], "x.csv")
+
+
+def test_main_writes_report_and_plots(tmp_path, capsys):
+    (tmp_path / "results.csv").write_text("\n".join(LINES) + "\n")
+    assert main([str(tmp_path)]) == 0
+    out = tmp_path / "report"
+    assert "## trn" in (out / "report.md").read_text()
+    for name in ("trn-devices.png", "trn-batch.png", "trn-nodes.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_main_without_results_is_one_line(tmp_path, capsys):
+    assert main([str(tmp_path)]) == 1
+    assert capsys.readouterr().err.startswith("pardnn-report: error: ")

@@ -1,0 +1,150 @@
+"""The Slurm scripts: they parse, pass shellcheck, and run the argv they should (fake srun/mpirun/sbatch)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SLURM = ROOT / "slurm"
+SCRIPTS = ["pardnn.sbatch", "pardnn-mpirun.sbatch", "sweep.sh", "local-cluster.sh"]
+
+RECORDER = """#!/usr/bin/env python3
+import json, os, sys
+with open(os.environ["RECORD"], "a") as out:
+    out.write(json.dumps([os.path.basename(sys.argv[0]), *sys.argv[1:]]) + "\\n")
+if os.path.basename(sys.argv[0]) == "sbatch":
+    print("Submitted batch job 1")
+"""
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """PATH with fake srun, mpirun and sbatch first; each appends its argv as a JSON line to RECORD."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("srun", "mpirun", "sbatch"):
+        (bin_dir / name).write_text(RECORDER)
+        (bin_dir / name).chmod(0o755)
+    record = tmp_path / "argv.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "HOROVOD_", "NCCL_", "PARDNN_"))}
+    env.update(PATH=f"{bin_dir}:{os.environ['PATH']}", RECORD=str(record))
+    return env, record
+
+
+def _calls(record: Path) -> list[list[str]]:
+    return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+
+
+def _directives(script: Path) -> list[str]:
+    return [line.split(None, 1)[1] for line in script.read_text().splitlines() if line.startswith("#SBATCH ")]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_script_parses(script):
+    subprocess.run(["bash", "-n", str(SLURM / script)], check=True)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_script_passes_shellcheck(script):
+    if shutil.which("shellcheck") is None:
+        if os.environ.get("CI"):
+            pytest.fail("shellcheck not installed (scripts/setup.sh installs it)")
+        pytest.skip("shellcheck not installed")
+    proc = subprocess.run(["shellcheck", str(SLURM / script)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.parametrize("script", ["pardnn.sbatch", "pardnn-mpirun.sbatch"])
+def test_sbatch_directives_ask_for_whole_dgx2_nodes_one_task_each(script):
+    directives = _directives(SLURM / script)
+    for wanted in ("--ntasks-per-node=1", "--gres=gpu:16", "--exclusive", "--signal=TERM@120"):
+        assert wanted in directives
+    assert any(d.startswith("--nodes=") for d in directives)
+
+
+def test_pardnn_sbatch_runs_srun_with_pmix(fake_bin):
+    env, record = fake_bin
+    env.update(SLURM_JOB_ID="42", SLURM_JOB_NUM_NODES="4", SLURM_JOB_NODELIST="dgx[1-4]")
+    proc = subprocess.run(["bash", str(SLURM / "pardnn.sbatch"), "jobs/trn 2.toml", "--iterations", "160"],
+                          env=env, capture_output=True, text=True, check=True)
+    assert "Slurm job 42, 4 node(s): dgx[1-4]" in proc.stdout
+    assert _calls(record) == [["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "pardnn-launch", "jobs/trn 2.toml",
+                               "--iterations", "160"]]
+
+
+def test_pardnn_sbatch_without_a_job_is_a_usage_error(fake_bin):
+    env, record = fake_bin
+    proc = subprocess.run(["bash", str(SLURM / "pardnn.sbatch")], env=env, capture_output=True, text=True)
+    assert proc.returncode == 2 and "usage" in proc.stderr
+    assert _calls(record) == []
+
+
+def test_mpirun_variant_runs_one_rank_per_node_and_forwards_the_environment(fake_bin):
+    env, record = fake_bin
+    env.update(SLURM_JOB_NUM_NODES="3", SLURM_NTASKS_PER_NODE="1", HOROVOD_FUSION_THRESHOLD="0",
+               NCCL_DEBUG="INFO", PYTHONPATH="/opt/pardnn")
+    subprocess.run(["bash", str(SLURM / "pardnn-mpirun.sbatch"), "wrn-2", "--devices-per-node", "16"],
+                   env=env, capture_output=True, text=True, check=True)
+    [call] = _calls(record)
+    assert call[:7] == ["mpirun", "-np", "3", "--map-by", "ppr:1:node", "--bind-to", "none"]
+    forwarded = [call[i + 1] for i, arg in enumerate(call) if arg == "-x"]
+    assert {"PATH", "PYTHONPATH", "HOROVOD_FUSION_THRESHOLD", "NCCL_DEBUG"} <= set(forwarded)
+    assert call[-3:] == ["wrn-2", "--devices-per-node", "16"] and call[-4] == "pardnn-launch"
+
+
+def test_mpirun_variant_reads_slurms_tasks_per_node_form(fake_bin):
+    env, record = fake_bin
+    env.update(SLURM_JOB_NUM_NODES="3", SLURM_NTASKS_PER_NODE="2(x3)")
+    subprocess.run(["bash", str(SLURM / "pardnn-mpirun.sbatch"), "trn"], env=env, check=True, capture_output=True)
+    assert _calls(record)[0][1:5] == ["-np", "6", "--map-by", "ppr:2:node"]
+
+
+def test_sweep_submits_the_gpu_and_node_studies(fake_bin, tmp_path):
+    env, record = fake_bin
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("# job 1 2 4 8 16\ntrn  1 8 32 64 128\nwrn-2 - - 4 16 32  # use-case 2\n\n")
+    subprocess.run(["bash", str(SLURM / "sweep.sh"), "--jobs", str(jobs), "--max-nodes", "4", "--out", "runs/x",
+                    "--", "--partition=dgx2", "--comment=scaling study"], env=env, check=True, capture_output=True)
+    calls = _calls(record)
+    script = str(SLURM / "pardnn.sbatch")
+    shapes = [(c[1], c[2], c[c.index(script) + 1], c[-3]) for c in calls]
+    assert shapes == [
+        ("--nodes=1", "--gres=gpu:1", "trn", "1"), ("--nodes=1", "--gres=gpu:2", "trn", "8"),
+        ("--nodes=1", "--gres=gpu:4", "trn", "32"), ("--nodes=1", "--gres=gpu:8", "trn", "64"),
+        ("--nodes=1", "--gres=gpu:16", "trn", "128"),
+        ("--nodes=2", "--gres=gpu:16", "trn", "128"), ("--nodes=4", "--gres=gpu:16", "trn", "128"),
+        ("--nodes=1", "--gres=gpu:4", "wrn-2", "4"), ("--nodes=1", "--gres=gpu:8", "wrn-2", "16"),
+        ("--nodes=1", "--gres=gpu:16", "wrn-2", "32"),
+        ("--nodes=2", "--gres=gpu:16", "wrn-2", "32"), ("--nodes=4", "--gres=gpu:16", "wrn-2", "32"),
+    ]
+    first = calls[0]
+    assert first[:6] == ["sbatch", "--nodes=1", "--gres=gpu:1", "--job-name=pardnn-trn-n1-k1-b1", "--partition=dgx2",
+                         "--comment=scaling study"]
+    assert first[6:] == [script, "trn", "--devices-per-node", "1", "--batch-size", "1", "--out", "runs/x"]
+
+
+def test_sweep_dry_run_submits_nothing_and_bad_lists_are_refused(fake_bin, tmp_path):
+    env, record = fake_bin
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("trn 1 8 32 64 128\n")
+    proc = subprocess.run(["bash", str(SLURM / "sweep.sh"), "--jobs", str(jobs), "--study", "nodes", "--dry-run"],
+                          env=env, capture_output=True, text=True, check=True)
+    assert [line.split()[1] for line in proc.stdout.splitlines()] == ["--nodes=1", "--nodes=2", "--nodes=4"]
+    assert _calls(record) == []
+    jobs.write_text("trn 1 8 32\n")
+    proc = subprocess.run(["bash", str(SLURM / "sweep.sh"), "--jobs", str(jobs)], env=env, capture_output=True,
+                          text=True)
+    assert proc.returncode == 2 and "line 1: expected a job and 5 batch sizes" in proc.stderr
+
+
+def test_paper_job_list_is_well_formed(fake_bin):
+    env, record = fake_bin
+    subprocess.run(["bash", str(SLURM / "sweep.sh"), "--max-nodes", "2"], env=env, check=True, capture_output=True)
+    calls = _calls(record)
+    assert len(calls) == 5 * (5 + 1) + 5 * (3 + 1)  # use-case 1: 5 GPU counts; use-case 2: 3; plus 2 nodes each

@@ -1,0 +1,41 @@
+"""Topology: one rank per node, or an error that shows how to launch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from launcher.env import emulate_nodes
+from launcher.errors import AgreedError
+from launcher.topology import check_one_rank_per_node, single_node
+
+
+def test_distinct_nodes_pass():
+    check_one_rank_per_node(["a", "b", "c"])
+
+
+def test_shared_node_names_the_ranks_and_the_fix():
+    with pytest.raises(AgreedError) as caught:
+        check_one_rank_per_node(["dgx1", "dgx1", "dgx2"])
+    message = str(caught.value)
+    assert "node dgx1 runs ranks 0, 1" in message
+    assert "--ntasks-per-node=1" in message
+    assert "mpirun --map-by ppr:1:node" in message
+    assert "PARDNN_EMULATE_NODES=1" in message
+
+
+def test_single_node_collectives_are_identities():
+    topology = single_node()
+    assert (topology.rank, topology.size, topology.is_root) == (0, 1, True)
+    assert topology.allgather("x") == ["x"]
+    assert topology.gather("x") == ["x"]
+    assert topology.bcast(7) == 7
+    values = np.array([1.5, 2.0])
+    assert topology.allreduce(values).tolist() == [1.5, 2.0]
+    topology.abort(1)  # no MPI: nothing to abort, returns
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", True), ("yes", True), ("0", False), ("", False)])
+def test_emulate_nodes_knob(value, expected):
+    assert emulate_nodes({"PARDNN_EMULATE_NODES": value}) is expected
+    assert emulate_nodes({}) is False

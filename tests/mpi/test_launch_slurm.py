@@ -1,0 +1,91 @@
+"""pardnn-launch submitted with sbatch to a one-node Slurm cluster started on this machine.
+
+``slurm/local-cluster.sh`` starts slurmctld and slurmd (and munged) for the test; two tasks on the
+one node stand for two nodes (``PARDNN_EMULATE_NODES=1``). Needs root and Debian's ``slurm-wlm``
+and ``munge``; skipped without them. No other Slurm may run on this machine (the default ports).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.mpi.test_launch import _require_stack
+
+ROOT = Path(__file__).resolve().parents[2]
+SLURM = ROOT / "slurm"
+PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol")
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def slurm_conf(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    missing = [p for p in PROGRAMS if shutil.which(p) is None]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (apt-get install slurm-wlm munge)")
+    if os.geteuid() != 0:
+        pytest.skip("a local Slurm cluster needs root")
+    state = tmp_path_factory.mktemp("slurm")
+    proc = subprocess.run(["bash", str(SLURM / "local-cluster.sh"), "start", str(state)], capture_output=True,
+                          text=True, timeout=60)
+    if proc.returncode != 0:
+        subprocess.run(["bash", str(SLURM / "local-cluster.sh"), "stop", str(state)], timeout=30)
+        pytest.fail(f"local Slurm cluster did not start:\n{proc.stdout}{proc.stderr}")
+    try:
+        yield state / "slurm.conf"
+    finally:
+        subprocess.run(["bash", str(SLURM / "local-cluster.sh"), "stop", str(state)], timeout=30)
+
+
+def _wait(job_id: str, env: dict[str, str], timeout: float) -> tuple[str, str]:
+    """Poll the job until it ends (sbatch --wait polls at growing intervals); its state and exit code."""
+    deadline = time.monotonic() + timeout
+    while True:
+        shown = subprocess.run(["scontrol", "show", "job", "-o", job_id], env=env, capture_output=True,
+                               text=True).stdout
+        state = re.search(r"JobState=(\S+)", shown)
+        if state and state.group(1) not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+            exit_code = re.search(r"ExitCode=(\S+)", shown)
+            return state.group(1), exit_code.group(1) if exit_code else "?"
+        if time.monotonic() > deadline:
+            subprocess.run(["scancel", job_id], env=env)
+            pytest.fail(f"Slurm job {job_id} still {state.group(1) if state else '?'} after {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("script", ["pardnn.sbatch", "pardnn-mpirun.sbatch"])
+def test_sbatch_runs_a_tiny_job_on_two_emulated_nodes(slurm_conf, tmp_path, script):
+    _require_stack()
+    out = tmp_path / "runs"
+    env = {**os.environ, "SLURM_CONF": str(slurm_conf), "PARDNN_EMULATE_NODES": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
+    log = tmp_path / "slurm.out"
+    # This node has 2 tasks' worth of CPUs and no GPUs: override the script's DGX-2 request.
+    submit = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--gres=none", "--time=00:05:00",
+              f"--output={log}", str(SLURM / script), "word-rnn-tiny", "--iterations", "30", "--window", "10:30",
+              "--devices-per-node", "2", "--out", str(out), "--no-progress"]
+    started = time.monotonic()
+    job_id = subprocess.run(submit, env=env, cwd=tmp_path, capture_output=True, text=True,
+                            check=True).stdout.strip().split(";")[0]
+    state, exit_code = _wait(job_id, env, timeout=150)
+    seconds = time.monotonic() - started
+    output = log.read_text() if log.exists() else "(no output)"
+    assert (state, exit_code) == ("COMPLETED", "0:0"), output
+
+    summary = json.loads(next(out.glob("*/summary.json")).read_text())
+    assert summary["status"] == "complete" and summary["nodes"] == 2
+    assert summary["slurm"]["SLURM_JOB_ID"] == job_id
+    assert summary["consistency"] == {"placement_sha256_equal": True, "variables_sha256_equal": True}
+    assert summary["throughput"]["samples_per_s"] > 0
+    print(f"\n{script}: Slurm job {job_id} took {seconds:.1f} s, "
+          f"{summary['throughput']['samples_per_s']:.1f} samples/s")
