@@ -11,11 +11,12 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pardnn.errors import InfeasibleError, PardnnError
+from pardnn.errors import InfeasibleError, MissingDependencyError, PardnnError
 from pardnn.graph import CostGraph
 from pardnn.machine import DEFAULT_BANDWIDTH_BPS, DEFAULT_LATENCY_US, DEFAULT_RESERVE, Machine, format_bytes
 
@@ -378,6 +379,58 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ----------------------------------------------------------------------------------- max-batch
+def _device_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected device counts like 1,2,4,8,16") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected device counts >= 1 like 1,2,4,8,16")
+    return sorted(set(counts))
+
+
+def cmd_max_batch(args: argparse.Namespace) -> int:
+    from jobs import load_job
+
+    job = load_job(args.job)  # a bad job file fails here, before TensorFlow loads
+    try:
+        from jobs.maxbatch import format_rows, job_machine, job_max_batch, plot_rows, rows_csv, rows_json
+    except ImportError as exc:
+        raise MissingDependencyError(f"pardnn max-batch needs TensorFlow ({exc}): pip install -e '.[tf]'") from None
+    started = time.perf_counter()
+
+    def on_probe(kind: str, probe: Any) -> None:
+        if args.quiet:
+            return
+        label = "ParDNN" if kind == "pardnn" else "one device (data parallelism)"
+        verdict = "fits" if probe.fits else "does not fit"
+        source = "cached" if probe.cached else f"{probe.seconds:.1f} s"
+        print(f"pardnn max-batch: K={probe.devices:<2} batch {probe.batch:<6} {label}: {verdict} "
+              f"(peak {format_bytes(probe.peak_bytes)} of {format_bytes(probe.limit_bytes)}; {source})",
+              file=sys.stderr, flush=True)
+
+    rows = job_max_batch(job, args.devices, memory=args.memory, reserve=args.reserve, preset=args.device_preset,
+                         cache=args.cache or None, limit=args.max_batch, on_probe=on_probe)
+    preset = args.device_preset or job.device_preset
+    reserve = job.reserve if args.reserve is None else args.reserve
+    machine = job_machine(preset, 1, args.memory if args.memory is not None else job.memory, reserve)
+    title = (f"{job.name}: largest batch on {preset} devices of {format_bytes(int(machine.memory_bytes[0]))}, "
+             f"{reserve:.0%} reserve")
+    if args.json:
+        from jobs.maxbatch import describe_machine
+
+        print(rows_json(rows, job.name, describe_machine(machine)))
+    else:
+        print(format_rows(rows, title))
+        print(f"({sum(len(r.probes) for r in rows)} probes, {time.perf_counter() - started:.1f} s)")
+    if args.csv:
+        Path(args.csv).write_text(rows_csv(rows, job.name))
+    if args.plot:
+        plot_rows(rows, job.name, args.plot)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pardnn",
@@ -485,6 +538,34 @@ def build_parser() -> argparse.ArgumentParser:
     generate.set_defaults(func=cmd_generate)
 
     from pardnn.bench import add_bench_arguments
+
+    max_batch = sub.add_parser(
+        "max-batch", help="the largest batch a job trains with on K devices: ParDNN against data parallelism",
+        description="For each device count K, find the largest batch size for which ParDNN (memory heuristic I) "
+                    "places the job's training step within every device's memory, by doubling then bisection; each "
+                    "probe builds the job's graph at that batch size (graph mode: nothing is allocated), estimates "
+                    "its costs on the device preset and partitions it. Also reports data parallelism's answer (the "
+                    "largest batch one device holds, times K) and the ratio, as in the paper's batch-size table. "
+                    "Probe results are cached (--cache), so a rerun is instant. Needs TensorFlow.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    max_batch.add_argument("job", help="job file or preset name (e.g. jobs/word-rnn.toml, word-rnn)")
+    max_batch.add_argument("--devices", type=_device_counts, default=[1, 2, 4, 8, 16],
+                           help="device counts to answer for (default: 1,2,4,8,16)")
+    max_batch.add_argument("--memory", default=None,
+                           help="memory per device (default: the job's, else the preset's, e.g. 32GiB)")
+    max_batch.add_argument("--reserve", type=float, default=None, help="memory kept free (default: the job's)")
+    max_batch.add_argument("--device-preset", default=None,
+                           help="device preset for costs and interconnect: v100-32gb, a100-80gb, h100-80gb "
+                                "(default: the job's)")
+    max_batch.add_argument("--cache", default=".pardnn-cache/max-batch.json",
+                           help="probe cache file (default: %(default)s); a rerun with the same job, batch, K and "
+                                "memory reuses it; '' for none)")
+    max_batch.add_argument("--max-batch", type=int, default=1 << 20, help="largest batch to try (default: 2^20)")
+    max_batch.add_argument("--json", action="store_true", help="print JSON")
+    max_batch.add_argument("--csv", help="also write the table as CSV to this file")
+    max_batch.add_argument("--plot", help="also plot max batch against K (PNG) to this file")
+    max_batch.add_argument("--quiet", "-q", action="store_true", help="no per-probe progress")
+    max_batch.set_defaults(func=cmd_max_batch)
 
     bench = sub.add_parser("bench", help="benchmark ParDNN against every baseline; write RESULTS.md, CSV and plots",
                            description="Run ParDNN and the baseline placers on synthetic DNN graphs (and any graph "

@@ -6,14 +6,15 @@ job's graph at that batch size (a callback: build, estimate) and partitions it. 
 replicates the whole model on every device, so its answer is the largest batch that fits *one*
 device, times K — the paper's "Increase over ideal DP" compares the two.
 
-The search assumes that fitting is monotone in the batch size (a larger batch never needs less
-memory), which holds for the graphs we build: every activation grows with the batch, parameters
-do not. Probes are cached by key (job fingerprint, batch, K, memory, reserve, heuristic), in memory
+Memory grows with the batch (every activation does, parameters do not), but whether the greedy
+heuristic *finds* a fitting placement is only nearly monotone: near its limit it can fail at one size
+and succeed at the next. After doubling and bisection, the search therefore scans upward until three
+sizes in a row fail, and reports the largest size that fitted. Probes are cached by key (job fingerprint, batch, K, memory, reserve, heuristic), in memory
 and optionally in a JSON file, so a rerun is instant; graphs are cached per batch within a run, so
 the K values share one build per batch size.
 
 Complexity: O(log B) probes per K for an answer B (doubling: ⌈log2 B⌉ + 1, bisection: at most as
-many again).
+many again, then the upward scan: 3 more for a monotone heuristic).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = ["BatchRow", "ProbeCache", "ProbeResult", "data_parallel_fits", "finge
            "search_largest"]
 
 MAX_BATCH = 1 << 20
+SLACK = 2  # failing sizes in a row that end the upward scan after bisection
 
 
 @dataclass(frozen=True)
@@ -97,11 +99,15 @@ class ProbeCache:
             os.replace(tmp, self.path)
 
 
-def search_largest(fits: Callable[[int], bool], *, start: int = 1, limit: int = MAX_BATCH) -> int:
-    """Largest ``b`` in ``[start, limit]`` with ``fits(b)``, for a monotone ``fits``; 0 if none.
+def search_largest(fits: Callable[[int], bool], *, start: int = 1, limit: int = MAX_BATCH,
+                   slack: int = SLACK) -> int:
+    """Largest ``b`` in ``[start, limit]`` with ``fits(b)``; 0 if ``fits(start)`` fails.
 
     Doubling from ``start`` until a probe fails (or ``limit``), then bisection between the last
-    success and the first failure.
+    success and the first failure. A memory heuristic is not exactly monotone near its limit (a
+    greedy knapsack can fail at ``b`` and succeed at ``b + 1``), so the search then scans upward from
+    its answer until ``slack + 1`` sizes in a row fail: the answer is the largest fitting size below
+    such a run. For a monotone ``fits`` this costs ``slack + 1`` extra probes at most.
     """
     if not fits(start):
         return 0
@@ -121,6 +127,15 @@ def search_largest(fits: Callable[[int], bool], *, start: int = 1, limit: int = 
             good = middle
         else:
             bad = middle
+    misses = 0
+    candidate = good + 1
+    while misses <= slack and candidate <= limit:
+        if fits(candidate):
+            good = candidate
+            misses = 0
+        else:
+            misses += 1
+        candidate += 1
     return good
 
 

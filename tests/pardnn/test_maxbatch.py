@@ -21,7 +21,16 @@ def test_search_matches_brute_force(answer, limit):
 
     expected = min(answer, limit)
     assert search_largest(fits, limit=limit) == expected
-    assert len(calls) <= 2 * max(limit, 2).bit_length() + 2  # O(log B) probes
+    assert len(set(calls)) <= 2 * max(limit, 2).bit_length() + 5  # O(log B) probes
+
+
+@given(st.sets(st.integers(1, 300), max_size=40), st.integers(1, 300))
+def test_search_answer_is_followed_by_three_failures(fitting, limit):
+    """With a non-monotone ``fits`` the answer fits and the next three sizes (within the limit) fail."""
+    fits = (lambda b: b in fitting or b == 1)
+    answer = search_largest(fits, limit=limit)
+    assert fits(answer) or answer == 0
+    assert not any(fits(b) for b in range(answer + 1, min(answer + 4, limit + 1)))
 
 
 def model(batch: int) -> CostGraph:
