@@ -7,11 +7,13 @@ replicates the whole model on every device, so its answer is the largest batch t
 device, times K — the paper's "Increase over ideal DP" compares the two.
 
 Memory grows with the batch (every activation does, parameters do not), but whether the greedy
-heuristic *finds* a fitting placement is only nearly monotone: near its limit it can fail at one size
-and succeed at the next. After doubling and bisection, the search therefore scans upward until three
-sizes in a row fail, and reports the largest size that fitted. Probes are cached by key (job fingerprint, batch, K, memory, reserve, heuristic), in memory
-and optionally in a JSON file, so a rerun is instant; graphs are cached per batch within a run, so
-the K values share one build per batch size.
+heuristic *finds* a fitting placement is only nearly monotone: near its limit it can fail at one
+size and succeed at the next. After doubling and bisection, the search therefore scans upward
+until three sizes in a row fail, and reports the largest size that fitted.
+
+Probes are cached by key (job fingerprint, batch, K, memory, reserve, heuristic), in memory and
+optionally in a JSON file, so a rerun is instant; graphs are cached per batch within a run, so the
+K values share one build per batch size.
 
 Complexity: O(log B) probes per K for an answer B (doubling: ⌈log2 B⌉ + 1, bisection: at most as
 many again, then the upward scan: 3 more for a monotone heuristic).

@@ -8,13 +8,13 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from jobs import build, load_job  # noqa: E402
-from jobs.maxbatch import job_machine, job_max_batch  # noqa: E402
-from pardnn import InfeasibleError  # noqa: E402
-from pardnn.cli import main  # noqa: E402
-from pardnn.maxbatch import data_parallel_fits  # noqa: E402
-from pardnn.partition import partition  # noqa: E402
-from pardnn.tf import estimate  # noqa: E402
+from jobs import build, load_job
+from jobs.maxbatch import job_machine, job_max_batch
+from pardnn import InfeasibleError
+from pardnn.cli import main
+from pardnn.maxbatch import data_parallel_fits
+from pardnn.partition import partition
+from pardnn.tf import estimate
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 

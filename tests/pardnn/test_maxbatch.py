@@ -27,7 +27,9 @@ def test_search_matches_brute_force(answer, limit):
 @given(st.sets(st.integers(1, 300), max_size=40), st.integers(1, 300))
 def test_search_answer_is_followed_by_three_failures(fitting, limit):
     """With a non-monotone ``fits`` the answer fits and the next three sizes (within the limit) fail."""
-    fits = (lambda b: b in fitting or b == 1)
+    def fits(b: int) -> bool:
+        return b in fitting or b == 1
+
     answer = search_largest(fits, limit=limit)
     assert fits(answer) or answer == 0
     assert not any(fits(b) for b in range(answer + 1, min(answer + 4, limit + 1)))

@@ -1,0 +1,280 @@
+"""The benchmark suite (``pardnn bench``): the quick suite end to end, the slope fit on hand-made
+timings, the ParDNN-versus-baseline accounting, and clear errors for bad graph paths."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import shlex
+from pathlib import Path
+
+import pytest
+
+from pardnn.bench import (
+    CSV_COLUMNS,
+    OK,
+    QUICK,
+    SKIPPED_QUADRATIC,
+    TIMEOUT,
+    BenchResults,
+    Run,
+    SuiteConfig,
+    bench_graph,
+    command_line,
+    comparisons,
+    fit_power_law,
+    graph_paths,
+    render_markdown,
+    slopes,
+)
+from pardnn.cli import EXIT_BAD_INPUT, EXIT_OK, build_parser, main
+from pardnn.errors import PardnnError
+from pardnn.io import write_graph
+from pardnn.synthetic import dnn_graph
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The quick suite, run once through the command line into a temporary directory."""
+    out = tmp_path_factory.mktemp("bench")
+    assert main(["bench", "--quick", "--out", str(out)]) == EXIT_OK
+    return out
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as stream:
+        return list(csv.DictReader(stream))
+
+
+@pytest.mark.slow
+def test_quick_suite_writes_results_csv_and_plots(quick):
+    assert sorted(p.name for p in quick.iterdir()) == ["RESULTS.md", "ratio-synthetic.png", "results.csv",
+                                                       "time-synthetic.png"]
+    for png in ("ratio-synthetic.png", "time-synthetic.png"):
+        assert (quick / png).read_bytes().startswith(PNG_MAGIC)
+    text = (quick / "RESULTS.md").read_text()
+    lines = text.splitlines()
+    assert lines[0] == "# Benchmark results"
+    assert lines[2].startswith(f"Command: `pardnn bench --quick --out {quick}`")
+    assert lines[4].startswith("Machine: ") and all(word in lines[4] for word in ("cores", "Python", "NumPy", "numba"))
+    for heading in ("## Summary", "## Speed of the command line", "## Suite: synthetic", "### Without a memory limit",
+                    "### Under memory limits", "### Placer time against graph size"):
+        assert heading in lines
+    assert "| graph | ops | K | ParDNN | CP | LC | topological | round robin |" in lines
+    assert "Log–log slope of placer time against |V|" in text and "the paper reports 8 % on average" in text
+
+
+@pytest.mark.slow
+def test_quick_suite_csv_has_every_run(quick):
+    rows = read_csv(quick / "results.csv")
+    assert tuple(rows[0]) == CSV_COLUMNS
+    placers = 1 + len(QUICK.baselines)
+    per_k = placers + len(QUICK.factors) * (placers + 2)  # + ParDNN I and II under each limit
+    assert len(rows) == len(QUICK.sizes) * len(QUICK.devices) * per_k
+    assert {r["status"] for r in rows} <= {OK, TIMEOUT, "infeasible"}
+    free = [r for r in rows if r["memory_factor"] == ""]
+    assert all(float(r["makespan_over_lower_bound"]) >= 1 - 1e-9 for r in free)
+    assert {r["placer"] for r in free} == {"pardnn", *QUICK.baselines}
+    limited = [r for r in rows if r["memory_factor"] != ""]
+    assert {r["heuristic"] for r in limited} == {"", "overflow", "balance"}
+    for r in limited:
+        if r["heuristic"] == "" and r["status"] in (OK, TIMEOUT):  # the placement made without a limit
+            assert r["memory_fits"] == str(int(r["max_peak_bytes"]) <= int(r["limit_bytes"])).lower()
+        if r["heuristic"] == "overflow" and r["status"] == OK:
+            assert r["memory_fits"] == "true"  # heuristic I meets the limits or raises
+
+
+def test_results_md_is_the_default_next_to_the_csv_only_in_quick_mode(tmp_path):
+    args = build_parser().parse_args(["bench", "--quick", "--out", str(tmp_path)])
+    from pardnn.bench import output_paths
+
+    assert output_paths(args) == (tmp_path, tmp_path / "RESULTS.md")
+    full = build_parser().parse_args(["bench"])
+    assert output_paths(full) == (Path("benchmarks/out"), Path("benchmarks/RESULTS.md"))
+
+
+def test_the_full_suite_picks_up_the_model_graphs_when_they_exist(tmp_path, monkeypatch):
+    from pardnn.bench import MODEL_GRAPHS, config_from_args
+
+    monkeypatch.chdir(tmp_path)
+    parse = build_parser().parse_args
+    assert config_from_args(parse(["bench"])).graph_files == ()
+    (tmp_path / MODEL_GRAPHS).mkdir(parents=True)
+    (tmp_path / MODEL_GRAPHS / "trn.json.gz").write_bytes(b"")
+    assert config_from_args(parse(["bench"])).graph_files == (MODEL_GRAPHS / "trn.json.gz",)
+    assert config_from_args(parse(["bench", "--quick"])).graph_files == ()
+    (tmp_path / "mine.json").write_text("")
+    assert config_from_args(parse(["bench", "mine.json"])).graph_files == (Path("mine.json"),)
+
+
+def test_graph_files_run_as_their_own_suite(tmp_path, capsys):
+    graphs = tmp_path / "zoo"
+    graphs.mkdir()
+    write_graph(dnn_graph(300, seed=5, name="tiny-model"), graphs / "tiny-model.json.gz")
+    out = tmp_path / "out"
+    argv = ["bench", "--quick", "--sizes", "--no-speed", "--devices", "2", "--factors", "1.2", "--graphs",
+            str(graphs), "--out", str(out)]
+    assert main(argv) == EXIT_OK
+    rows = read_csv(out / "results.csv")
+    assert {r["suite"] for r in rows} == {"graph files"} and {r["graph"] for r in rows} == {"tiny-model"}
+    text = (out / "RESULTS.md").read_text()
+    assert "## Suite: graph files" in text and "| tiny-model |" in text
+    assert (out / "ratio-graph-files.png").read_bytes().startswith(PNG_MAGIC)
+    assert not (out / "time-graph-files.png").exists()  # one size: no slope to fit
+
+
+# ------------------------------------------------------------------------------ slope fit
+@pytest.mark.parametrize("exponent", [1.0, 1.5, 2.0])
+def test_fit_power_law_recovers_a_known_exponent(exponent):
+    sizes = [10_000, 50_000, 200_000, 1_000_000]
+    seconds = [3e-7 * n**exponent for n in sizes]
+    slope, coefficient = fit_power_law(sizes, seconds)
+    assert slope == pytest.approx(exponent, abs=1e-9)
+    assert coefficient == pytest.approx(3e-7, rel=1e-6)
+
+
+def test_fit_power_law_by_hand():
+    """Times 1, 4, 16 s at sizes 1, 2, 4 thousand: doubling the size quadruples the time, slope 2;
+    times 1, 2 and 4 s at the same sizes: slope 1."""
+    assert fit_power_law([1000, 2000, 4000], [1.0, 4.0, 16.0])[0] == pytest.approx(2.0)
+    assert fit_power_law([1000, 2000, 4000], [1.0, 2.0, 4.0])[0] == pytest.approx(1.0)
+
+
+def test_fit_power_law_least_squares_through_noise():
+    """log2 times 0, 1.1, 1.9, 3 at log2 sizes 0, 1, 2, 3: the least-squares slope in log2–log2 (the
+    same as in ln–ln) is Σ(x - 1.5)(y - 1.5) / Σ(x - 1.5)² = (1.5·1.5 + 0.5·0.4 + 0.5·0.4 + 1.5·1.5) / 5
+    = 4.9 / 5 = 0.98."""
+    assert fit_power_law([1, 2, 4, 8], [1.0, 2**1.1, 2**1.9, 8.0])[0] == pytest.approx(0.98)
+
+
+def test_fit_power_law_needs_two_sizes_and_positive_times():
+    with pytest.raises(ValueError, match="two distinct sizes"):
+        fit_power_law([1000, 1000], [1.0, 2.0])
+    with pytest.raises(ValueError, match="> 0"):
+        fit_power_law([1000, 2000], [0.0, 1.0])
+
+
+def run(placer: str, ops: int, seconds: float, *, k: int = 2, status: str = OK, makespan: float = 100.0,
+        heuristic: str = "", factor: float | None = None) -> Run:
+    return Run("synthetic", f"dnn-{ops}", ops, 2 * ops, k, placer, heuristic, factor, None, status,
+               makespan_us=makespan, lower_bound_us=50.0, memory_fits=True, peak_bytes=1, seconds=seconds)
+
+
+def test_slopes_leave_out_timeouts_and_other_k():
+    """LC: 1 s at 1k, 4 s at 2k (slope 2); the 4k run hit its budget at 5 s and must not flatten it.
+    ParDNN's K = 4 runs are another line."""
+    runs = [run("linear_clustering", 1000, 1.0), run("linear_clustering", 2000, 4.0),
+            run("linear_clustering", 4000, 5.0, status=TIMEOUT),
+            run("pardnn", 1000, 0.1), run("pardnn", 2000, 0.2), run("pardnn", 4000, 0.4),
+            run("pardnn", 1000, 9.0, k=4), run("pardnn", 2000, 1.0, k=4),
+            run("pardnn", 1000, 0.2, heuristic="overflow", factor=1.0),
+            run("pardnn", 2000, 0.8, heuristic="overflow", factor=1.0)]
+    found = slopes(runs, ["LC", "ParDNN", "ParDNN I", "CP"], 2)
+    assert found["LC"] == pytest.approx(2.0) and found["ParDNN"] == pytest.approx(1.0)
+    assert found["ParDNN I"] == pytest.approx(2.0) and found["CP"] is None
+
+
+# ---------------------------------------------------------------------- ParDNN vs baselines
+def results_of(runs: list[Run]) -> BenchResults:
+    config = dataclasses.replace(QUICK, sizes=(1000, 2000), devices=(2,), factors=(), speed_ops=0)
+    return BenchResults(config, runs, [], "", 1.0, (0.0, 0.0, 0.0), (0.0, 0.0, 0.0))
+
+
+def test_a_loss_to_a_baseline_is_listed_with_its_margin(tmp_path):
+    """ParDNN 102 µs against CP's 100 µs on the 2k graph: slower by 2 %, listed; the 1k case is a win."""
+    runs = [run("pardnn", 1000, 0.1, makespan=90.0), run("critical_path", 1000, 0.1, makespan=100.0),
+            run("pardnn", 2000, 0.2, makespan=102.0), run("critical_path", 2000, 0.2, makespan=100.0)]
+    found = {c.ops: c.relative for c in comparisons(runs)}
+    assert found == {1000: pytest.approx(0.9), 2000: pytest.approx(1.02)}
+    text = render_markdown(results_of(runs), "pardnn bench", tmp_path / "out", tmp_path / "RESULTS.md")
+    assert "**ParDNN's makespan is not ≤ every baseline's**: it is slower in 1 of 2 comparisons" in text
+    assert "| dnn-2000 | 2,000 | 2 | CP | 1.0200 | 2.0 % |" in text
+    assert "| CP | 2 | 1 | 0 | 1 |" in text
+
+
+def test_all_wins_are_stated(tmp_path):
+    runs = [run("pardnn", 1000, 0.1, makespan=90.0), run("round_robin", 1000, 0.1, makespan=100.0),
+            run("topological", 1000, 0.1, makespan=95.0)]
+    text = render_markdown(results_of(runs), "pardnn bench", tmp_path / "out", tmp_path / "RESULTS.md")
+    assert "ParDNN's makespan is ≤ every baseline's in all 2 comparisons." in text
+    assert "ParDNN beats both round robin and topological in 1 of 1 cases." in text
+
+
+def test_lc_is_skipped_above_its_size_limit():
+    config = SuiteConfig(sizes=(), devices=(2,), factors=(1.2,), baselines=("linear_clustering", "round_robin"),
+                         lc_max_ops=100, speed_ops=0)
+    runs = bench_graph("synthetic", dnn_graph(300, seed=1), config, progress=lambda message: None)
+    lc = [r for r in runs if r.placer == "linear_clustering"]
+    assert len(lc) == 2 and all(r.status == SKIPPED_QUADRATIC and r.makespan_us is None for r in lc)
+    assert all(r.status == OK for r in runs if r.placer == "round_robin")
+
+
+# ------------------------------------------------------------------------------- errors, CLI
+def test_a_missing_graph_path_exits_1_with_one_line(tmp_path, capsys):
+    missing = tmp_path / "nope.json.gz"
+    assert main(["bench", "--quick", str(missing)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nope.json.gz" in err and "no such graph file" in err
+
+
+def test_an_invalid_graph_file_fails_before_any_benchmark_runs(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "pardnn-graph", "version": 1, "nodes": [{"name": "a"}], "edges": []}')
+    assert main(["bench", "--quick", "--graphs", str(bad), "--out", str(tmp_path / "out")]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "bad.json" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_python_m_benchmarks_reports_bad_paths_the_same_way(tmp_path, capsys):
+    from benchmarks.__main__ import main as benchmarks_main
+
+    assert benchmarks_main(["--quick", "--graphs", str(tmp_path / "missing")]) == EXIT_BAD_INPUT
+    assert "missing: no such graph file or directory" in capsys.readouterr().err
+
+
+def test_graph_paths_expand_directories_and_reject_empty_ones(tmp_path):
+    (tmp_path / "b.json.gz").write_bytes(b"")
+    (tmp_path / "a.json").write_text("")
+    (tmp_path / "notes.txt").write_text("")
+    assert [p.name for p in graph_paths([tmp_path])] == ["a.json", "b.json.gz"]
+    assert [p.name for p in graph_paths([tmp_path, tmp_path / "a.json"])] == ["a.json", "b.json.gz"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(PardnnError, match="no graph files"):
+        graph_paths([empty])
+
+
+@pytest.mark.parametrize("argv", [
+    ["bench"],
+    ["bench", "--quick", "--out", "o d", "--results", "r.md"],
+    ["bench", "g1.json.gz", "--sizes", "--devices", "2", "16", "--factors", "1.2", "0.8", "--placers", "metis",
+     "single", "--lc-budget", "2.5", "--lc-max-ops", "1000", "--seed", "3", "--no-speed", "--graphs", "zoo"],
+])
+def test_recorded_command_parses_back_to_the_same_options(argv):
+    args = build_parser().parse_args(argv)
+    recorded = command_line("pardnn bench", args)
+    assert recorded.startswith("pardnn bench")
+    assert build_parser().parse_args(shlex.split(recorded)[1:]) == args
+
+
+@pytest.mark.parametrize("option", [["--sizes", "10k"], ["--factors", "0"], ["--lc-budget", "-1"],
+                                    ["--placers", "pardnn"], ["--devices", "0"]])
+def test_bad_options_are_usage_errors(option, capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["bench", *option])
+    assert exc.value.code == 2
+
+
+def test_an_infeasible_timed_command_is_a_result_and_a_crash_is_an_error():
+    import sys
+
+    from pardnn.bench import _median_wall
+
+    seconds, infeasible = _median_wall([sys.executable, "-c", "import sys; sys.exit(3)"], 1)
+    assert infeasible and seconds > 0
+    assert _median_wall([sys.executable, "-c", "pass"], 1)[1] is False
+    with pytest.raises(PardnnError, match="exit 1"):
+        _median_wall([sys.executable, "-c", "import sys; sys.exit('boom')"], 1)
