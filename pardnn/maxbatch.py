@@ -15,8 +15,12 @@ Probes are cached by key (job fingerprint, batch, K, memory, reserve, heuristic)
 optionally in a JSON file, so a rerun is instant; graphs are cached per batch within a run, so the
 K values share one build per batch size.
 
-Complexity: O(log B) probes per K for an answer B (doubling: ⌈log2 B⌉ + 1, bisection: at most as
-many again, then the upward scan: 3 more for a monotone heuristic).
+Probes are few because each builds a graph: data parallelism's search starts from a linear
+extrapolation of the peak memory at batches 1 and 2, and each K's from the previous K's answer
+scaled by the device count; both gallop from their guess, then bisect.
+
+Complexity: O(log B) probes per K for an answer B (doubling or galloping, then bisection), plus
+the upward scan (3 more for a monotone heuristic); O(log |B - guess|) with a guess.
 """
 
 from __future__ import annotations
@@ -102,36 +106,30 @@ class ProbeCache:
 
 
 def search_largest(fits: Callable[[int], bool], *, start: int = 1, limit: int = MAX_BATCH,
-                   slack: int = SLACK) -> int:
+                   slack: int = SLACK, guess: int | None = None) -> int:
     """Largest ``b`` in ``[start, limit]`` with ``fits(b)``; 0 if ``fits(start)`` fails.
 
-    Doubling from ``start`` until a probe fails (or ``limit``), then bisection between the last
-    success and the first failure. A memory heuristic is not exactly monotone near its limit (a
-    greedy knapsack can fail at ``b`` and succeed at ``b + 1``), so the search then scans upward from
-    its answer until ``slack + 1`` sizes in a row fail: the answer is the largest fitting size below
-    such a run. For a monotone ``fits`` this costs ``slack + 1`` extra probes at most.
+    Without a guess: doubling from ``start`` until a probe fails (or ``limit``). With one: probe the
+    guess, then gallop away from it (steps of 1/32 of the guess, doubling) until the answer is
+    bracketed. Then bisection between the last success and the first failure. A memory heuristic is
+    not exactly monotone near its limit (a greedy knapsack can fail at ``b`` and succeed at
+    ``b + 1``), so the search finally scans upward until ``slack + 1`` sizes in a row fail (at most
+    ``4 (slack + 1)`` sizes): the answer is the largest fitting size below such a run.
     """
-    if not fits(start):
+    good, bad = _bracket(fits, start, limit, guess)
+    if good == 0:
         return 0
-    good = start
-    bad = None
-    while bad is None:
-        candidate = min(good * 2, limit)
-        if candidate == good:
-            return good
-        if fits(candidate):
-            good = candidate
-        else:
-            bad = candidate
-    while bad - good > 1:
-        middle = (good + bad) // 2
-        if fits(middle):
-            good = middle
-        else:
-            bad = middle
+    if bad is not None:
+        while bad - good > 1:
+            middle = (good + bad) // 2
+            if fits(middle):
+                good = middle
+            else:
+                bad = middle
     misses = 0
     candidate = good + 1
-    while misses <= slack and candidate <= limit:
+    scan_end = good + 4 * (slack + 1)  # a heuristic flickering near its limit must not walk far
+    while misses <= slack and candidate <= min(limit, scan_end):
         if fits(candidate):
             good = candidate
             misses = 0
@@ -139,6 +137,48 @@ def search_largest(fits: Callable[[int], bool], *, start: int = 1, limit: int = 
             misses += 1
         candidate += 1
     return good
+
+
+def _bracket(fits: Callable[[int], bool], start: int, limit: int, guess: int | None) -> tuple[int, int | None]:
+    """``(good, bad)``: a fitting size and the next failing one above it (None: ``limit`` fits)."""
+    if guess is None or guess <= start:
+        if not fits(start):
+            return 0, None
+        good, step = start, start
+    else:
+        guess = min(guess, limit)
+        step = max(1, guess // 32)
+        if not fits(guess):
+            bad = guess
+            while True:  # gallop down
+                candidate = max(start, bad - step)
+                if fits(candidate):
+                    return candidate, bad
+                if candidate == start:
+                    return 0, None
+                bad, step = candidate, step * 2
+        good = guess
+    while True:  # gallop up (doubling when there was no guess)
+        candidate = min(good + step, limit)
+        if candidate == good:
+            return good, None
+        if not fits(candidate):
+            return good, candidate
+        good, step = candidate, step * 2
+
+
+def _linear_guess(fits: Callable[[int], bool], log: list[ProbeResult], start: int) -> int | None:
+    """Probe ``start`` and ``2 start`` and extrapolate the peak linearly to the limit."""
+    if not fits(start):
+        return None
+    low = log[-1]
+    if not fits(2 * start):
+        return start
+    high = log[-1]
+    slope = (high.peak_bytes - low.peak_bytes) / start
+    if slope <= 0:
+        return None
+    return max(start, int(start + (low.limit_bytes - low.peak_bytes) / slope))
 
 
 def _probe_pardnn(graph: CostGraph, machine: Machine) -> tuple[bool, int, float]:
@@ -211,12 +251,20 @@ def max_batch(graph_for_batch: Callable[[int], CostGraph], devices: Sequence[int
         return result.fits
 
     dp_log: list[ProbeResult] = []
-    per_replica = search_largest(functools.partial(probe, "dp", 1, log=dp_log), start=start, limit=limit)
+    dp_fits = functools.partial(probe, "dp", 1, log=dp_log)
+    per_replica = search_largest(dp_fits, start=start, limit=limit, guess=_linear_guess(dp_fits, dp_log, start))
     rows = []
+    previous: tuple[int, int] | None = None  # (K, answer) of the last K that fitted anything
     for k in devices:
         log: list[ProbeResult] = []
-        best = search_largest(functools.partial(probe, "pardnn", k, log=log), start=start, limit=limit)
+        # Each probe builds a graph, so start near the answer: the last K's answer scaled to this K
+        # (or data parallelism's), and gallop from there.
+        guess = previous[1] * k // previous[0] if previous else (per_replica * k or None)
+        best = search_largest(functools.partial(probe, "pardnn", k, log=log), start=start, limit=limit,
+                              guess=guess)
         rows.append(BatchRow(k, best, per_replica * k, log + (dp_log if k == devices[0] else [])))
+        if best:
+            previous = (k, best)
     if rows and all(row.pardnn_batch == 0 for row in rows):
         k = max(devices)
         failed = [p for row in rows for p in row.probes if p.devices == k and p.batch == start]

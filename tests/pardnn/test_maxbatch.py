@@ -11,8 +11,8 @@ from pardnn import CostGraph, InfeasibleError, Machine
 from pardnn.maxbatch import ProbeCache, max_batch, search_largest
 
 
-@given(st.integers(0, 3000), st.integers(1, 4096))
-def test_search_matches_brute_force(answer, limit):
+@given(st.integers(0, 3000), st.integers(1, 4096), st.one_of(st.none(), st.integers(1, 5000)))
+def test_search_matches_brute_force(answer, limit, guess):
     calls: list[int] = []
 
     def fits(b: int) -> bool:
@@ -20,8 +20,8 @@ def test_search_matches_brute_force(answer, limit):
         return b <= answer
 
     expected = min(answer, limit)
-    assert search_largest(fits, limit=limit) == expected
-    assert len(set(calls)) <= 2 * max(limit, 2).bit_length() + 5  # O(log B) probes
+    assert search_largest(fits, limit=limit, guess=guess) == expected
+    assert len(set(calls)) <= 4 * max(limit, 2).bit_length() + 5  # O(log B) probes
 
 
 @given(st.sets(st.integers(1, 300), max_size=40), st.integers(1, 300))
