@@ -12,8 +12,8 @@ size and succeed at the next. After doubling and bisection, the search therefore
 until three sizes in a row fail, and reports the largest size that fitted.
 
 Probes are cached by key (job fingerprint, batch, K, memory, reserve, heuristic), in memory and
-optionally in a JSON file, so a rerun is instant; graphs are cached per batch within a run, so the
-K values share one build per batch size.
+optionally in a JSON file, so a rerun is instant; the caller's ``graph_for_batch`` keeps built graphs
+by batch, so the K values share one build per batch size.
 
 Probes are few because each builds a graph: data parallelism's search starts from a linear
 extrapolation of the peak memory at batches 1 and 2, and each K's from the previous K's answer
@@ -207,7 +207,8 @@ def max_batch(graph_for_batch: Callable[[int], CostGraph], devices: Sequence[int
     Parameters
     ----------
     graph_for_batch:
-        Builds (and costs) the training step at a batch size.
+        Builds (and costs) the training step at a batch size; called once per uncached probe, so an
+        expensive builder keeps its own graphs by batch (as ``jobs.maxbatch`` does).
     devices:
         The K values.
     machine_for:
@@ -225,13 +226,6 @@ def max_batch(graph_for_batch: Callable[[int], CostGraph], devices: Sequence[int
         When not even batch ``start`` fits ParDNN on the largest K, naming the shortfall.
     """
     cache = cache if cache is not None else ProbeCache()
-    graphs: dict[int, CostGraph] = {}
-
-    def graph(batch: int) -> CostGraph:
-        if batch not in graphs:
-            graphs.clear()  # keep one graph in memory: probes for one K move through sizes
-            graphs[batch] = graph_for_batch(batch)
-        return graphs[batch]
 
     def probe(kind: str, k: int, batch: int, *, log: list[ProbeResult]) -> bool:
         machine = machine_for(k)
@@ -241,7 +235,7 @@ def max_batch(graph_for_batch: Callable[[int], CostGraph], devices: Sequence[int
         if result is None:
             started = time.perf_counter()
             check = _probe_pardnn if kind == "pardnn" else data_parallel_fits
-            fits, peak, makespan = check(graph(batch), machine)
+            fits, peak, makespan = check(graph_for_batch(batch), machine)
             result = ProbeResult(batch, k, fits, int(peak), int(machine.limits_bytes[0]), float(makespan),
                                  time.perf_counter() - started)
             cache.put(key, result)
