@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -609,5 +610,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def run() -> None:
+    """The ``pardnn`` console command: :func:`main`, then a fast exit.
+
+    Once the command is done (files written and closed, output flushed) the interpreter's own
+    teardown is skipped: unloading numba's compiled code takes 0.1-0.2 s, a tenth of a 200,000-op
+    ``pardnn place``. Library callers use :func:`main`, which returns normally.
+    """
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:  # the reader went away (``pardnn info g.json | head``); nothing left to say
+        pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

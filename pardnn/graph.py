@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -106,6 +107,9 @@ class CostGraph:
         Graph name.
     memory_limit_bytes:
         Optional per-device memory limit carried by the graph file.
+    _name_index:
+        Private, for readers that have checked the names already (unique, non-empty strings):
+        ``{name: index}``, taken as the graph's own index instead of building it again.
 
     Raises
     ------
@@ -133,13 +137,17 @@ class CostGraph:
         param_bytes: npt.ArrayLike | None = None,
         name: str = "graph",
         memory_limit_bytes: int | None = None,
+        _name_index: dict[str, int] | None = None,
     ) -> None:
         self.name = str(name)
         self.names: tuple[str, ...] = tuple(names)
         n = len(self.names)
         self.n = n
         self._index: dict[str, int] | None = None
-        self._check_names()
+        if _name_index is not None and len(_name_index) == n:  # a reader checked the names already
+            self._index = _name_index
+        else:
+            self._check_names()
         self.ops: tuple[str, ...] = tuple(ops) if ops is not None else ("",) * n
         if len(self.ops) != n:
             raise InvalidGraphError(f"graph {self.name!r}: {len(self.ops)} op types for {n} ops")
@@ -191,8 +199,14 @@ class CostGraph:
         return cls(names, comp_us, out_bytes, src, dst, nbytes, **kwargs)
 
     def _check_names(self) -> None:
-        seen: dict[str, int] = {}
-        for i, op_name in enumerate(self.names):
+        names = self.names
+        if set(map(type, names)) <= {str}:
+            index = dict(zip(names, range(self.n), strict=True))
+            if len(index) == self.n and "" not in index:
+                self._index = index
+                return
+        seen: dict[str, int] = {}  # something is wrong: find the first culprit and name it
+        for i, op_name in enumerate(names):
             if not isinstance(op_name, str) or not op_name:
                 raise InvalidGraphError(f"graph {self.name!r}: op #{i} has an empty or non-string name {op_name!r}")
             if op_name in seen:
@@ -280,6 +294,10 @@ class CostGraph:
             out = np.full(self.n, -1, np.int64)
             out[grouped] = renumber[np.searchsorted(labels, ids[grouped])]
             return out, tuple(str(g) for g in by_appearance.tolist())
+        if set(map(type, values)) <= {str, type(None)}:  # labels and None: all C-level passes
+            labels = [label for label in dict.fromkeys(values) if label is not None]  # by first appearance
+            ids = np.fromiter(map(dict(zip(labels, range(len(labels)))).get, values, repeat(-1)), np.int64, self.n)
+            return ids, tuple(labels)
         group_ids: dict[str, int] = {}
         out = np.full(self.n, -1, np.int64)
         for i, value in enumerate(values):

@@ -70,7 +70,8 @@ def _comm_profile(c: int, ptr: np.ndarray, members: np.ndarray, cluster_of: np.n
                   pred: np.ndarray, pred_weight: np.ndarray, comm_to: np.ndarray) -> float:
     """Fill ``comm_to[pe]`` with the cluster's communication with ops mapped to ``pe``; return the
     communication with unmapped ops outside the cluster."""
-    comm_to[:] = 0.0
+    for pe in range(comm_to.size):
+        comm_to[pe] = 0.0
     unmapped = 0.0
     for i in range(ptr[c], ptr[c + 1]):
         v = members[i]
@@ -121,6 +122,14 @@ def _span_work(c: int, k: int, ptr: np.ndarray, members: np.ndarray, level_of: n
 
 
 @njit(cache=True)
+def _largest(work: np.ndarray) -> float:
+    best = -np.inf
+    for w in work:
+        best = max(best, w)
+    return best
+
+
+@njit(cache=True)
 def _deficit(work: np.ndarray, level: float) -> float:
     """Work needed to bring every device up to ``level`` within the span."""
     total = 0.0
@@ -145,7 +154,7 @@ def _lookahead_pass(order: np.ndarray, dirty: np.ndarray, k: int, consider_maxim
             continue
         unmapped_comm = _comm_profile(c, ptr, members, cluster_of, device_of, succ_ptr, succ, succ_weight,
                                       pred_ptr, pred, pred_weight, comm_to)
-        target = 0
+        target = 0 * k  # an int64, not the literal 0 (numba would compile _assign for Literal[int](0) too)
         talking = 0
         total = unmapped_comm
         for pe in range(k):
@@ -162,7 +171,7 @@ def _lookahead_pass(order: np.ndarray, dirty: np.ndarray, k: int, consider_maxim
         if not (totally or (consider_maximal and maximally)):
             continue
         own, unmapped_work = _span_work(c, k, ptr, members, level_of, comp, span_lo, span_hi, tree, work)
-        before = _deficit(work, work.max())
+        before = _deficit(work, _largest(work))
         work[target] += own
         after = _deficit(work, work[target])
         cond_a = unmapped_work >= after
@@ -179,7 +188,8 @@ def _lookahead_pass(order: np.ndarray, dirty: np.ndarray, k: int, consider_maxim
                 next_dirty[cluster_of[succ[j]]] = True
             for j in range(pred_ptr[v], pred_ptr[v + 1]):
                 next_dirty[cluster_of[pred[j]]] = True
-    dirty[:] = next_dirty
+    for c in range(dirty.size):  # element by element: a slice copy compiles a shape check with messages
+        dirty[c] = next_dirty[c]
     return mapped
 
 
@@ -197,8 +207,10 @@ def _balance(order: np.ndarray, k: int, ptr: np.ndarray, members: np.ndarray, cl
         _comm_profile(c, ptr, members, cluster_of, device_of, succ_ptr, succ, succ_weight, pred_ptr, pred,
                       pred_weight, comm_to)
         _span_work(c, k, ptr, members, level_of, comp, span_lo, span_hi, tree, work)
-        mapped_comm = comm_to.sum()
-        target = 0
+        mapped_comm = 0.0
+        for pe in range(k):
+            mapped_comm += comm_to[pe]
+        target = 0 * k  # an int64, not the literal 0 (numba would compile _assign for Literal[int](0) too)
         best_cost = np.inf
         for pe in range(k):  # Eq. 2; ties to the most-communicating device, then the lowest index
             cost = work[pe] + (mapped_comm - comm_to[pe])
@@ -208,6 +220,15 @@ def _balance(order: np.ndarray, k: int, ptr: np.ndarray, members: np.ndarray, cl
         _assign(c, target, ptr, members, device_of, level_of, comp, tree, k)
         mapped += 1
     return mapped
+
+
+def _segment_reduce(ufunc: np.ufunc, values: np.ndarray, ptr: np.ndarray, empty: float) -> np.ndarray:
+    """``ufunc`` over each segment ``values[ptr[i]:ptr[i+1]]``; ``empty`` for an empty segment. O(len(values))."""
+    out = np.full(ptr.size - 1, empty, dtype=np.float64)
+    starts = np.flatnonzero(np.diff(ptr) > 0)
+    if starts.size:  # consecutive non-empty starts bound each segment: empty ones have no length
+        out[starts] = ufunc.reduceat(values, ptr[starts])
+    return out
 
 
 def map_clusters(graph: CostGraph, edge_weight: np.ndarray, clusters: Clusters, k: int, ccr: float) -> Mapping:
@@ -236,8 +257,7 @@ def map_clusters(graph: CostGraph, edge_weight: np.ndarray, clusters: Clusters, 
     criticality_of_op = top + bottom
     count = clusters.count
     ptr, members = clusters.ptr, clusters.members
-    criticality = np.full(count, -np.inf)
-    np.maximum.at(criticality, cluster_of, criticality_of_op)
+    criticality = _segment_reduce(np.maximum, criticality_of_op[members], ptr, -np.inf)
     nonempty = np.diff(ptr) > 0  # only primaries can be empty
     first = np.zeros(count, np.int64)
     last = np.zeros(count, np.int64)
@@ -252,14 +272,8 @@ def map_clusters(graph: CostGraph, edge_weight: np.ndarray, clusters: Clusters, 
     span_start = np.zeros(count)
     span_end = np.full(count, float(criticality_of_op.max(initial=0.0)))
     if n:
-        pred_finish = finish[graph.pred]
-        pred_owner = np.repeat(np.arange(n), np.diff(graph.pred_ptr))
-        latest = np.zeros(n)
-        np.maximum.at(latest, pred_owner, pred_finish)
-        succ_start = top[graph.succ]
-        succ_owner = np.repeat(np.arange(n), np.diff(graph.succ_ptr))
-        earliest = np.full(n, np.inf)
-        np.minimum.at(earliest, succ_owner, succ_start)
+        latest = np.maximum(_segment_reduce(np.maximum, finish[graph.pred], graph.pred_ptr, 0.0), 0.0)
+        earliest = _segment_reduce(np.minimum, top[graph.succ], graph.succ_ptr, np.inf)
         span_start = latest[first]
         span_end = np.where(np.isfinite(earliest[last]), earliest[last], span_end)
     span_lo = np.searchsorted(levels, span_start, side="left").astype(np.int64)
@@ -269,9 +283,9 @@ def map_clusters(graph: CostGraph, edge_weight: np.ndarray, clusters: Clusters, 
     primary_ops = cluster_of < k
     device_of[primary_ops] = cluster_of[primary_ops]
     tree = np.zeros((k + 1, levels.size + 1))
-    per_level = np.zeros((k + 1, levels.size))
     row = np.where(primary_ops, cluster_of, k)
-    np.add.at(per_level, (row, level_of), graph.comp_us)
+    per_level = np.bincount(row * levels.size + level_of, weights=graph.comp_us,
+                            minlength=(k + 1) * levels.size).reshape(k + 1, levels.size)
     for r in range(k + 1):
         fenwick_build(tree, r, per_level[r])
 

@@ -162,32 +162,27 @@ def _buffers(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_bytes:
     return device[:b], alloc[:b], free[:b], nbytes[:b], owner[:b], producer[:b]
 
 
-@njit(cache=True)
 def _peaks(k: int, residual: np.ndarray, device: np.ndarray, alloc: np.ndarray, free: np.ndarray,
-           nbytes: np.ndarray):
-    """Per device, the peak of residual + live buffers and the first instant it is reached."""
-    b = device.size
-    # At one instant: releases of buffers that lived a while (their consumer finished), then
-    # allocations (ops starting), then releases of buffers allocated at that same instant. Events
-    # are laid out in that phase order and sorted stably by time.
-    time = np.empty(2 * b)
-    event = np.empty(2 * b, np.int64)  # buffer index, negated-minus-one for a release
-    pos = 0
-    for i in range(b):
-        if free[i] > alloc[i]:
-            time[pos] = free[i]
-            event[pos] = -i - 1
-            pos += 1
-    for i in range(b):
-        time[pos] = alloc[i]
-        event[pos] = i
-        pos += 1
-    for i in range(b):
-        if not free[i] > alloc[i]:
-            time[pos] = free[i]
-            event[pos] = -i - 1
-            pos += 1
-    order = np.argsort(time, kind="mergesort")
+           nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per device, the peak of residual + live buffers and the first instant it is reached.
+
+    At one instant: releases of buffers that lived a while (their consumer finished), then
+    allocations (ops starting), then releases of buffers allocated at that same instant. Events are
+    laid out in that phase order and sorted stably by time (NumPy's sort: a sort compiled by numba
+    would add seconds to the first run's compile), then swept in order.
+    """
+    index = np.arange(device.size, dtype=np.int64)
+    lived = free > alloc
+    time = np.concatenate([free[lived], alloc, free[~lived]])
+    event = np.concatenate([-index[lived] - 1, index, -index[~lived] - 1])  # negated-minus-one: a release
+    order = np.argsort(time, kind="stable")
+    peak, peak_time = _sweep_peaks(k, order, time, event, device, nbytes)
+    return peak + residual, peak_time
+
+
+@njit(cache=True)
+def _sweep_peaks(k: int, order: np.ndarray, time: np.ndarray, event: np.ndarray, device: np.ndarray,
+                 nbytes: np.ndarray):
     in_use = np.zeros(k, np.int64)
     peak = np.zeros(k, np.int64)
     peak_time = np.zeros(k)
@@ -202,7 +197,7 @@ def _peaks(k: int, residual: np.ndarray, device: np.ndarray, alloc: np.ndarray, 
         else:
             x = -x - 1
             in_use[device[x]] -= nbytes[x]
-    return peak + residual, peak_time
+    return peak, peak_time
 
 
 def track_memory(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: Schedule) -> MemoryProfile:

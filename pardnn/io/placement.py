@@ -46,6 +46,7 @@ _INT64_MAX = 2**63 - 1
 _COMMENT = re.compile(r"(?:^|\s)#")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _TF_NAME = re.compile(r"[A-Za-z0-9_.\-/>:]+")  # always writable: no whitespace, no '#'
+_TF_NAMES = re.compile(r"[A-Za-z0-9_.\-/>:\n]*")  # such names joined by line breaks
 
 
 # ---------------------------------------------------------------------------------------- reading
@@ -269,6 +270,9 @@ def format_placement(graph: CostGraph, placement: npt.ArrayLike, format: str = "
             for op_name, device in zip(graph.names, devices, strict=True)
         )
         return f"{{\n{body}\n}}\n"
+    joined = "\n".join(graph.names)
+    if _TF_NAMES.fullmatch(joined) and joined.count("\n") == graph.n - 1:  # the usual case: one regex pass
+        return "".join(map("{} {}\n".format, graph.names, devices))
     for op_name in graph.names:
         if not _TF_NAME.fullmatch(op_name) and not _writable_as_text(op_name):
             raise InvalidPlacementError(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ import pytest
 from pardnn.cli import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_OK, main
 from pardnn.graph import CostGraph
 from pardnn.io import read_placement, write_graph, write_placement
+from pardnn.synthetic import dnn_graph
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mlp-train.json"
 
@@ -137,3 +140,18 @@ def test_help_teaches(capsys):
         main(["place", "--help"])
     out = capsys.readouterr().out
     assert "--memory-heuristic" in out and "exit codes" in out and "32GiB" in out
+
+
+@pytest.mark.slow
+def test_first_run_compiles_in_under_10_s(tmp_path: Path) -> None:
+    """A fresh machine's first `pardnn place` compiles every sweep (numba, into an empty cache)."""
+    graph_path = tmp_path / "g.json.gz"
+    write_graph(dnn_graph(2000), graph_path)
+    cache = tmp_path / "numba-cache"
+    argv = [sys.executable, "-m", "pardnn.cli", "place", str(graph_path), "-k", "4", "-o", str(tmp_path / "p"), "-q"]
+    started = time.perf_counter()
+    done = subprocess.run(argv, env={**os.environ, "NUMBA_CACHE_DIR": str(cache)}, capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    assert done.returncode == EXIT_OK, done.stderr
+    assert len(list(cache.rglob("*.nbi"))) >= 10, "the sweeps were not compiled into the empty cache"
+    assert elapsed < 10.0, f"first run took {elapsed:.1f} s"

@@ -24,6 +24,7 @@ from pardnn.io import (
     format_placement,
     graph_from_dict,
     graph_to_dict,
+    native,
     parse_placement_lines,
     read_any_graph,
     read_graph,
@@ -241,6 +242,50 @@ def test_graph_to_dict_is_what_write_graph_writes(tmp_path: Path) -> None:
     write_graph(graph, tmp_path / "small.json")
     assert json.loads((tmp_path / "small.json").read_text()) == graph_to_dict(graph)
     assert graph_from_dict(graph_to_dict(graph)) == graph
+
+
+@ROUND_TRIP
+@given(graph=graphs(names=ANY_NAME) | graphs(), data=st.data())
+def test_fast_path_reads_what_the_checked_path_reads(graph: CostGraph, data: st.DataObject) -> None:
+    """Every file the writer writes takes the fast (msgspec) path, and both paths build the same graph,
+    also with edge ``bytes`` left out or null and fields left at their defaults."""
+    document = graph_to_dict(graph)
+    for edge in document["edges"]:
+        choice = data.draw(st.sampled_from(["keep", "null", "drop"]))
+        if choice == "null":
+            edge["bytes"] = None
+        elif choice == "drop":
+            del edge["bytes"]
+    for node in document["nodes"]:
+        for field, default in (("op", ""), ("kind", "normal"), ("colocate", None)):
+            if node.get(field) == default and data.draw(st.booleans()):
+                del node[field]
+    raw = json.dumps(document).encode()
+    fast = native._graph_from_bytes_fast(raw, "g.json", "g")
+    assert fast is not None, "a well-formed file fell back to the slow checked path"
+    assert fast == graph_from_dict(json.loads(raw), "g.json", default_name="g")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda d: d["nodes"][0].__setitem__("out_bytes", 1e6), "a whole number written as 1e6"),
+        (lambda d: d["nodes"][0].__setitem__("param_bytes", 4096.0), "a whole number written as 4096.0"),
+        (lambda d: d["edges"][0].__setitem__("bytes", 2.0e3), "edge bytes written as 2.0e3"),
+        (lambda d: d.__setitem__("memory_limit_bytes", 1e9), "a memory limit written as 1e9"),
+    ],
+    ids=["out_bytes", "param_bytes", "edge_bytes", "memory_limit"],
+)
+def test_files_the_fast_path_leaves_to_the_checked_path(
+    tmp_path: Path, mutate: Callable[[dict[str, Any]], None], field: str
+) -> None:
+    document = graph_to_dict(small_graph())
+    mutate(document)
+    raw = json.dumps(document).encode()
+    assert native._graph_from_bytes_fast(raw, "g.json", "g") is None, field
+    path = tmp_path / "g.json"
+    path.write_bytes(raw)
+    assert read_graph(path) == graph_from_dict(json.loads(raw), str(path), default_name="g")
 
 
 @pytest.mark.parametrize("suffix", [".json", ".json.gz"])
