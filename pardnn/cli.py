@@ -411,8 +411,13 @@ def cmd_max_batch(args: argparse.Namespace) -> int:
               f"(peak {format_bytes(probe.peak_bytes)} of {format_bytes(probe.limit_bytes)}; {source})",
               file=sys.stderr, flush=True)
 
+    def on_note(message: str) -> None:
+        if not args.quiet:
+            print(f"pardnn max-batch: {message}", file=sys.stderr, flush=True)
+
     rows = job_max_batch(job, args.devices, memory=args.memory, reserve=args.reserve, preset=args.device_preset,
-                         cache=args.cache or None, limit=args.max_batch, on_probe=on_probe)
+                         cache=args.cache or None, limit=args.max_batch, rebuild=args.rebuild, on_probe=on_probe,
+                         on_note=on_note)
     preset = args.device_preset or job.device_preset
     reserve = job.reserve if args.reserve is None else args.reserve
     machine = job_machine(preset, 1, args.memory if args.memory is not None else job.memory, reserve)
@@ -544,8 +549,11 @@ def build_parser() -> argparse.ArgumentParser:
         "max-batch", help="the largest batch a job trains with on K devices: ParDNN against data parallelism",
         description="For each device count K, find the largest batch size for which ParDNN (memory heuristic I) "
                     "places the job's training step within every device's memory, by doubling then bisection; each "
-                    "probe builds the job's graph at that batch size (graph mode: nothing is allocated), estimates "
-                    "its costs on the device preset and partitions it. Also reports data parallelism's answer (the "
+                    "probe costs the job's graph at that batch size on the device preset and partitions it. The "
+                    "graph is built in TensorFlow (graph mode: nothing is allocated) at batches 1, 2 and 3; other "
+                    "sizes are computed from batches 2 and 3 (sizes, FLOPs and bytes grow linearly with the batch), "
+                    "and checked against one more build at the largest batch probed (--rebuild builds every "
+                    "probe). Also reports data parallelism's answer (the "
                     "largest batch one device holds, times K) and the ratio, as in the paper's batch-size table. "
                     "Probe results are cached (--cache), so a rerun is instant. Needs TensorFlow.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -562,6 +570,11 @@ def build_parser() -> argparse.ArgumentParser:
                            help="probe cache file (default: %(default)s); a rerun with the same job, batch, K and "
                                 "memory reuses it; '' for none)")
     max_batch.add_argument("--max-batch", type=int, default=1 << 20, help="largest batch to try (default: 2^20)")
+    max_batch.add_argument("--rebuild", action="store_true",
+                           help="build the graph in TensorFlow at every probed batch (4-30 s each for the paper's "
+                                "models) instead of building it at batches 2 and 3 and computing the others; the "
+                                "default checks the computed graphs against a build at the largest batch probed "
+                                "and rebuilds by itself when they differ")
     max_batch.add_argument("--json", action="store_true", help="print JSON")
     max_batch.add_argument("--csv", help="also write the table as CSV to this file")
     max_batch.add_argument("--plot", help="also plot max batch against K (PNG) to this file")

@@ -30,3 +30,7 @@ class InfeasibleError(PardnnError):
 
 class MissingDependencyError(PardnnError, ImportError):
     """An optional package a feature needs is not installed; the message says what to install."""
+
+
+class ScalingError(PardnnError):
+    """Costs that do not scale with the batch size as :mod:`pardnn.batchscale` needs (names the op)."""

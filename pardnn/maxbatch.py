@@ -98,6 +98,24 @@ class ProbeCache:
 
     def put(self, key: str, result: ProbeResult) -> None:
         self.entries[key] = {**asdict(result), "cached": False}
+        self._save()
+
+    def staged(self) -> ProbeCache:
+        """An in-memory copy: what it adds reaches this cache only through :meth:`commit`."""
+        copy = ProbeCache()
+        copy.entries = dict(self.entries)
+        return copy
+
+    def added_since(self, base: ProbeCache) -> dict[str, ProbeResult]:
+        """Entries this cache has and ``base`` has not (probes computed since :meth:`staged`)."""
+        return {key: ProbeResult(**entry) for key, entry in self.entries.items() if key not in base.entries}
+
+    def commit(self, results: dict[str, ProbeResult]) -> None:
+        """Add ``results`` (as from :meth:`added_since`) and write the file once."""
+        self.entries.update({key: {**asdict(result), "cached": False} for key, result in results.items()})
+        self._save()
+
+    def _save(self) -> None:
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")

@@ -23,6 +23,10 @@ latency) and ``launch_us`` (5 µs: TensorFlow's per-op dispatch and kernel launc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from pardnn.errors import InvalidMachineError
 from pardnn.machine import Machine
@@ -44,6 +48,16 @@ class DevicePreset:
     link_bandwidth_Bps: float
     latency_us: float = 25.0
     launch_us: float = 5.0
+
+    def kernel_us(self, flops: npt.ArrayLike, moved_bytes: npt.ArrayLike) -> Any:
+        """Roofline time of kernels in µs: ``max(flops / peak, bytes / bandwidth) × 1e6 + launch``.
+
+        Elementwise over arrays (a NumPy float for scalars); the one formula behind
+        :func:`pardnn.tf.estimate.estimate` and :mod:`pardnn.batchscale`, so both give identical times.
+        """
+        flops_a = np.asarray(flops, dtype=np.float64)
+        moved_a = np.asarray(moved_bytes, dtype=np.float64)
+        return np.maximum(flops_a / self.peak_flops, moved_a / self.memory_bandwidth_Bps) * 1e6 + self.launch_us
 
 
 PRESETS: dict[str, DevicePreset] = {

@@ -102,12 +102,13 @@ def build(params: dict[str, Any], batch_size: int) -> Net:
                  for index in range(params["layers"])]
         with v1.variable_scope("generate"):
             generate = _Conv("conv", (window, 1, 1), hidden_channels, channels)
-        zeros = tf.zeros([batch_size, window, size, size, hidden_channels], name="zero_state")
+        # tf.fill: the same ops at every batch size (tf.zeros switches from Const to Fill at 1,000 elements).
+        zeros = tf.fill([batch_size, window, size, size, hidden_channels], 0.0, name="zero_state")
         hidden = [zeros] * len(cells)
         cell_state = [zeros] * len(cells)
         history: list[tf.Tensor | None] = [None] * len(cells)
         memory = zeros
-        inputs = [tf.zeros([batch_size, size, size, channels], name="zero_frame")] * (window - 1)
+        inputs = [tf.fill([batch_size, size, size, channels], 0.0, name="zero_frame")] * (window - 1)
         generated = []
         generated_frame = None
         for step in range(total - 1):

@@ -15,7 +15,7 @@ imported here by name, so ``pardnn.tf.profile`` is the function (its module is
 from pardnn.presets import PRESETS, DevicePreset, machine_for, preset
 from pardnn.tf.apply import ApplyReport, apply, device_names, session_config
 from pardnn.tf.capture import capture, colocation_groups, trace_step
-from pardnn.tf.estimate import OpCost, estimate, op_cost, op_flops
+from pardnn.tf.estimate import OpCost, estimate, estimate_parts, op_cost, op_flops
 from pardnn.tf.profile import ProfileReport, profile, profile_with_report
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "colocation_groups",
     "device_names",
     "estimate",
+    "estimate_parts",
     "machine_for",
     "op_cost",
     "op_flops",

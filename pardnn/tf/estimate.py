@@ -45,11 +45,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from pardnn.batchscale import CostParts, largest_term
 from pardnn.graph import CostGraph, Kind
 from pardnn.presets import DevicePreset, preset
 from pardnn.tf.capture import cost_graph, op_kind, static_sizes, trace_step
 
-__all__ = ["OpCost", "estimate", "op_bytes", "op_cost", "op_flops"]
+__all__ = ["OpCost", "estimate", "estimate_parts", "op_bytes", "op_cost", "op_flop_terms", "op_flops"]
 
 FREE_OPS = frozenset({
     "NoOp", "Const", "HostConst", "Identity", "IdentityN", "Placeholder", "PlaceholderWithDefault",
@@ -114,27 +115,38 @@ def _tensor_at(op: tf.Operation, index: int) -> tf.Tensor:
 
 def op_flops(op: tf.Operation, *, unknown_dim: int | None = None) -> int:
     """FLOPs of one execution of ``op`` (multiply-add = 2), from static shapes; 0 for free ops."""
+    return max(op_flop_terms(op, unknown_dim=unknown_dim), default=0)
+
+
+def op_flop_terms(op: tf.Operation, *, unknown_dim: int | None = None) -> list[int]:
+    """The candidates whose largest is :func:`op_flops`: one for MatMuls and convolutions, the element
+    count of each input and output for the one-FLOP-per-element rule, none for free ops.
+
+    Kept apart because each candidate grows linearly with the batch while their maximum need not
+    (an embedding gradient's segment sum: its output at a small batch, its input at a large one);
+    :mod:`pardnn.batchscale` extends each candidate and then takes the maximum.
+    """
     if op.type in FREE_OPS:
-        return 0
+        return []
     if op.type in _MATMUL:
         a = _dims(op.inputs[0], unknown_dim)
         if a is None:
-            return 0
+            return [0]
         if op.type == "MatMul":
             inner = a[0] if op.get_attr("transpose_a") else a[1]
         else:
             inner = a[-2] if op.get_attr("adj_x") else a[-1]
-        return 2 * _elements(op.outputs[0], unknown_dim) * inner
+        return [2 * _elements(op.outputs[0], unknown_dim) * inner]
     if op.type in _CONV or op.type in _DEPTHWISE:
         filter_index, work_index = _CONV.get(op.type) or _DEPTHWISE[op.type]
         kernel = _dims(_tensor_at(op, filter_index), unknown_dim)
         if kernel is None:
-            return 0
+            return [0]
         # Filter layout [spatial..., in, out] (depthwise: [spatial..., in, multiplier]).
         per_element = math.prod(kernel[:-1] if op.type in _CONV else kernel[:-2])
-        return 2 * _elements(_tensor_at(op, work_index), unknown_dim) * per_element
+        return [2 * _elements(_tensor_at(op, work_index), unknown_dim) * per_element]
     tensors = [t for t in list(op.inputs) + list(op.outputs) if t.dtype.base_dtype.size > 0]
-    return max((_elements(t, unknown_dim) for t in tensors), default=0)
+    return [_elements(t, unknown_dim) for t in tensors]
 
 
 def op_bytes(op: tf.Operation, *, unknown_dim: int | None = None) -> int:
@@ -190,8 +202,7 @@ class _Estimator:
             return OpCost(0, 0, 0.0)
         flops = op_flops(op, unknown_dim=self.unknown_dim)
         moved = op_bytes(op, unknown_dim=self.unknown_dim)
-        seconds = max(flops / self.spec.peak_flops, moved / self.spec.memory_bandwidth_Bps)
-        return OpCost(flops, moved, seconds * 1e6 + self.spec.launch_us)
+        return OpCost(flops, moved, float(self.spec.kernel_us(flops, moved)))
 
     def _body_us(self, op: tf.Operation, name: str) -> float:
         if name not in self.function_us:
@@ -266,7 +277,38 @@ def estimate(graph: tf.Graph, fetches: Any, device: str | DevicePreset = "v100-3
     -----
     O(|V| + |E|) plus the ops of each function body once.
     """
+    return estimate_parts(graph, fetches, device, unknown_dim=unknown_dim, loop_trips=loop_trips, name=name).graph
+
+
+def estimate_parts(graph: tf.Graph, fetches: Any, device: str | DevicePreset = "v100-32gb", *,
+                   unknown_dim: int | None = None, loop_trips: int = 1, name: str = "tf-step") -> CostParts:
+    """:func:`estimate`, with each op's FLOPs and bytes moved beside the graph.
+
+    What :class:`pardnn.batchscale.BatchScaling` needs to give the graph at other batch sizes
+    without building it again. Arguments as for :func:`estimate`; ``.graph`` is what it returns.
+    """
     step = trace_step(graph, fetches)
     sizes = static_sizes(step, unknown_dim)
-    estimator = _Estimator(preset(device), unknown_dim, loop_trips)
-    return cost_graph(step, sizes, [estimator.cost(op).us for op in step.ops], name=name)
+    spec = preset(device)
+    estimator = _Estimator(spec, unknown_dim, loop_trips)
+    kernel = np.array([op.type not in FREE_OPS and op.type not in _FUNCTION_ATTRS for op in step.ops], bool)
+    terms: list[int] = []
+    counts: list[int] = []
+    moved: list[int] = []
+    other_us: list[float] = []
+    for op, launches in zip(step.ops, kernel.tolist(), strict=True):
+        if launches:
+            own = op_flop_terms(op, unknown_dim=unknown_dim)
+            terms.extend(own)
+            counts.append(len(own))
+            moved.append(op_bytes(op, unknown_dim=unknown_dim))
+            other_us.append(0.0)
+        else:
+            counts.append(0)
+            moved.append(0)
+            other_us.append(estimator.cost(op).us)
+    flop_ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    flop_terms = np.array(terms, np.float64)
+    moved_bytes = np.array(moved, np.float64)
+    comp_us = np.where(kernel, spec.kernel_us(largest_term(flop_terms, flop_ptr), moved_bytes), other_us)
+    return CostParts(cost_graph(step, sizes, comp_us, name=name), flop_ptr, flop_terms, moved_bytes, kernel)

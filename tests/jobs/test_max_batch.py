@@ -88,3 +88,48 @@ def test_bad_job_is_one_line(tmp_path, capsys):
     assert main(["max-batch", str(bad)]) == 1
     err = capsys.readouterr().err
     assert "bad.toml" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", ["wrn-tiny", "trn-tiny", "e3d-tiny", "word-rnn-tiny", "char-crn-tiny"])
+def test_scaled_graphs_equal_built_ones_for_every_model(name):
+    """What makes max-batch fast is exact for the five models: the graph computed from batches 2 and 3
+    equals the graph TensorFlow builds, also past a max switch (TRN's embedding gradient)."""
+    from pardnn.batchscale import BatchScaling
+    from pardnn.presets import preset
+    from pardnn.tf import estimate_parts
+
+    job = load_job(name)
+
+    def parts(batch):
+        train = build(job, batch_size=batch)
+        return estimate_parts(train.graph, train.fetches, job.device_preset, name=f"{name}-b{batch}")
+
+    scaling = BatchScaling(parts(2), parts(3), 2, preset(job.device_preset))
+    for batch in (5, 300):
+        built = parts(batch)
+        assert scaling.mismatch(built, batch) is None
+        assert scaling.graph_at(batch, name=built.graph.name) == built.graph
+
+
+def test_rebuilding_every_probe_gives_the_same_answers(tiny, tmp_path):
+    notes = []
+    scaled = job_max_batch(tiny, [1, 2, 4], memory=MEMORY, cache=tmp_path / "a.json", on_note=notes.append)
+    rebuilt = job_max_batch(tiny, [1, 2, 4], memory=MEMORY, cache=tmp_path / "b.json", rebuild=True)
+    assert [(r.pardnn_batch, r.data_parallel_batch) for r in scaled] == \
+        [(r.pardnn_batch, r.data_parallel_batch) for r in rebuilt]
+    assert any("equals the built one" in note for note in notes)
+    assert sum("built and costed" in note for note in notes) == 4  # batches 1, 2, 3 and the check
+
+
+def test_a_failed_check_falls_back_to_building_every_probe(tiny, tmp_path, monkeypatch):
+    from pardnn.batchscale import BatchScaling
+
+    monkeypatch.setattr(BatchScaling, "mismatch", lambda self, built, batch: "op 'x' (Foo): made up")
+    notes = []
+    cache = tmp_path / "cache.json"
+    rows = job_max_batch(tiny, [1, 2], memory=MEMORY, cache=cache, on_note=notes.append)
+    assert any("is not the built one (op 'x' (Foo): made up); building every probe" in note for note in notes)
+    rebuilt = job_max_batch(tiny, [1, 2], memory=MEMORY, cache=tmp_path / "other.json", rebuild=True)
+    assert [r.pardnn_batch for r in rows] == [r.pardnn_batch for r in rebuilt]
+    # Only probes of built graphs entered the cache: it holds exactly what the rebuilding search computed.
+    assert json.loads(cache.read_text()).keys() == json.loads((tmp_path / "other.json").read_text()).keys()
