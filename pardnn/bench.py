@@ -30,6 +30,7 @@ import dataclasses
 import math
 import os
 import platform
+import re
 import shlex
 import statistics
 import subprocess
@@ -809,8 +810,36 @@ def write_outputs(results: BenchResults, command: str, artifacts: Path, results_
         if len({r.ops for r in runs}) >= 2:
             written.append(artifacts / f"time-{_slug(suite)}.png")
             plot_times(runs, written[-1], k, f"{suite}: placer time against |V| at K = {k} (log–log)")
-    results_path.write_text(render_markdown(results, command, artifacts, results_path))
+    kept = kept_sections(results_path.read_text()) if results_path.exists() else []
+    results_path.write_text("\n".join([render_markdown(results, command, artifacts, results_path), *kept]))
     return [results_path, *written]
+
+
+_SECTION = re.compile(r"<!-- section: (?P<name>[\w-]+) .*?-->\n.*?<!-- end section: (?P=name) -->\n", re.S)
+
+
+def kept_sections(text: str) -> list[str]:
+    """The sections other benchmarks wrote into a results file, which ``pardnn bench`` keeps."""
+    return [match.group(0) for match in _SECTION.finditer(text)]
+
+
+def write_section(path: Path, name: str, body: str, writer: str) -> None:
+    """Put ``body`` into the Markdown file ``path`` as section ``name``, in place of its last version.
+
+    The section is delimited by HTML comments naming it and ``writer`` (the command that writes it);
+    the rest of the file is left as it is, and ``pardnn bench`` keeps the section when it rewrites
+    its own part of ``benchmarks/RESULTS.md``.
+    """
+    block = (f"<!-- section: {name} (written by `{writer}`; `pardnn bench` keeps it) -->\n{body.rstrip()}\n"
+             f"<!-- end section: {name} -->\n")
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    current = next((m for m in _SECTION.finditer(text) if m.group("name") == name), None)
+    if current is not None:
+        text = text[:current.start()] + block + text[current.end():]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
 
 
 # ---------------------------------------------------------------------------------- command line

@@ -12,12 +12,13 @@ size and succeed at the next. After doubling and bisection, the search therefore
 until three sizes in a row fail, and reports the largest size that fitted.
 
 Probes are cached by key (job fingerprint, batch, K, memory, reserve, heuristic), in memory and
-optionally in a JSON file, so a rerun is instant; the caller's ``graph_for_batch`` keeps built graphs
-by batch, so the K values share one build per batch size.
+optionally in a JSON file, so a rerun is instant; the caller's ``graph_for_batch`` keeps its graphs
+by batch, so the K values share one graph per batch size (``jobs.maxbatch`` builds few graphs and
+computes the others with :mod:`pardnn.batchscale`).
 
-Probes are few because each builds a graph: data parallelism's search starts from a linear
-extrapolation of the peak memory at batches 1 and 2, and each K's from the previous K's answer
-scaled by the device count; both gallop from their guess, then bisect.
+Probes are few all the same: data parallelism's search starts from a linear extrapolation of the
+peak memory at batches 1 and 2, and each K's from the previous K's answer scaled by the device
+count; both gallop from their guess, then bisect.
 
 Complexity: O(log B) probes per K for an answer B (doubling or galloping, then bisection), plus
 the upward scan (3 more for a monotone heuristic); O(log |B - guess|) with a guess.

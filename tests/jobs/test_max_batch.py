@@ -133,3 +133,18 @@ def test_a_failed_check_falls_back_to_building_every_probe(tiny, tmp_path, monke
     assert [r.pardnn_batch for r in rows] == [r.pardnn_batch for r in rebuilt]
     # Only probes of built graphs entered the cache: it holds exactly what the rebuilding search computed.
     assert json.loads(cache.read_text()).keys() == json.loads((tmp_path / "other.json").read_text()).keys()
+
+
+def test_benchmark_section_sets_ours_beside_the_papers(tmp_path):
+    from benchmarks.max_batch import main as bench_main
+    from benchmarks.max_batch import render
+    from pardnn.maxbatch import BatchRow
+
+    rows = [BatchRow(k, 2 * k if k > 1 else 2, 2 * k) for k in (1, 2, 4, 8, 16)]
+    text = render([("trn", rows, 123.4, "exact (built at 40); 4 builds"), ("e3d", None, 10.0, "x")], 2000.0, "cmd")
+    assert "| trn | 4 | 8 | 8 | 1.00 | 32 (8x) |" in text
+    assert "| e3d | 1 | 0 | 0 | - | 1 (1x) |" in text  # infeasible even at batch 1
+    assert "| trn | 123 s | yes | 0 | exact (built at 40); 4 builds |" in text
+    assert "The whole table: 2000 s (target < 1800 s: **missed**)." in text
+    with pytest.raises(SystemExit):
+        bench_main(["--models", "resnet"])

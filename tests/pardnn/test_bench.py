@@ -278,3 +278,27 @@ def test_an_infeasible_timed_command_is_a_result_and_a_crash_is_an_error():
     assert _median_wall([sys.executable, "-c", "pass"], 1)[1] is False
     with pytest.raises(PardnnError, match="exit 1"):
         _median_wall([sys.executable, "-c", "import sys; sys.exit('boom')"], 1)
+
+
+def test_sections_of_other_benchmarks_survive_a_rewrite(tmp_path):
+    from pardnn.bench import kept_sections, write_section
+
+    results = tmp_path / "RESULTS.md"
+    write_section(results, "max-batch", "## Largest batch\n\nfirst\n", "python -m benchmarks.max_batch")
+    write_section(results, "other", "## Other\n", "somebody")
+    write_section(results, "max-batch", "## Largest batch\n\nsecond\n", "python -m benchmarks.max_batch")
+    text = results.read_text()
+    assert "first" not in text and text.count("## Largest batch") == 1
+    assert text.index("## Largest batch") < text.index("## Other")  # replaced where it stood
+    # `pardnn bench` rewrites its own part and keeps both sections.
+    assert main(["bench", "--quick", "--sizes", "--devices", "2", "--no-speed", "--out", str(tmp_path / "out"),
+                 "--results", str(results), "--graphs", str(write_tiny(tmp_path)), "--placers", "round_robin"]) == EXIT_OK
+    rewritten = results.read_text()
+    assert rewritten.startswith("# Benchmark results\n\nCommand: `pardnn bench")
+    assert kept_sections(rewritten) == kept_sections(text)
+
+
+def write_tiny(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.json.gz"
+    write_graph(dnn_graph(300), path)
+    return path
