@@ -73,7 +73,7 @@ def run(models: Sequence[str], cache: str | None) -> tuple[list[tuple[str, list[
     for model in models:
         notes: list[str] = []
 
-        def on_note(message: str) -> None:
+        def on_note(message: str, notes: list[str] = notes, model: str = model) -> None:
             notes.append(message)
             print(f"benchmarks.max_batch: {model}: {message}", file=sys.stderr, flush=True)
 

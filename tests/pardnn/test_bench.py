@@ -291,8 +291,9 @@ def test_sections_of_other_benchmarks_survive_a_rewrite(tmp_path):
     assert "first" not in text and text.count("## Largest batch") == 1
     assert text.index("## Largest batch") < text.index("## Other")  # replaced where it stood
     # `pardnn bench` rewrites its own part and keeps both sections.
-    assert main(["bench", "--quick", "--sizes", "--devices", "2", "--no-speed", "--out", str(tmp_path / "out"),
-                 "--results", str(results), "--graphs", str(write_tiny(tmp_path)), "--placers", "round_robin"]) == EXIT_OK
+    argv = ["bench", "--quick", "--sizes", "--devices", "2", "--no-speed", "--out", str(tmp_path / "out"),
+            "--results", str(results), "--graphs", str(write_tiny(tmp_path)), "--placers", "round_robin"]
+    assert main(argv) == EXIT_OK
     rewritten = results.read_text()
     assert rewritten.startswith("# Benchmark results\n\nCommand: `pardnn bench")
     assert kept_sections(rewritten) == kept_sections(text)
