@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, Machine
-from pardnn.partition import keep_groups_whole, partition
+from pardnn.emulator import emulate
+from pardnn.partition import groups_by_vote, keep_groups_whole, partition, resolve_groups
 from pardnn.simulate import check_placement, colocation_violations
 from pardnn.synthetic import dnn_graph
 from tests.conftest import random_dags
@@ -50,6 +51,48 @@ def test_groups_follow_their_topologically_first_member():
     g = CostGraph(["read", "var", "apply"], [1, 0, 1], [4, 4, 0], [1, 0], [0, 2], colocation=["v", "v", "v"])
     place, moved = keep_groups_whole(g, np.array([0, 1, 2]))
     assert place.tolist() == [1, 1, 1] and moved == 2
+
+
+def variable_step() -> tuple[CostGraph, np.ndarray]:
+    r"""A variable's group {var, read, apply} and two outside ops, as LFLAM might split them::
+
+        var(1) -> read(0) -> mm(0) -> grad(0) -> apply(1)     (device in brackets)
+          \_______________________________________^
+
+    Each edge carries 1 MB; ``read`` and ``apply`` compute 1 us, ``mm`` and ``grad`` 5 us.
+    """
+    g = CostGraph(["var", "read", "mm", "grad", "apply"], [0, 1, 5, 5, 1], [10**6] * 4 + [0],
+                  [0, 1, 2, 3, 0], [1, 2, 3, 4, 4], colocation=["v", "v", None, None, "v"])
+    return g, np.array([1, 0, 0, 0, 1])
+
+
+def test_groups_by_vote_by_hand():
+    """Group v on device 0: read's 1 us, plus the edges read -> mm and grad -> apply, whose outside
+    ends sit on 0 (var -> read and var -> apply are inside the group); on device 1: apply's 1 us
+    (var computes nothing). Device 0 wins, so var and apply move."""
+    g, raw = variable_step()
+    machine = Machine(2, bandwidth=1e9, latency=5.0)
+    weight = machine.edge_comm_us(g.edge_bytes)  # 1005 us per edge
+    place, moved = groups_by_vote(g, raw, weight, 2)
+    assert place.tolist() == [0, 0, 0, 0, 0] and moved == 2
+    first, moved_first = keep_groups_whole(g, raw)  # var is first: the group goes to device 1
+    assert first.tolist() == [1, 1, 0, 0, 1] and moved_first == 1
+    chosen = resolve_groups(g, machine, raw, weight)
+    # First member: read -> mm and grad -> apply cross devices (2 × 1005 us); vote: nothing crosses.
+    assert chosen.rule == "vote" and chosen.placement.tolist() == [0, 0, 0, 0, 0]
+    assert chosen.schedule.makespan_us == 12.0
+    assert emulate(g, machine, first).makespan_us == 12.0 + 2 * 1005.0
+
+
+@given(random_dags(max_ops=40), st.integers(2, 5))
+def test_resolving_groups_is_never_slower_than_following_the_first_member(g, k):
+    machine = Machine(k, bandwidth=1e8, latency=5.0)
+    raw = np.arange(g.n, dtype=np.int64) % k
+    chosen = resolve_groups(g, machine, raw, machine.edge_comm_us(g.edge_bytes))
+    assert colocation_violations(g, chosen.placement) == []
+    first, _ = keep_groups_whole(g, raw)
+    assert chosen.schedule.makespan_us <= emulate(g, machine, first).makespan_us
+    assert chosen.schedule.makespan_us == emulate(g, machine, chosen.placement).makespan_us
 
 
 @pytest.mark.parametrize("k", [2, 4, 8])
