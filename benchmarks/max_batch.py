@@ -65,12 +65,16 @@ Agreements and differences:
   in the batch), then checked against one more build at the largest batch probed (column "check"); a
   failed check would rebuild every probe, which is what took 11-18 minutes a row before.
 - **Near the limit the answer is a band, not a number.** Heuristic I is greedy: close to the largest
-  batch it fits, fails and fits again as the batch grows by one (Word-RNN on 4 GPUs: 4015-4016 fit,
-  4017 fails, 4018 fits, 4019-4020 fail, 4021-4029 fit, ..., 4055 fits, 4056-4059 fail). The search
-  bisects to a fitting size, then scans upward until three sizes in a row fail or twelve sizes are
-  scanned, so it reports a size inside that band: 4021 here, 0.8 % below the 4055 an exhaustive
-  scan finds. An earlier, slower search path reported 4055, 5094 and 5280 for Word-RNN at 4, 8 and
-  16 GPUs where this one reports 4021, 5085 and 5297.
+  batch it fits, fails and fits again as the batch grows by one (measured for Word-RNN on 4 GPUs
+  with groups following their first member: 4015-4016 fit, 4017 fails, 4018 fits, 4019-4020 fail,
+  4021-4029 fit, ..., 4055 fits, 4056-4059 fail). The search bisects to a fitting size, then scans
+  upward until three sizes in a row fail or twelve sizes are scanned, so it reports a size inside
+  that band (there 4021, 0.8 % below the 4055 an exhaustive scan finds).
+- **The colocation rule moves the answers.** ParDNN now sends each colocation group to the better,
+  in emulated makespan, of its first member's device and the device its compute and communication
+  vote for. That shortens TRN's step by 11-20 % but is chosen for time, not memory: TRN's largest
+  batch on 8 and 16 GPUs fell from 99 and 219 to 95 and 192, while Word-RNN's and Char-CRN's rose
+  (4 GPUs: 4021 to 4234 and 3182 to 3291).
 """
 
 
