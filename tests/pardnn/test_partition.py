@@ -84,6 +84,19 @@ def test_groups_by_vote_by_hand():
     assert emulate(g, machine, first).makespan_us == 12.0 + 2 * 1005.0
 
 
+def test_under_a_memory_limit_fewer_bytes_over_it_come_before_speed():
+    """The vote puts all five ops on device 0 (peak 3 MB: var, read and mm's outputs live at once);
+    the first-member rule peaks at 2 MB on each device. With 2.5 MB per device only the slower one
+    fits, and it is taken; without a limit the faster one is."""
+    g, raw = variable_step()
+    bounded = Machine(2, memory=2_500_000, bandwidth=1e9, latency=5.0, reserve=0.0)
+    chosen = resolve_groups(g, bounded, raw, bounded.edge_comm_us(g.edge_bytes))
+    assert chosen.rule == "first member" and chosen.placement.tolist() == [1, 1, 0, 0, 1]
+    assert chosen.memory is not None and chosen.memory.peak_bytes.tolist() == [2_000_000, 2_000_000]
+    unbounded = Machine(2, bandwidth=1e9, latency=5.0)
+    assert resolve_groups(g, unbounded, raw, unbounded.edge_comm_us(g.edge_bytes)).rule == "vote"
+
+
 @given(random_dags(max_ops=40), st.integers(2, 5))
 def test_resolving_groups_is_never_slower_than_following_the_first_member(g, k):
     machine = Machine(k, bandwidth=1e8, latency=5.0)
