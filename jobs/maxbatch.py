@@ -109,17 +109,17 @@ def job_max_batch(job: Job | str | Path, devices: Sequence[int], *, memory: str 
     if rebuild:
         return search(builder.graph, persistent)
     fit = max(start, FIT_BATCH)
-    scaling: list[BatchScaling] = []  # fitted at the first probe that needs it: a cached rerun builds nothing
+    scaling: BatchScaling | None = None  # fitted at the first probe that needs it: a cached rerun builds nothing
     scaled: OrderedDict[int, CostGraph] = OrderedDict()
 
     def graph_for_batch(batch: int) -> CostGraph:
+        nonlocal scaling
         if batch < fit or batch in builder.built:
             return builder.graph(batch)
-        if not scaling:
-            scaling.append(BatchScaling(builder.parts(fit), builder.parts(fit + 1), fit,
-                                        presets.preset(preset_name)))
+        if scaling is None:
+            scaling = BatchScaling(builder.parts(fit), builder.parts(fit + 1), fit, presets.preset(preset_name))
         if batch not in scaled:
-            scaled[batch] = scaling[0].graph_at(batch, name=f"{job.name}-b{batch}")
+            scaled[batch] = scaling.graph_at(batch, name=f"{job.name}-b{batch}")
             if len(scaled) > GRAPHS_KEPT:
                 scaled.popitem(last=False)
         return scaled[batch]
@@ -132,9 +132,9 @@ def job_max_batch(job: Job | str | Path, devices: Sequence[int], *, memory: str 
         return search(builder.graph, persistent)
     computed = staged.added_since(persistent)
     top = max((result.batch for result in computed.values()), default=0)
-    if scaling and top > fit + 1:
+    if scaling is not None and top > fit + 1:
         note(f"checking the scaled graphs: building {job.name} at batch {top}, the largest probed")
-        problem = scaling[0].mismatch(builder.parts(top), top)
+        problem = scaling.mismatch(builder.parts(top), top)
         if problem:
             note(f"the scaled graph at batch {top} is not the built one ({problem}); building every probe")
             return search(builder.graph, persistent)

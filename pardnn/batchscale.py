@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pardnn.errors import ScalingError
-from pardnn.graph import CostGraph
+from pardnn.graph import CostGraph, segment_reduce
 from pardnn.presets import DevicePreset
 
 __all__ = ["BatchScaling", "CostParts", "largest_term"]
@@ -71,11 +71,7 @@ class CostParts:
 
 def largest_term(terms: np.ndarray, ptr: np.ndarray) -> np.ndarray:
     """Per segment ``terms[ptr[i]:ptr[i + 1]]`` its largest value; 0 for an empty one. O(len(terms))."""
-    out = np.zeros(ptr.size - 1, np.float64)
-    starts = np.flatnonzero(np.diff(ptr) > 0)
-    if starts.size:  # consecutive non-empty starts bound each segment: empty ones have no length
-        out[starts] = np.maximum.reduceat(terms, ptr[starts])
-    return out
+    return segment_reduce(np.maximum, terms, ptr, 0.0)
 
 
 class BatchScaling:
@@ -182,10 +178,9 @@ def _structure_difference(a: CostParts, b: CostParts) -> str:
         if extra:
             return f"{len(extra)} ops are in one graph only (e.g. {extra[0]!r})"
         return "the ops come in a different order"
-    for field in ("ops",):
-        if getattr(ga, field) != getattr(gb, field):
-            v = next(i for i, (x, y) in enumerate(zip(ga.ops, gb.ops, strict=True)) if x != y)
-            return f"op {ga.names[v]!r} is a {ga.ops[v]} in one and a {gb.ops[v]} in the other"
+    if ga.ops != gb.ops:
+        v = next(i for i, (x, y) in enumerate(zip(ga.ops, gb.ops, strict=True)) if x != y)
+        return f"op {ga.names[v]!r} is a {ga.ops[v]} in one and a {gb.ops[v]} in the other"
     for field, label in (("kind", "kind"), ("colocation", "colocation group")):
         differs = np.flatnonzero(getattr(ga, field) != getattr(gb, field))
         if differs.size:

@@ -30,7 +30,7 @@ from numba import njit
 
 from pardnn.errors import InvalidGraphError
 
-__all__ = ["KIND_NAMES", "CostGraph", "Kind"]
+__all__ = ["KIND_NAMES", "CostGraph", "Kind", "segment_reduce"]
 
 
 class Kind(enum.IntEnum):
@@ -73,6 +73,18 @@ def _kahn(n: int, succ_ptr: np.ndarray, succ: np.ndarray, pred_ptr: np.ndarray) 
                 order[tail] = w
                 tail += 1
     return order[:tail]
+
+
+def segment_reduce(ufunc: np.ufunc, values: np.ndarray, ptr: np.ndarray, empty: float) -> np.ndarray:
+    """``ufunc`` over each CSR segment ``values[ptr[i]:ptr[i + 1]]``; ``empty`` for an empty one.
+
+    O(len(values)). ``values`` must have ``ptr[-1]`` entries (as ``pred`` has for ``pred_ptr``).
+    """
+    out = np.full(ptr.size - 1, empty, dtype=np.float64)
+    starts = np.flatnonzero(np.diff(ptr) > 0)
+    if starts.size:  # consecutive non-empty starts bound each segment: empty ones have no length
+        out[starts] = ufunc.reduceat(values, ptr[starts])
+    return out
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:

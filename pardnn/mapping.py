@@ -44,7 +44,7 @@ import numpy as np
 from numba import njit
 
 from pardnn.fenwick import fenwick_add, fenwick_build, fenwick_range
-from pardnn.graph import CostGraph
+from pardnn.graph import CostGraph, segment_reduce
 from pardnn.levels import bottom_levels, top_levels
 from pardnn.slicing import Clusters
 
@@ -222,15 +222,6 @@ def _balance(order: np.ndarray, k: int, ptr: np.ndarray, members: np.ndarray, cl
     return mapped
 
 
-def _segment_reduce(ufunc: np.ufunc, values: np.ndarray, ptr: np.ndarray, empty: float) -> np.ndarray:
-    """``ufunc`` over each segment ``values[ptr[i]:ptr[i+1]]``; ``empty`` for an empty segment. O(len(values))."""
-    out = np.full(ptr.size - 1, empty, dtype=np.float64)
-    starts = np.flatnonzero(np.diff(ptr) > 0)
-    if starts.size:  # consecutive non-empty starts bound each segment: empty ones have no length
-        out[starts] = ufunc.reduceat(values, ptr[starts])
-    return out
-
-
 def map_clusters(graph: CostGraph, edge_weight: np.ndarray, clusters: Clusters, k: int, ccr: float) -> Mapping:
     """Algorithm 2 (LFLAM): map every secondary cluster onto one of the K primaries.
 
@@ -257,7 +248,7 @@ def map_clusters(graph: CostGraph, edge_weight: np.ndarray, clusters: Clusters, 
     criticality_of_op = top + bottom
     count = clusters.count
     ptr, members = clusters.ptr, clusters.members
-    criticality = _segment_reduce(np.maximum, criticality_of_op[members], ptr, -np.inf)
+    criticality = segment_reduce(np.maximum, criticality_of_op[members], ptr, -np.inf)
     nonempty = np.diff(ptr) > 0  # only primaries can be empty
     first = np.zeros(count, np.int64)
     last = np.zeros(count, np.int64)
@@ -272,8 +263,8 @@ def map_clusters(graph: CostGraph, edge_weight: np.ndarray, clusters: Clusters, 
     span_start = np.zeros(count)
     span_end = np.full(count, float(criticality_of_op.max(initial=0.0)))
     if n:
-        latest = np.maximum(_segment_reduce(np.maximum, finish[graph.pred], graph.pred_ptr, 0.0), 0.0)
-        earliest = _segment_reduce(np.minimum, top[graph.succ], graph.succ_ptr, np.inf)
+        latest = np.maximum(segment_reduce(np.maximum, finish[graph.pred], graph.pred_ptr, 0.0), 0.0)
+        earliest = segment_reduce(np.minimum, top[graph.succ], graph.succ_ptr, np.inf)
         span_start = latest[first]
         span_end = np.where(np.isfinite(earliest[last]), earliest[last], span_end)
     span_lo = np.searchsorted(levels, span_start, side="left").astype(np.int64)

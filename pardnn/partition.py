@@ -270,7 +270,9 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
     t4 = time.perf_counter()
     if progress is not None:
         progress("evaluation", 0, 1)
-    evaluation = evaluate(graph, machine, placement, schedule=None if heuristic is not None else schedule)
+    unchanged = heuristic is None  # the placement resolve_groups emulated is the final one
+    evaluation = evaluate(graph, machine, placement, schedule=schedule if unchanged else None,
+                          memory=groups.memory if unchanged else None)
     seconds["evaluation"] = time.perf_counter() - t4
     if heuristic is not None:
         details.update(peak_after_bytes=evaluation.peak_memory_bytes, makespan_after_us=evaluation.makespan_us)
