@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pardnn import InfeasibleError
-from pardnn.baselines import PLACERS
 from pardnn.bench import machine_line
 from pardnn.io import read_any_graph
+from pardnn.placers import PLACERS
 from pardnn.presets import machine_for
 
 HERE = Path(__file__).resolve().parent

@@ -202,7 +202,7 @@ def _run_node(state: _Run, build: BuildFn, hvd: Any, guard: StopGuard) -> dict[s
 
         import pardnn.tf as ptf
         from launcher.devices import node_devices, node_machine
-        from pardnn.partition import partition
+        from pardnn import partition
     devices = node_devices(settings.devices_per_node, topology.node)
     state.devices = {"kind": devices.kind, "count": devices.count, "names": list(devices.names)}
     logger.info("%d node(s) × %d %s device(s); job %s, batch %d per node", topology.size, devices.count,

@@ -1,6 +1,13 @@
 """pardnn: the ParDNN partitioner (paper in ``shared/paper``) and its tools.
 
-NumPy in, NumPy out: nothing under ``pardnn/`` except ``pardnn/tf/`` imports TensorFlow.
+NumPy in, NumPy out: nothing under ``pardnn/`` except ``pardnn/tf/`` imports TensorFlow, and
+nothing imports the model zoo (``jobs``), the launcher or the benchmarks.
+
+    >>> from pardnn import CostGraph, Machine, partition
+    >>> result = partition(graph, Machine(4, memory="32GiB"))   # doctest: +SKIP
+
+``partition`` is the function (the pipeline lives in :mod:`pardnn.pipeline`); ``__version__`` is the
+package's one version (``pyproject.toml`` reads it from here).
 """
 
 from pardnn.errors import (
@@ -12,6 +19,8 @@ from pardnn.errors import (
 )
 from pardnn.graph import CostGraph, Kind
 from pardnn.machine import Machine
+from pardnn.pipeline import partition
+from pardnn.result import PartitionReport, Result
 
 __version__ = "0.1.0"
 
@@ -24,5 +33,8 @@ __all__ = [
     "Kind",
     "Machine",
     "PardnnError",
+    "PartitionReport",
+    "Result",
     "__version__",
+    "partition",
 ]

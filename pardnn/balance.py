@@ -29,12 +29,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pardnn.checks import colocation_violations
 from pardnn.errors import InvalidPlacementError
 from pardnn.graph import CostGraph, Kind
 from pardnn.machine import Machine
-from pardnn.overflow import units_of
-from pardnn.simulate import colocation_violations
 from pardnn.slicing import Clusters
+from pardnn.units import units_of
 
 __all__ = ["SPLIT_FACTOR", "BalanceResult", "balance_residuals", "memory_shares", "split_critical_path"]
 

@@ -44,12 +44,12 @@ from typing import Any
 
 import numpy as np
 
-from pardnn.baselines import PLACERS
+from pardnn import partition
 from pardnn.errors import InfeasibleError, MissingDependencyError, PardnnError
 from pardnn.graph import CostGraph
 from pardnn.io import read_any_graph, write_graph
 from pardnn.machine import Machine, format_bytes
-from pardnn.partition import partition
+from pardnn.placers import PLACERS
 from pardnn.synthetic import dnn_graph
 
 __all__ = ["CSV_COLUMNS", "FULL", "QUICK", "BenchResults", "Run", "SuiteConfig", "add_bench_arguments",

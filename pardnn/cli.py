@@ -226,8 +226,8 @@ def format_report(report: Any) -> str:
 
 
 def cmd_place(args: argparse.Namespace) -> int:
-    from pardnn.baselines import get_placer
     from pardnn.io import write_placement
+    from pardnn.placers import get_placer
 
     graph = _read_graph(args.graph)
     machine = _machine(args, graph, args.devices)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from pardnn.checks import check_placement
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
 
@@ -166,15 +167,13 @@ def emulate(graph: CostGraph, machine: Machine, placement: np.ndarray) -> Schedu
     graph, machine:
         What runs and where.
     placement:
-        Device index (0..K-1) of every op; validated by :func:`pardnn.simulate.check_placement`.
+        Device index (0..K-1) of every op; validated by :func:`pardnn.checks.check_placement`.
 
     Returns
     -------
     Schedule
         Start and finish time of every op, per-edge arrival time, and the makespan (µs).
     """
-    from pardnn.simulate import check_placement
-
     place = check_placement(graph, machine, placement)
     start, finish, makespan, arrival = _emulate(
         graph.n, machine.devices, graph.succ_ptr, graph.succ, machine.edge_comm_us(graph.succ_bytes),

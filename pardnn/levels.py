@@ -11,7 +11,12 @@ implicit: every op without (active) predecessors starts at 0, every op without (
 ends a path. ``active`` restricts the computation to a subgraph (the not-yet-sliced ops): inactive
 ops and their edges are ignored.
 
-Complexity: O(|V| + |E|) per call, one sweep over the cached topological order each way.
+The one critical-path walk (:func:`walk_critical_path`, with :func:`walk_back` for the part before
+its start) follows the edges that realise these levels; graph slicing and the critical-path and
+linear-clustering baselines all walk with it.
+
+Complexity: O(|V| + |E|) per call, one sweep over the cached topological order each way; a walk is
+O(sum of the degrees of the path's ops).
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from numba import njit
 
 from pardnn.graph import CostGraph
 
-__all__ = ["bottom_levels", "critical_path_us", "top_levels", "weighted_levels"]
+__all__ = ["bottom_levels", "critical_path_us", "top_levels", "walk_back", "walk_critical_path",
+           "weighted_levels"]
 
 
 @njit(cache=True)
@@ -100,3 +106,68 @@ def critical_path_us(graph: CostGraph, edge_weight: np.ndarray | None = None) ->
     if graph.n == 0:
         return 0.0
     return float(bottom_levels(graph, edge_weight).max())
+
+
+@njit(cache=True)
+def walk_critical_path(start: int, succ_ptr: np.ndarray, succ: np.ndarray, succ_weight: np.ndarray,
+                       bottom: np.ndarray, rank: np.ndarray, owner: np.ndarray, tag: int, path: np.ndarray,
+                       length: int) -> int:
+    """Claim ``start`` and the successors that realise its bottom level; return the path's new length.
+
+    Ops with ``owner >= 0`` are taken; each op the walk claims gets ``owner = tag`` and is written to
+    ``path[length:]`` in order. From ``v`` the walk goes to the free successor ``s`` that maximises
+    ``succ_weight + bl(s)``, ties to the lowest topological ``rank``, until ``v`` has no free
+    successor. With ``bottom`` the bottom levels of the free ops and ``start`` the free op of highest
+    bottom level, the path is a critical path of the free subgraph.
+    """
+    v = start
+    while v >= 0:
+        owner[v] = tag
+        path[length] = v
+        length += 1
+        best = -1
+        best_key = 0.0
+        for k in range(succ_ptr[v], succ_ptr[v + 1]):
+            s = succ[k]
+            if owner[s] >= 0:
+                continue
+            key = succ_weight[k] + bottom[s]
+            if best < 0 or key > best_key or (key == best_key and rank[s] < rank[best]):
+                best = s
+                best_key = key
+        v = best
+    return length
+
+
+@njit(cache=True)
+def walk_back(start: int, pred_ptr: np.ndarray, pred: np.ndarray, pred_weight: np.ndarray, comp: np.ndarray,
+              top: np.ndarray, rank: np.ndarray, owner: np.ndarray, tag: int, path: np.ndarray) -> int:
+    """Claim the predecessors that realise ``tl(start)``, earliest first in ``path[:back]``; return ``back``.
+
+    The mirror of :func:`walk_critical_path` (``start`` itself is not claimed): from ``v`` to the free
+    predecessor ``p`` that maximises ``tl(p) + comp(p) + pred_weight``, ties to the lowest rank.
+    ``path`` needs room for |V| ops (the walk is stored reversed at its end, then moved to the front).
+    """
+    n = path.size
+    back = 0
+    v = start
+    while True:
+        best = -1
+        best_key = -1.0
+        for k in range(pred_ptr[v], pred_ptr[v + 1]):
+            p = pred[k]
+            if owner[p] >= 0 or p == start:
+                continue
+            key = top[p] + comp[p] + pred_weight[k]
+            if best < 0 or key > best_key or (key == best_key and rank[p] < rank[best]):
+                best = p
+                best_key = key
+        if best < 0:
+            break
+        owner[best] = tag
+        back += 1
+        path[n - back] = best
+        v = best
+    for i in range(back):  # earliest first; ascending copy is safe even when the ranges overlap
+        path[i] = path[n - back + i]
+    return back

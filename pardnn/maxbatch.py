@@ -38,7 +38,7 @@ from typing import Any
 from pardnn.errors import InfeasibleError
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine, format_bytes
-from pardnn.partition import partition
+from pardnn.pipeline import partition
 
 __all__ = ["BatchRow", "ProbeCache", "ProbeResult", "data_parallel_fits", "fingerprint_of", "max_batch",
            "search_largest"]

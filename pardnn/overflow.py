@@ -45,11 +45,13 @@ import numpy as np
 
 from pardnn.emulator import Schedule, emulate
 from pardnn.errors import InfeasibleError
+from pardnn.feasibility import check_residual_capacity, infeasible_message
 from pardnn.graph import CostGraph, Kind
-from pardnn.machine import Machine, format_bytes
+from pardnn.machine import Machine
 from pardnn.memory import MemoryProfile, track_memory
+from pardnn.units import Units
 
-__all__ = ["OverflowResult", "check_residual_capacity", "handle_overflow", "infeasible_message", "units_of"]
+__all__ = ["OverflowResult", "handle_overflow"]
 
 
 @dataclass(frozen=True)
@@ -60,79 +62,6 @@ class OverflowResult:
     moved_ops: int
     rounds: int
     moves: list[tuple[int, int, int]] = field(default_factory=list)  # (unit's first op, from, to)
-
-
-def units_of(graph: CostGraph) -> np.ndarray:
-    """Unit id of every op: its colocation group id, or ``groups + op index`` for an ungrouped op."""
-    groups = len(graph.group_names)
-    return np.where(graph.colocation >= 0, graph.colocation, groups + np.arange(graph.n))
-
-
-def infeasible_message(device: int, peak: int, limit: int, machine: Machine, extra: str = "") -> str:
-    shortfall = peak - limit
-    return (f"device {device} needs {format_bytes(peak)} at its peak but its limit is {format_bytes(limit)} "
-            f"({format_bytes(int(machine.memory_bytes[device]))} less the {machine.reserve:.0%} reserve): "
-            f"{format_bytes(shortfall)} short{extra}. Options: more devices (--devices), a smaller batch, "
-            f"or a lower reserve (--reserve).")
-
-
-def check_residual_capacity(graph: CostGraph, machine: Machine) -> None:
-    """Raise :class:`InfeasibleError` at once when no placement can hold the residual bytes.
-
-    Residual ops (variables, optimizer slots) live all step, so their sum must fit in the devices'
-    total capacity, and every colocation unit's residual bytes must fit on some device.
-    """
-    limits = machine.limits_bytes
-    residual = np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0)
-    total = int(residual.sum())
-    capacity = int(limits.sum())
-    if total > capacity:
-        raise InfeasibleError(
-            f"the residual ops (variables, optimizer state) alone need {format_bytes(total)} but the "
-            f"{machine.devices} devices hold {format_bytes(capacity)} after the {machine.reserve:.0%} reserve: "
-            f"{format_bytes(total - capacity)} short. Options: more devices (--devices), a smaller model, "
-            f"or a lower reserve (--reserve).")
-    per_unit = np.bincount(units_of(graph), weights=residual)
-    if per_unit.size and per_unit.max() > limits.max():
-        unit = int(np.argmax(per_unit))
-        member = int(np.flatnonzero(units_of(graph) == unit)[0])
-        raise InfeasibleError(
-            f"op {graph.names[member]!r} and its colocation group hold {format_bytes(int(per_unit[unit]))} of "
-            f"residual state, more than any device's limit ({format_bytes(int(limits.max()))}). Options: "
-            f"larger devices, a smaller model, or a lower reserve (--reserve).")
-
-
-@dataclass(frozen=True)
-class _Units:
-    """Colocation units as CSR: members, and the edges that cross each unit's boundary."""
-
-    of: np.ndarray  # unit id per op
-    ptr: np.ndarray
-    members: np.ndarray
-    edge_ptr: np.ndarray
-    edge_other: np.ndarray  # the op at the other end of each crossing edge
-    edge_comm: np.ndarray  # its cost if cut (µs)
-    first_op: np.ndarray
-
-    @classmethod
-    def build(cls, graph: CostGraph, machine: Machine) -> _Units:
-        of = units_of(graph)
-        count = int(of.max(initial=-1)) + 1
-        members = np.argsort(of, kind="stable")
-        ptr = np.searchsorted(of[members], np.arange(count + 1))
-        src, dst = graph.edge_src, graph.edge_dst
-        crossing = of[src] != of[dst]
-        comm = machine.edge_comm_us(graph.edge_bytes[crossing])
-        owner = np.concatenate((of[src[crossing]], of[dst[crossing]]))
-        other = np.concatenate((dst[crossing], src[crossing]))
-        order = np.argsort(owner, kind="stable")
-        edge_ptr = np.searchsorted(owner[order], np.arange(count + 1))
-        first_op = np.full(count, graph.n, np.int64)
-        np.minimum.at(first_op, of, np.arange(graph.n))
-        return cls(of, ptr, members, edge_ptr, other[order], np.concatenate((comm, comm))[order], first_op)
-
-    def members_of(self, u: int) -> np.ndarray:
-        return self.members[self.ptr[u] : self.ptr[u + 1]]
 
 
 def _potentials(graph: CostGraph, place: np.ndarray, memory: MemoryProfile, schedule: Schedule,
@@ -155,7 +84,7 @@ def _potentials(graph: CostGraph, place: np.ndarray, memory: MemoryProfile, sche
     return pot + np.where(running, graph.out_bytes, 0) + residual, copies
 
 
-def _move_costs(graph: CostGraph, units: _Units, place: np.ndarray) -> np.ndarray:
+def _move_costs(graph: CostGraph, units: Units, place: np.ndarray) -> np.ndarray:
     """Eq. 5 per unit: its compute plus its communication with other units on its own device."""
     count = units.ptr.size - 1
     cost = np.bincount(units.of, weights=graph.comp_us, minlength=count)
@@ -189,7 +118,7 @@ def handle_overflow(graph: CostGraph, machine: Machine, placement: np.ndarray, *
         return OverflowResult(place, 0, 0)
     check_residual_capacity(graph, machine)
     limits = machine.limits_bytes
-    units = _Units.build(graph, machine)
+    units = Units.build(graph, machine)
     count = units.ptr.size - 1
     residual = np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0)
     frozen = np.zeros(count, bool)

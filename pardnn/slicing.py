@@ -32,7 +32,7 @@ import numpy as np
 from numba import njit
 
 from pardnn.graph import CostGraph
-from pardnn.levels import bottom_levels, top_levels
+from pardnn.levels import bottom_levels, top_levels, walk_back, walk_critical_path
 
 __all__ = ["Clusters", "slice_graph"]
 
@@ -61,76 +61,30 @@ class Clusters:
 @njit(cache=True)
 def _walk(start: int, succ_ptr: np.ndarray, succ: np.ndarray, succ_weight: np.ndarray,
           pred_ptr: np.ndarray, pred: np.ndarray, pred_weight: np.ndarray, comp: np.ndarray,
-          top: np.ndarray, bottom: np.ndarray, rank: np.ndarray, visited: np.ndarray,
+          top: np.ndarray, bottom: np.ndarray, rank: np.ndarray, cluster_of: np.ndarray, cluster: int,
           path: np.ndarray) -> int:
-    """Write the path through ``start`` into ``path`` (in order), mark it visited, return its length."""
-    n = comp.size
-    # Backward: predecessors that realise the top level, stored reversed at the end of ``path``.
-    back = 0
-    v = start
-    visited[v] = True
-    while True:
-        best = -1
-        best_key = -1.0
-        for k in range(pred_ptr[v], pred_ptr[v + 1]):
-            p = pred[k]
-            if visited[p]:
-                continue
-            key = top[p] + comp[p] + pred_weight[k]
-            if best < 0 or key > best_key or (key == best_key and rank[p] < rank[best]):
-                best = p
-                best_key = key
-        if best < 0:
-            break
-        visited[best] = True
-        back += 1
-        path[n - back] = best
-        v = best
-    for i in range(back):  # earliest first; ascending copy is safe even when the ranges overlap
-        path[i] = path[n - back + i]
-    length = back
-    path[length] = start
-    length += 1
-    v = start
-    while True:
-        best = -1
-        best_key = -1.0
-        for k in range(succ_ptr[v], succ_ptr[v + 1]):
-            s = succ[k]
-            if visited[s]:
-                continue
-            key = succ_weight[k] + bottom[s]
-            if best < 0 or key > best_key or (key == best_key and rank[s] < rank[best]):
-                best = s
-                best_key = key
-        if best < 0:
-            break
-        visited[best] = True
-        path[length] = best
-        length += 1
-        v = best
-    return length
+    """Write the path through ``start`` into ``path`` (in order), give it ``cluster``, return its length."""
+    back = walk_back(start, pred_ptr, pred, pred_weight, comp, top, rank, cluster_of, cluster, path)
+    return walk_critical_path(start, succ_ptr, succ, succ_weight, bottom, rank, cluster_of, cluster, path, back)
 
 
 @njit(cache=True)
 def _secondaries(order: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, succ_weight: np.ndarray,
                  pred_ptr: np.ndarray, pred: np.ndarray, pred_weight: np.ndarray, comp: np.ndarray,
-                 top: np.ndarray, bottom: np.ndarray, rank: np.ndarray, visited: np.ndarray,
-                 cluster_of: np.ndarray, members: np.ndarray, ptr: np.ndarray, first_cluster: int,
-                 first_member: int) -> int:
-    """Slice every unvisited op into paths, starts taken in ``order``; return the cluster count."""
+                 top: np.ndarray, bottom: np.ndarray, rank: np.ndarray, cluster_of: np.ndarray,
+                 members: np.ndarray, ptr: np.ndarray, first_cluster: int, first_member: int) -> int:
+    """Slice every op not yet in a cluster into paths, starts taken in ``order``; return the cluster count."""
     n = comp.size
     path = np.empty(n, np.int64)
     c = first_cluster
     pos = first_member
     for start in order:
-        if visited[start]:
+        if cluster_of[start] >= 0:
             continue
         length = _walk(start, succ_ptr, succ, succ_weight, pred_ptr, pred, pred_weight, comp, top, bottom,
-                       rank, visited, path)
+                       rank, cluster_of, c, path)
         for i in range(length):
             members[pos + i] = path[i]
-            cluster_of[path[i]] = c
         pos += length
         c += 1
         ptr[c] = pos
@@ -160,7 +114,6 @@ def slice_graph(graph: CostGraph, edge_weight: np.ndarray, k: int, *,
     n = graph.n
     weight = np.asarray(edge_weight, dtype=np.float64)
     pred_weight = weight[graph.pred_edge]
-    visited = np.zeros(n, np.bool_)
     cluster_of = np.full(n, -1, np.int64)
     members = np.empty(n, np.int64)
     ptr = np.zeros(n + k + 1, np.int64)
@@ -171,16 +124,15 @@ def slice_graph(graph: CostGraph, edge_weight: np.ndarray, k: int, *,
     top = top_levels(graph, weight)
     bottom = bottom_levels(graph, weight)
     for j in range(k):  # Algorithm 1, lines 3-7: K critical paths
-        if not visited.all():
-            level = np.where(visited, -np.inf, top + bottom)
+        if (cluster_of < 0).any():
+            level = np.where(cluster_of >= 0, -np.inf, top + bottom)
             heaviest = np.flatnonzero(level == level.max())
             start = int(heaviest[np.argmin(rank[heaviest])])
             length = _walk(start, graph.succ_ptr, graph.succ, weight, graph.pred_ptr, graph.pred, pred_weight,
-                           graph.comp_us, top, bottom, rank, visited, path)
+                           graph.comp_us, top, bottom, rank, cluster_of, j, path)
             members[pos : pos + length] = path[:length]
-            cluster_of[path[:length]] = j
             pos += length
-            active = ~visited
+            active = cluster_of < 0
             top = top_levels(graph, weight, active)
             bottom = bottom_levels(graph, weight, active)
         ptr[j + 1] = pos
@@ -191,5 +143,5 @@ def slice_graph(graph: CostGraph, edge_weight: np.ndarray, k: int, *,
     level = top + bottom
     order = np.lexsort((rank, -level)).astype(np.int64)
     count = _secondaries(order, graph.succ_ptr, graph.succ, weight, graph.pred_ptr, graph.pred, pred_weight,
-                         graph.comp_us, top, bottom, rank, visited, cluster_of, members, ptr, k, pos)
+                         graph.comp_us, top, bottom, rank, cluster_of, members, ptr, k, pos)
     return Clusters(primaries=k, cluster_of=cluster_of, ptr=ptr[: count + 1].copy(), members=members)

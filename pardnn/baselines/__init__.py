@@ -1,16 +1,17 @@
 """Baseline placers behind ParDNN's signature: ``f(graph, machine, *, memory_heuristic=None, progress=None,
 **options) -> Result``.
 
-``PLACERS`` maps a name to its placer; ``get_placer(name)`` looks one up. Every placer keeps
+``BASELINES`` maps a name to its placer (:mod:`pardnn.placers` adds ParDNN itself and looks placers
+up by name). Every placer keeps
 colocation groups whole, is deterministic (byte-identical placements across runs; LC only when it
 finishes within its time budget) and reports through the same
-:class:`~pardnn.partition.PartitionReport` as ParDNN, with ``stage_seconds`` holding ``placement``
+:class:`~pardnn.result.PartitionReport` as ParDNN, with ``stage_seconds`` holding ``placement``
 and ``evaluation``. None has a memory heuristic: ``memory_heuristic`` must be ``None``.
 
 ========================  ===========================================================  ====================
 name                      placer                                                       complexity
 ========================  ===========================================================  ====================
-``pardnn``                :func:`pardnn.partition.partition` (the paper)               O(K(|V|+|E|) + |V| log² |V|)
+``pardnn``                :func:`pardnn.partition` (the paper)                        O(K(|V|+|E|) + |V| log² |V|)
 ``critical_path``         Mayer et al. 2017: critical path on device 0, greedy rest     O(K|V| + |E|)
 ``linear_clustering``     Kim and Browne 1988 linear clustering + GLB (time budget)    O(|V|(|V|+|E|))
 ``metis``                 METIS K-way on the undirected graph (needs ``pymetis``)       multilevel, ~O(|V|+|E|)
@@ -30,14 +31,12 @@ from pardnn.baselines.metis import MissingDependencyError, metis
 from pardnn.baselines.round_robin import round_robin
 from pardnn.baselines.single_device import single_device
 from pardnn.baselines.topological import topological
-from pardnn.partition import Result, partition
+from pardnn.result import Result
 
 __all__ = [
-    "PLACERS",
+    "BASELINES",
     "MissingDependencyError",
-    "Placer",
     "critical_path",
-    "get_placer",
     "linear_clustering",
     "metis",
     "round_robin",
@@ -45,10 +44,7 @@ __all__ = [
     "topological",
 ]
 
-Placer = Callable[..., Result]
-
-PLACERS: dict[str, Placer] = {
-    "pardnn": partition,
+BASELINES: dict[str, Callable[..., Result]] = {
     "critical_path": critical_path,
     "linear_clustering": linear_clustering,
     "metis": metis,
@@ -56,11 +52,3 @@ PLACERS: dict[str, Placer] = {
     "round_robin": round_robin,
     "single": single_device,
 }
-
-
-def get_placer(name: str) -> Placer:
-    """The placer called ``name``; raises ``ValueError`` listing the valid names."""
-    try:
-        return PLACERS[name]
-    except KeyError:
-        raise ValueError(f"unknown placer {name!r}; expected one of {', '.join(PLACERS)}") from None

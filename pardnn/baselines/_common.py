@@ -1,7 +1,7 @@
-"""What every baseline placer shares: argument checks, the critical-path walk, and the report.
+"""What every baseline placer shares: argument checks and the report.
 
 A baseline only computes a placement; :func:`finish` evaluates it with the same emulator and memory
-tracker as ParDNN and wraps it in the same :class:`~pardnn.partition.PartitionReport`, so results are
+tracker as ParDNN and wraps it in the same :class:`~pardnn.result.PartitionReport`, so results are
 comparable field by field.
 """
 
@@ -11,14 +11,13 @@ import time
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
-from pardnn.partition import PartitionReport, Progress, Result, communication_ratio
+from pardnn.result import PartitionReport, Progress, Result, communication_ratio
 from pardnn.simulate import evaluate
 
-__all__ = ["finish", "reject_memory_heuristic", "walk_critical_path"]
+__all__ = ["finish", "reject_memory_heuristic"]
 
 
 def reject_memory_heuristic(placer: str, memory_heuristic: str | None) -> None:
@@ -26,38 +25,6 @@ def reject_memory_heuristic(placer: str, memory_heuristic: str | None) -> None:
     if memory_heuristic is not None:
         raise ValueError(
             f"the {placer} placer has no memory heuristic: memory_heuristic={memory_heuristic!r}, expected None")
-
-
-@njit(cache=True)
-def walk_critical_path(start: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_weight: np.ndarray,
-                       bottom: np.ndarray, rank: np.ndarray, cluster_of: np.ndarray, cluster: int,
-                       path: np.ndarray) -> int:
-    """Follow the edges that realise the bottom levels from ``start``; return the path's length.
-
-    Only ops with ``cluster_of < 0`` are visited; each visited op gets ``cluster`` and is written to
-    ``path`` in order. The next op is the free successor ``s`` that maximises ``edge_weight + bl(s)``,
-    ties to the lowest topological rank. With ``bottom`` the bottom levels of the free ops and
-    ``start`` the free op of highest bottom level, the path is a critical path of the free subgraph.
-    O(sum of the out-degrees of the path's ops).
-    """
-    length = 0
-    v = start
-    while v >= 0:
-        cluster_of[v] = cluster
-        path[length] = v
-        length += 1
-        best = -1
-        best_key = 0.0
-        for k in range(succ_ptr[v], succ_ptr[v + 1]):
-            s = succ[k]
-            if cluster_of[s] >= 0:
-                continue
-            key = edge_weight[k] + bottom[s]
-            if best < 0 or key > best_key or (key == best_key and rank[s] < rank[best]):
-                best = s
-                best_key = key
-        v = best
-    return length
 
 
 def finish(graph: CostGraph, machine: Machine, placement: np.ndarray, *, algorithm: str,

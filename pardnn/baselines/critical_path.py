@@ -29,11 +29,11 @@ import time
 import numpy as np
 from numba import njit
 
-from pardnn.baselines._common import finish, reject_memory_heuristic, walk_critical_path
+from pardnn.baselines._common import finish, reject_memory_heuristic
 from pardnn.graph import CostGraph, Kind
-from pardnn.levels import bottom_levels
+from pardnn.levels import bottom_levels, walk_critical_path
 from pardnn.machine import Machine
-from pardnn.partition import Progress, Result
+from pardnn.result import Progress, Result
 
 __all__ = ["critical_path", "critical_path_ops"]
 
@@ -52,7 +52,7 @@ def critical_path_ops(graph: CostGraph, edge_weight: np.ndarray) -> tuple[np.nda
     start = int(heaviest[np.argmin(graph.topo_rank[heaviest])])
     on_path = np.full(graph.n, -1, np.int64)
     path = np.empty(graph.n, np.int64)
-    length = walk_critical_path(start, graph.succ_ptr, graph.succ, weight, bottom, graph.topo_rank, on_path, 0, path)
+    length = walk_critical_path(start, graph.succ_ptr, graph.succ, weight, bottom, graph.topo_rank, on_path, 0, path, 0)
     return path[:length].copy(), float(bottom[start])
 
 
@@ -109,7 +109,7 @@ def critical_path(graph: CostGraph, machine: Machine, *, memory_heuristic: str |
     graph, machine:
         What to place, and on what.
     memory_heuristic:
-        Must be ``None`` (the signature is :func:`pardnn.partition.partition`'s); the greedy's own
+        Must be ``None`` (the signature is :func:`pardnn.partition`'s); the greedy's own
         memory check (module docstring) is always on.
     progress:
         Called as ``progress(stage, done, total)``.

@@ -10,7 +10,7 @@ baseline of the ParDNN paper (Section 5, "Graph-based methods"), which ParDNN's 
    unbounded processors: that op's top level with the edges inside clusters costing nothing. In
    order of increasing start (ties to the earlier cluster), each cluster goes to the device with
    the least work so far (ties to the lowest index). Colocation groups then follow their
-   topologically first member (:func:`pardnn.partition.keep_groups_whole`).
+   topologically first member (:func:`pardnn.colocation.keep_groups_whole`).
 
 Recomputing levels after every path is what makes LC slow — the ParDNN paper reports ~12 hours on
 a 205K-op graph — so the clustering runs under ``time_budget_s``. Past the budget it stops between
@@ -30,11 +30,12 @@ import time
 import numpy as np
 from numba import njit
 
-from pardnn.baselines._common import finish, reject_memory_heuristic, walk_critical_path
+from pardnn.baselines._common import finish, reject_memory_heuristic
+from pardnn.colocation import keep_groups_whole
 from pardnn.graph import CostGraph
-from pardnn.levels import top_levels
+from pardnn.levels import top_levels, walk_critical_path
 from pardnn.machine import Machine
-from pardnn.partition import Progress, Result, keep_groups_whole
+from pardnn.result import Progress, Result
 
 __all__ = ["DEFAULT_TIME_BUDGET_S", "glb_map", "linear_clustering", "linear_clusters"]
 
@@ -68,7 +69,7 @@ def _extract_paths(order: np.ndarray, count: int, succ_ptr: np.ndarray, succ: np
                 start = order[i]
         first = ptr[clusters]
         length = walk_critical_path(start, succ_ptr, succ, edge_weight, bottom, rank, cluster_of, clusters,
-                                    members[first:])
+                                    members[first:], 0)
         clusters += 1
         ptr[clusters] = first + length
         kept = 0
@@ -154,7 +155,7 @@ def linear_clustering(graph: CostGraph, machine: Machine, *, memory_heuristic: s
     graph, machine:
         What to place, and on what.
     memory_heuristic:
-        Must be ``None`` (the signature is :func:`pardnn.partition.partition`'s); LC ignores memory.
+        Must be ``None`` (the signature is :func:`pardnn.partition`'s); LC ignores memory.
     progress:
         Called as ``progress(stage, done, total)``; ``clustering`` reports ops clustered.
     time_budget_s:

@@ -36,7 +36,7 @@ from pardnn.baselines._common import finish, reject_memory_heuristic
 from pardnn.errors import MissingDependencyError
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
-from pardnn.partition import Progress, Result
+from pardnn.result import Progress, Result
 
 __all__ = ["MissingDependencyError", "contract_groups", "metis"]
 
@@ -104,7 +104,7 @@ def metis(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = 
     graph, machine:
         What to place, and on what.
     memory_heuristic:
-        Must be ``None`` (the signature is :func:`pardnn.partition.partition`'s); memory is not a
+        Must be ``None`` (the signature is :func:`pardnn.partition`'s); memory is not a
         METIS constraint here (module docstring).
     progress:
         Called as ``progress(stage, done, total)``.

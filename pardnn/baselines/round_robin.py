@@ -2,7 +2,7 @@
 
 The placement a framework gets from spreading ops blindly: perfectly balanced op counts, no regard
 for compute, communication or memory. Colocation groups then follow their topologically first
-member (:func:`pardnn.partition.keep_groups_whole`). Complexity: O(|V|) (plus the evaluation).
+member (:func:`pardnn.colocation.keep_groups_whole`). Complexity: O(|V|) (plus the evaluation).
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import time
 import numpy as np
 
 from pardnn.baselines._common import finish, reject_memory_heuristic
+from pardnn.colocation import keep_groups_whole
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
-from pardnn.partition import Progress, Result, keep_groups_whole
+from pardnn.result import Progress, Result
 
 __all__ = ["round_robin"]
 
@@ -28,7 +29,7 @@ def round_robin(graph: CostGraph, machine: Machine, *, memory_heuristic: str | N
     graph, machine:
         What to place, and on what.
     memory_heuristic:
-        Must be ``None`` (the signature is :func:`pardnn.partition.partition`'s).
+        Must be ``None`` (the signature is :func:`pardnn.partition`'s).
     progress:
         Called as ``progress(stage, done, total)``.
 

@@ -13,7 +13,7 @@ import numpy as np
 from pardnn.baselines._common import finish, reject_memory_heuristic
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
-from pardnn.partition import Progress, Result
+from pardnn.result import Progress, Result
 
 __all__ = ["single_device"]
 
@@ -27,7 +27,7 @@ def single_device(graph: CostGraph, machine: Machine, *, memory_heuristic: str |
     graph, machine:
         What to place, and on what.
     memory_heuristic:
-        Must be ``None`` (the signature is :func:`pardnn.partition.partition`'s).
+        Must be ``None`` (the signature is :func:`pardnn.partition`'s).
     progress:
         Called as ``progress(stage, done, total)``.
 

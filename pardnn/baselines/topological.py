@@ -6,7 +6,7 @@ of its compute falls: op ``v`` with ``W_before`` work ahead of it in topological
 ``floor(K (W_before + comp(v) / 2) / W)``, ``W`` the total work. The blocks are therefore contiguous
 and each holds ``W / K`` up to half an op at either end. (Equal op counts when the graph has no
 work.) Colocation groups then follow their topologically first member
-(:func:`pardnn.partition.keep_groups_whole`), which takes optimizer updates back to their variable's
+(:func:`pardnn.colocation.keep_groups_whole`), which takes optimizer updates back to their variable's
 device, as TensorFlow's colocation does.
 
 Complexity: O(|V|) (plus the evaluation).
@@ -19,9 +19,10 @@ import time
 import numpy as np
 
 from pardnn.baselines._common import finish, reject_memory_heuristic
+from pardnn.colocation import keep_groups_whole
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
-from pardnn.partition import Progress, Result, keep_groups_whole
+from pardnn.result import Progress, Result
 
 __all__ = ["topological"]
 
@@ -35,7 +36,7 @@ def topological(graph: CostGraph, machine: Machine, *, memory_heuristic: str | N
     graph, machine:
         What to place, and on what.
     memory_heuristic:
-        Must be ``None`` (the signature is :func:`pardnn.partition.partition`'s).
+        Must be ``None`` (the signature is :func:`pardnn.partition`'s).
     progress:
         Called as ``progress(stage, done, total)``.
 

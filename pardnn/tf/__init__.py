@@ -3,7 +3,7 @@
 ::
 
     cost = pardnn.tf.profile(graph, [train_op, loss], feed_fn)     # or capture(...) / estimate(...)
-    result = pardnn.partition.partition(cost, pardnn.Machine(4))
+    result = pardnn.partition(cost, pardnn.Machine(4))
     pardnn.tf.apply(graph, result.placement, pardnn.tf.device_names(4), names=cost.names)
     session = tf.compat.v1.Session(graph=graph, config=pardnn.tf.session_config(4))
 

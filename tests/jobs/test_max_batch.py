@@ -10,10 +10,9 @@ pytest.importorskip("tensorflow")
 
 from jobs import build, load_job
 from jobs.maxbatch import job_machine, job_max_batch
-from pardnn import InfeasibleError
+from pardnn import InfeasibleError, partition
 from pardnn.cli import main
 from pardnn.maxbatch import data_parallel_fits
-from pardnn.partition import partition
 from pardnn.tf import estimate
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]

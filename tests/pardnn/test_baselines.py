@@ -13,11 +13,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, InfeasibleError, Machine
-from pardnn.baselines import PLACERS, MissingDependencyError, get_placer
+from pardnn.baselines import MissingDependencyError
 from pardnn.baselines.critical_path import critical_path_ops
 from pardnn.baselines.linear_clustering import glb_map, linear_clusters
-from pardnn.partition import Result
-from pardnn.simulate import check_placement, evaluate
+from pardnn.checks import check_placement
+from pardnn.placers import PLACERS, get_placer
+from pardnn.result import Result
+from pardnn.simulate import evaluate
 from pardnn.synthetic import dnn_graph
 from tests.conftest import random_dags
 

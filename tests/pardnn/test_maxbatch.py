@@ -52,7 +52,7 @@ def test_data_parallel_by_hand_and_pardnn_against_brute_force():
     rows = max_batch(model, [1, 2], machine, fingerprint="toy")
     assert [r.data_parallel_batch for r in rows] == [10, 20]
     assert rows[0].pardnn_batch == 10
-    from pardnn.partition import partition
+    from pardnn import partition
 
     def fits(b: int, k: int) -> bool:
         try:

@@ -11,11 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pardnn import CostGraph, InfeasibleError, Machine
+from pardnn import CostGraph, InfeasibleError, Machine, partition
 from pardnn.balance import balance_residuals, memory_shares, split_critical_path
+from pardnn.checks import colocation_violations
+from pardnn.colocation import keep_groups_whole
 from pardnn.overflow import handle_overflow
-from pardnn.partition import keep_groups_whole, partition
-from pardnn.simulate import colocation_violations, evaluate
+from pardnn.simulate import evaluate
 from pardnn.slicing import Clusters
 from pardnn.synthetic import dnn_graph
 from tests.conftest import random_dags

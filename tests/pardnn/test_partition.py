@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pardnn import CostGraph, Machine
+from pardnn import CostGraph, Machine, partition
+from pardnn.checks import check_placement, colocation_violations
+from pardnn.colocation import groups_by_vote, keep_groups_whole, resolve_groups
 from pardnn.emulator import emulate
-from pardnn.partition import groups_by_vote, keep_groups_whole, partition, resolve_groups
-from pardnn.simulate import check_placement, colocation_violations
 from pardnn.synthetic import dnn_graph
 from tests.conftest import random_dags
 

@@ -7,10 +7,11 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from pardnn import partition  # noqa: E402
+from pardnn.checks import colocation_violations  # noqa: E402
+from pardnn.colocation import keep_groups_whole  # noqa: E402
 from pardnn.errors import InvalidPlacementError  # noqa: E402
 from pardnn.machine import Machine  # noqa: E402
-from pardnn.partition import keep_groups_whole, partition  # noqa: E402
-from pardnn.simulate import colocation_violations  # noqa: E402
 from pardnn.tf import apply, capture, device_names, profile_with_report, session_config  # noqa: E402
 from tests.tf import models  # noqa: E402
 

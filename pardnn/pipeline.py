@@ -1,0 +1,153 @@
+"""The ParDNN pipeline: slicing → (chunk splitting) → LFLAM mapping → colocation → memory heuristic →
+evaluation. :func:`partition` is the public entry point (``from pardnn import partition``).
+
+``partition(graph, machine)`` returns the placement and a report of what each stage did and cost.
+Each stage is a module with one public entry (Step 1: :mod:`~pardnn.slicing`, :mod:`~pardnn.mapping`;
+colocation: :mod:`~pardnn.colocation`; Step 2: :mod:`~pardnn.overflow`, :mod:`~pardnn.balance`);
+this module only chains them and measures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pardnn.balance import balance_residuals, split_critical_path
+from pardnn.colocation import resolve_groups
+from pardnn.errors import InfeasibleError
+from pardnn.feasibility import check_residual_capacity, infeasible_message
+from pardnn.graph import CostGraph
+from pardnn.machine import Machine
+from pardnn.mapping import map_clusters
+from pardnn.overflow import handle_overflow
+from pardnn.result import PartitionReport, Progress, Result, communication_ratio
+from pardnn.simulate import evaluate
+from pardnn.slicing import slice_graph
+
+__all__ = ["MEMORY_HEURISTICS", "partition", "resolve_heuristic"]
+
+
+# The memory heuristics of Step 2, by name (the CLI's and the settings' choices are built from it).
+MEMORY_HEURISTICS = ("overflow", "balance")
+
+
+def resolve_heuristic(memory_heuristic: str | None, machine: Machine) -> str | None:
+    """The heuristic to run: ``"auto"`` is ``"overflow"`` on a machine with memory, else none.
+
+    ``None`` and ``"none"`` mean Step 1 only. Raises :class:`ValueError` for an unknown name.
+    """
+    if memory_heuristic == "auto":
+        return "overflow" if machine.bounded else None
+    if memory_heuristic in (None, "none"):
+        return None
+    if memory_heuristic not in MEMORY_HEURISTICS:
+        expected = ", ".join(repr(name) for name in MEMORY_HEURISTICS)
+        raise ValueError(f"memory_heuristic={memory_heuristic!r}; expected {expected}, None or 'auto'")
+    return memory_heuristic
+
+
+def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = "auto",
+              progress: Progress | None = None) -> Result:
+    """Place every op of ``graph`` on one of ``machine.devices`` devices with ParDNN.
+
+    Parameters
+    ----------
+    graph:
+        The training step's cost graph.
+    machine:
+        Devices, memory, interconnect.
+    memory_heuristic:
+        ``"overflow"`` (heuristic I: emulate and move ops off overflowing devices; guarantees the
+        limits or raises), ``"balance"`` (heuristic II: critical-path chunk splitting before mapping
+        and residual balancing after it; no emulation, no guarantee), ``None`` (Step 1 only), or
+        ``"auto"`` (the default: ``"overflow"`` when the machine has a memory size, else ``None``).
+    progress:
+        Called as ``progress(stage, done, total)`` during long stages.
+
+    Returns
+    -------
+    Result
+        ``placement`` (int64, one device per op; colocation groups whole; byte-identical across
+        runs) and a :class:`PartitionReport`.
+
+    Raises
+    ------
+    InfeasibleError
+        With a memory heuristic, when no placement meeting every device's limit was found.
+
+    Notes
+    -----
+    Slicing O(K(|V| + |E|)), mapping O(|V| log^2 |V|), evaluation O((|V| + |E|) log |V|); heuristic I
+    adds one evaluation per round, heuristic II O(|V| + |E|).
+    """
+    heuristic = resolve_heuristic(memory_heuristic, machine)
+    k = machine.devices
+    seconds: dict[str, float] = {}
+    details: dict[str, Any] = {"memory_heuristic": heuristic}
+
+    def report_progress(stage: str) -> Callable[[int, int], None] | None:
+        return None if progress is None else lambda done, total: progress(stage, done, total)
+
+    t0 = time.perf_counter()
+    if heuristic is not None:
+        check_residual_capacity(graph, machine)
+    weight = machine.edge_comm_us(graph.edge_bytes)
+    ccr = communication_ratio(graph, machine)
+    clusters = slice_graph(graph, weight, k, progress=report_progress("slicing"))
+    details["primary_ops"] = np.diff(clusters.ptr[: k + 1]).tolist()
+    if heuristic == "balance":
+        clusters, details["chunk_split_ops"] = split_critical_path(graph, clusters)
+    seconds["slicing"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    if progress is not None:
+        progress("mapping", 0, 1)
+    mapping = map_clusters(graph, weight, clusters, k, ccr)
+    groups = resolve_groups(graph, machine, mapping.placement, weight)
+    placement, schedule = groups.placement, groups.schedule
+    details.update(colocation_moved=groups.moved, colocation_rule=groups.rule)
+    details.update(secondary_clusters=clusters.count - k, mapped_by_locality=mapping.mapped_by_locality,
+                   mapped_by_balance=mapping.mapped_by_balance, lookahead_passes=mapping.passes)
+    seconds["mapping"] = time.perf_counter() - t1
+
+    if heuristic is not None:
+        t2 = time.perf_counter()
+        before = evaluate(graph, machine, placement, schedule=schedule, memory=groups.memory)
+        details.update(peak_before_bytes=before.peak_memory_bytes, makespan_before_us=before.makespan_us,
+                       fits_before=before.memory_fits)
+        seconds["evaluation_before"] = time.perf_counter() - t2
+        t3 = time.perf_counter()
+        if heuristic == "overflow":
+            handled = handle_overflow(graph, machine, placement, progress=report_progress("memory"))
+            placement, moved = handled.placement, handled.moved_ops
+            details["overflow_rounds"] = handled.rounds
+        else:
+            balanced = balance_residuals(graph, machine, placement)
+            placement, moved = balanced.placement, balanced.moved_ops
+            details["residual_units_moved"] = balanced.moved_units
+        details.update(moved_ops=moved, moved_share=moved / graph.n if graph.n else 0.0)
+        seconds["memory"] = time.perf_counter() - t3
+
+    t4 = time.perf_counter()
+    if progress is not None:
+        progress("evaluation", 0, 1)
+    unchanged = heuristic is None  # the placement resolve_groups emulated is the final one
+    evaluation = evaluate(graph, machine, placement, schedule=schedule if unchanged else None,
+                          memory=groups.memory if unchanged else None)
+    seconds["evaluation"] = time.perf_counter() - t4
+    if heuristic is not None:
+        details.update(peak_after_bytes=evaluation.peak_memory_bytes, makespan_after_us=evaluation.makespan_us)
+        if not evaluation.memory_fits:
+            limits = machine.limits_bytes
+            peaks = np.array(evaluation.peak_memory_bytes)
+            worst = int(np.argmax(peaks - limits))
+            raise InfeasibleError(infeasible_message(
+                worst, int(peaks[worst]), int(limits[worst]), machine,
+                " after memory heuristic II (it balances memory but cannot guarantee the limits; "
+                "--memory-heuristic overflow can)"))
+    report = PartitionReport("pardnn", k, graph.n, graph.m, ccr, seconds, evaluation, details)
+    placement.flags.writeable = False
+    return Result(placement, report)

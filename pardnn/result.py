@@ -1,0 +1,59 @@
+"""What every placer returns: a :class:`Result` (placement + :class:`PartitionReport`).
+
+Shared by ParDNN's pipeline and the baseline placers, so their reports compare field by field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pardnn.graph import CostGraph
+from pardnn.machine import Machine
+from pardnn.simulate import Evaluation
+
+__all__ = ["PartitionReport", "Progress", "Result", "communication_ratio"]
+
+# Called as ``progress(stage, done, total)`` during long stages.
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class PartitionReport:
+    """What the partitioner did: per-stage wall time (s), clusters, mapping decisions, evaluation."""
+
+    algorithm: str
+    devices: int
+    ops: int
+    edges: int
+    ccr: float
+    stage_seconds: dict[str, float]
+    evaluation: Evaluation
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_seconds(self) -> float:
+        return float(sum(self.stage_seconds.values()))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["evaluation"] = self.evaluation.to_dict()
+        out["total_seconds"] = self.total_seconds
+        return out
+
+
+@dataclass(frozen=True)
+class Result:
+    """A placement (device index per op) and its report."""
+
+    placement: np.ndarray
+    report: PartitionReport
+
+
+def communication_ratio(graph: CostGraph, machine: Machine) -> float:
+    """CCR: the cost of all edges if cut, over the total work (the paper's Table "DoP and CCR")."""
+    work = graph.total_work_us
+    return float(machine.edge_comm_us(graph.edge_bytes).sum()) / work if work > 0 else 0.0
