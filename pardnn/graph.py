@@ -400,6 +400,32 @@ class CostGraph:
         cycle = walk[position[v] :][::-1]
         return [self.names[u] for u in cycle] + [self.names[cycle[0]]]
 
+    _REPLACEABLE = ("names", "comp_us", "out_bytes", "edge_src", "edge_dst", "edge_bytes", "kind", "colocation",
+                    "ops", "param_bytes", "name", "memory_limit_bytes")
+
+    def replace(self, **fields: Any) -> CostGraph:
+        """A new graph equal to this one but for ``fields`` (validated again, like any construction).
+
+        Fields: ``names``, ``comp_us``, ``out_bytes``, ``edge_src``, ``edge_dst``, ``edge_bytes``,
+        ``kind``, ``colocation`` (labels, or ids with -1 for none), ``ops``, ``param_bytes``, ``name``,
+        ``memory_limit_bytes``. Every field not given is kept, ``memory_limit_bytes`` and the group
+        labels included; edge bytes stay as they are when only ``out_bytes`` changes.
+        """
+        unknown = sorted(set(fields) - set(self._REPLACEABLE))
+        if unknown:
+            raise TypeError(f"CostGraph.replace: unknown field(s) {', '.join(unknown)}; "
+                            f"expected some of {', '.join(self._REPLACEABLE)}")
+        value = {field: fields.get(field, getattr(self, field)) for field in self._REPLACEABLE}
+        if "colocation" not in fields and self.group_names:
+            labels = np.array((*self.group_names, None), dtype=object)
+            value["colocation"] = labels[self.colocation].tolist()  # -1 picks the trailing None
+        same_names = "names" not in fields
+        return CostGraph(value["names"], value["comp_us"], value["out_bytes"], value["edge_src"], value["edge_dst"],
+                         value["edge_bytes"], kind=value["kind"], colocation=value["colocation"], ops=value["ops"],
+                         param_bytes=value["param_bytes"], name=value["name"],
+                         memory_limit_bytes=value["memory_limit_bytes"],
+                         _name_index=self._index if same_names else None)
+
     # ------------------------------------------------------------------ queries
     @property
     def index(self) -> dict[str, int]:
