@@ -95,6 +95,137 @@ def _move_costs(graph: CostGraph, units: Units, place: np.ndarray) -> np.ndarray
     return cost + np.bincount(owner[same], weights=units.edge_comm[same], minlength=count)
 
 
+@dataclass
+class _Round:
+    """What one round knows: the emulated step's memory, and the units' Eq. 4 / Eq. 5 terms.
+
+    ``reserved`` / ``reserved_always`` are the bytes this round has already sent to each device at
+    the overflow instants and for the whole step (residual bytes), so later moves of the round see
+    the room that is really left.
+    """
+
+    limits: np.ndarray
+    memory: MemoryProfile
+    units: Units
+    place: np.ndarray
+    unit_device: np.ndarray
+    pot: np.ndarray  # a_j of Eq. 4: the unit's M_pot at the peak instant of its device
+    res: np.ndarray  # the unit's residual bytes (held all step wherever it goes)
+    copies: np.ndarray  # [unit, device]: bytes of pot that are copies received from that device
+    cost: np.ndarray  # c_j of Eq. 4: move_cost, Eq. 5
+    reserved: np.ndarray
+    reserved_always: np.ndarray
+
+    @classmethod
+    def start(cls, graph: CostGraph, machine: Machine, units: Units, place: np.ndarray, memory: MemoryProfile,
+              schedule: Schedule, residual: np.ndarray) -> _Round:
+        count = units.count
+        potential, copies = _potentials(graph, place, memory, schedule, residual, units.of, count, machine.devices)
+        unit_device = np.empty(count, np.int64)
+        unit_device[units.of] = place
+        return cls(machine.limits_bytes, memory, units, place, unit_device,
+                   np.bincount(units.of, weights=potential, minlength=count),
+                   np.bincount(units.of, weights=residual, minlength=count), copies,
+                   _move_costs(graph, units, place), np.zeros(machine.devices, np.int64),
+                   np.zeros(machine.devices, np.int64))
+
+    def rooms(self, device: int, usage_then: np.ndarray) -> tuple[int, int]:
+        """The most room on any other device: at the overflow instant, and for the whole step."""
+        others = np.arange(self.limits.size) != device
+        room_then = int((self.limits - usage_then - self.reserved)[others].max(initial=-1))
+        room_always = int((self.limits - self.memory.peak_bytes - self.reserved_always)[others].max(initial=-1))
+        return room_then, room_always
+
+
+def _candidates(state: _Round, device: int, frozen: np.ndarray, usage_then: np.ndarray) -> np.ndarray:
+    """Units on ``device`` that relieve it and that some other device can hold right now.
+
+    A target must hold the unit's potential, less the copies it would read locally there, on top of
+    its use at the overflow instant, and the unit's residual bytes on top of its own peak. Rooms only
+    shrink during one device's turn, so a unit that fits nowhere now never will in this round.
+    """
+    room_then, room_always = state.rooms(device, usage_then)
+    pot, res, copies = state.pot, state.res, state.copies
+    units = np.flatnonzero((state.unit_device == device) & ~frozen & (pot > 0)
+                           & (pot - copies.max(axis=1) <= room_then) & (res <= room_always))
+    needs = pot[units, None] - copies[units]  # on each possible target
+    holds = ((needs <= (state.limits - usage_then - state.reserved)[None, :])
+             & (res[units, None] <= (state.limits - state.memory.peak_bytes - state.reserved_always)[None, :]))
+    holds[:, device] = False
+    return units[holds.any(axis=1)]
+
+
+def _target(state: _Round, unit: int, device: int, usage_then: np.ndarray) -> int:
+    """The device ``unit`` moves to, or -1 when none can hold it.
+
+    Among the devices with room (see :func:`_candidates`), the one the unit communicates with most,
+    then the lowest peak (with this round's arrivals), then the lowest index.
+    """
+    limits, peak = state.limits, state.memory.peak_bytes
+    need = int(state.pot[unit]) - state.copies[unit].astype(np.int64)  # per target device
+    devices = np.arange(limits.size)
+    fits = np.flatnonzero((peak + state.reserved_always + int(state.res[unit]) <= limits)
+                          & (usage_then + state.reserved + need <= limits) & (devices != device))
+    if fits.size == 0:
+        return -1
+    units = state.units
+    lo, hi = units.edge_ptr[unit], units.edge_ptr[unit + 1]
+    comm = np.bincount(state.place[units.edge_other[lo:hi]], weights=units.edge_comm[lo:hi],
+                       minlength=limits.size)[fits]
+    return int(fits[np.lexsort((fits, peak[fits] + state.reserved[fits], -comm))[0]])
+
+
+def _relieve(state: _Round, device: int, frozen: np.ndarray, moves: list[tuple[int, int, int]]) -> int:
+    """Solve the overflow of ``device`` at its peak instant as the greedy min-knapsack of Eq. 4.
+
+    Eq. 4: minimise sum_j c_j x_j subject to sum_j a_j x_j >= O, x_j in {0, 1}, where O is the
+    overflow, a_j the unit's ``M_pot`` and c_j its ``move_cost`` (Eq. 5). Greedily, as the paper:
+    a min-heap on the movement criterion c_j / a_j, and a min-heap on c_j holding the units whose
+    a_j alone covers O; take both tops and keep the one of lower c_j. A unit no device can hold is
+    dropped. Moves ``place`` in ``state`` and freezes the moved units; returns the ops moved.
+    """
+    memory = state.memory
+    overflow = int(memory.peak_bytes[device] - state.limits[device])  # O
+    usage_then = memory.usage_all_at(float(memory.peak_time_us[device]))
+    candidates = _candidates(state, device, frozen, usage_then)
+    if candidates.size == 0:
+        return 0
+    first_op = state.units.first_op
+    criterion = state.cost[candidates] / state.pot[candidates]  # c_j / a_j
+    by_criterion = list(zip(criterion.tolist(), first_op[candidates].tolist(), candidates.tolist()))
+    cover = candidates[state.pot[candidates] >= overflow]  # a_j >= O: one unit solves it
+    by_cost = list(zip(state.cost[cover].tolist(), first_op[cover].tolist(), cover.tolist()))
+    heapq.heapify(by_criterion)
+    heapq.heapify(by_cost)
+    taken: set[int] = set()
+    remaining = overflow
+    moved = 0
+    while remaining > 0:
+        for heap in (by_criterion, by_cost):  # a unit taken from one heap is stale in the other
+            while heap and heap[0][2] in taken:
+                heapq.heappop(heap)
+        if not by_criterion and not by_cost:
+            break
+        if by_cost and (not by_criterion or by_cost[0][0] < state.cost[by_criterion[0][2]]):
+            unit = heapq.heappop(by_cost)[2]
+        else:
+            unit = heapq.heappop(by_criterion)[2]
+        taken.add(unit)
+        target = _target(state, unit, device, usage_then)
+        if target < 0:
+            continue  # no device can hold it: not considered again
+        members = state.units.members_of(unit)
+        state.place[members] = target
+        state.unit_device[unit] = target
+        frozen[unit] = True
+        state.reserved[target] += int(state.pot[unit]) - int(state.copies[unit, target])
+        state.reserved_always[target] += int(state.res[unit])
+        remaining -= int(state.pot[unit])
+        moved += members.size
+        moves.append((int(members[0]), device, target))
+    return moved
+
+
 def handle_overflow(graph: CostGraph, machine: Machine, placement: np.ndarray, *,
                     progress: Callable[[int, int], None] | None = None) -> OverflowResult:
     """Memory heuristic I: move ops off overflowing devices until every device fits its limit.
@@ -119,98 +250,26 @@ def handle_overflow(graph: CostGraph, machine: Machine, placement: np.ndarray, *
     check_residual_capacity(graph, machine)
     limits = machine.limits_bytes
     units = Units.build(graph, machine)
-    count = units.ptr.size - 1
     residual = np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0)
-    frozen = np.zeros(count, bool)
+    frozen = np.zeros(units.count, bool)
     moves: list[tuple[int, int, int]] = []
     rounds = 0
-    devices = np.arange(machine.devices)
     while True:
         schedule = emulate(graph, machine, place)
         memory = track_memory(graph, machine, place, schedule)
         over = np.flatnonzero(memory.peak_bytes > limits)
         if over.size == 0:
-            break
+            return OverflowResult(place, int(np.diff(units.ptr)[frozen].sum()), rounds, moves)
         rounds += 1
-        potential, copies = _potentials(graph, place, memory, schedule, residual, units.of, count, machine.devices)
-        unit_pot = np.bincount(units.of, weights=potential, minlength=count)
-        unit_res = np.bincount(units.of, weights=residual, minlength=count)
-        cost = _move_costs(graph, units, place)
-        unit_device = np.empty(count, np.int64)
-        unit_device[units.of] = place
-        reserved = np.zeros(machine.devices, np.int64)
-        reserved_always = np.zeros(machine.devices, np.int64)
-        moved_this_round = 0
-        for device in over[np.argsort(-(memory.peak_bytes[over] - limits[over]), kind="stable")]:
-            device = int(device)
-            overflow = int(memory.peak_bytes[device] - limits[device])
-            usage_then = memory.usage_all_at(float(memory.peak_time_us[device]))
-            others = devices != device
-            room_then = int((limits - usage_then - reserved)[others].max(initial=-1))
-            room_always = int((limits - memory.peak_bytes - reserved_always)[others].max(initial=-1))
-            # Rooms only shrink during this device's turn: a unit that fits nowhere now never will.
-            candidates = np.flatnonzero((unit_device == device) & ~frozen & (unit_pot > 0)
-                                        & (unit_pot - copies.max(axis=1) <= room_then) & (unit_res <= room_always))
-            needs = unit_pot[candidates, None] - copies[candidates]  # on each possible target
-            holds = ((needs <= (limits - usage_then - reserved)[None, :])
-                     & (unit_res[candidates, None] <= (limits - memory.peak_bytes - reserved_always)[None, :]))
-            holds[:, device] = False
-            candidates = candidates[holds.any(axis=1)]
-            if candidates.size == 0:
-                continue
-            ratio_heap = list(zip((cost[candidates] / unit_pot[candidates]).tolist(),
-                                  units.first_op[candidates].tolist(), candidates.tolist()))
-            cover = candidates[unit_pot[candidates] >= overflow]
-            cover_heap = list(zip(cost[cover].tolist(), units.first_op[cover].tolist(), cover.tolist()))
-            heapq.heapify(ratio_heap)
-            heapq.heapify(cover_heap)
-            taken: set[int] = set()
-            remaining = overflow
-            while remaining > 0:
-                for heap in (ratio_heap, cover_heap):
-                    while heap and heap[0][2] in taken:
-                        heapq.heappop(heap)
-                if not ratio_heap and not cover_heap:
-                    break
-                if cover_heap and (not ratio_heap or cover_heap[0][0] < cost[ratio_heap[0][2]]):
-                    chosen = heapq.heappop(cover_heap)[2]
-                else:
-                    chosen = heapq.heappop(ratio_heap)[2]
-                taken.add(chosen)
-                relief = int(unit_pot[chosen])
-                need = relief - copies[chosen].astype(np.int64)  # per target device
-                need_always = int(unit_res[chosen])
-                if need.min() > room_then or need_always > room_always:
-                    continue  # no device can hold it (fast path of the check below)
-                # The target must hold the unit's residual bytes on top of its own peak, and the
-                # unit's potential (less the copies it would read locally there) on top of its use
-                # at the instant of this overflow.
-                fits = np.flatnonzero((memory.peak_bytes + reserved_always + need_always <= limits)
-                                      & (usage_then + reserved + need <= limits) & (devices != device))
-                if fits.size == 0:
-                    continue  # no device can hold it: not considered again
-                lo, hi = units.edge_ptr[chosen], units.edge_ptr[chosen + 1]
-                comm = np.bincount(place[units.edge_other[lo:hi]], weights=units.edge_comm[lo:hi],
-                                   minlength=machine.devices)[fits]
-                target = int(fits[np.lexsort((fits, memory.peak_bytes[fits] + reserved[fits], -comm))[0]])
-                members = units.members_of(chosen)
-                place[members] = target
-                unit_device[chosen] = target
-                frozen[chosen] = True
-                reserved[target] += need[target]
-                reserved_always[target] += need_always
-                remaining -= relief
-                room_then = int((limits - usage_then - reserved)[others].max())
-                room_always = int((limits - memory.peak_bytes - reserved_always)[others].max())
-                moved_this_round += members.size
-                moves.append((int(members[0]), device, target))
+        state = _Round.start(graph, machine, units, place, memory, schedule, residual)
+        worst_first = over[np.argsort(-(memory.peak_bytes[over] - limits[over]), kind="stable")]
+        moved = sum(_relieve(state, int(device), frozen, moves) for device in worst_first)
         if progress is not None:
             progress(rounds, int(over.size))
-        if moved_this_round == 0:
-            worst = int(over[np.argmax(memory.peak_bytes[over] - limits[over])])
+        if moved == 0:
+            worst = int(worst_first[0])
             moved_ops = int(np.diff(units.ptr)[frozen].sum())
             raise InfeasibleError(infeasible_message(
                 worst, int(memory.peak_bytes[worst]), int(limits[worst]), machine,
                 f" after moving {moved_ops} ops in {rounds - 1} rounds, no op left on it can move to a "
                 f"device with room"))
-    return OverflowResult(place, int(np.diff(units.ptr)[frozen].sum()), rounds, moves)

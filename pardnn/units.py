@@ -55,5 +55,9 @@ class Units:
         np.minimum.at(first_op, of, np.arange(graph.n))
         return cls(of, ptr, members, edge_ptr, other[order], np.concatenate((comm, comm))[order], first_op)
 
+    @property
+    def count(self) -> int:
+        return int(self.ptr.size - 1)
+
     def members_of(self, u: int) -> np.ndarray:
         return self.members[self.ptr[u] : self.ptr[u + 1]]
