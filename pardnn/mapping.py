@@ -38,6 +38,7 @@ O(K |V| log^2 |V|) — the paper's O(|V| log^2 |V|) with K a constant. Compiled 
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,12 +65,24 @@ class Mapping:
     criticality_order: np.ndarray  # secondary cluster ids in the order they were considered
 
 
+# The compiled kernels take the graph and the mapping's state as two bundles (numba passes a
+# namedtuple of arrays by reference) instead of twenty positional arrays.
+# The graph's adjacency, with each edge's cost if cut, both directions (CSR).
+_Adjacency = namedtuple("_Adjacency", ["succ_ptr", "succ", "succ_weight", "pred_ptr", "pred", "pred_weight"])
+# Clusters (CSR ``ptr``/``members``, ``cluster_of``), the device of every op (-1: unmapped), every op's
+# level and compute, every cluster's span as level indices, and the Fenwick trees of work per level
+# (row ``pe`` per device, row K unmapped).
+_State = namedtuple("_State", ["ptr", "members", "cluster_of", "device_of", "level_of", "comp", "span_lo",
+                               "span_hi", "tree"])
+
+
 @njit(cache=True)
-def _comm_profile(c: int, ptr: np.ndarray, members: np.ndarray, cluster_of: np.ndarray, device_of: np.ndarray,
-                  succ_ptr: np.ndarray, succ: np.ndarray, succ_weight: np.ndarray, pred_ptr: np.ndarray,
-                  pred: np.ndarray, pred_weight: np.ndarray, comm_to: np.ndarray) -> float:
+def _comm_profile(c: int, adj: _Adjacency, st: _State, comm_to: np.ndarray) -> float:
     """Fill ``comm_to[pe]`` with the cluster's communication with ops mapped to ``pe``; return the
     communication with unmapped ops outside the cluster."""
+    ptr, members, cluster_of, device_of = st.ptr, st.members, st.cluster_of, st.device_of
+    succ_ptr, succ, succ_weight = adj.succ_ptr, adj.succ, adj.succ_weight
+    pred_ptr, pred, pred_weight = adj.pred_ptr, adj.pred, adj.pred_weight
     for pe in range(comm_to.size):
         comm_to[pe] = 0.0
     unmapped = 0.0
@@ -95,29 +108,27 @@ def _comm_profile(c: int, ptr: np.ndarray, members: np.ndarray, cluster_of: np.n
 
 
 @njit(cache=True)
-def _assign(c: int, target: int, ptr: np.ndarray, members: np.ndarray, device_of: np.ndarray,
-            level_of: np.ndarray, comp: np.ndarray, tree: np.ndarray, unmapped_row: int) -> None:
-    for i in range(ptr[c], ptr[c + 1]):
-        v = members[i]
-        device_of[v] = target
-        fenwick_add(tree, target, level_of[v], comp[v])
-        fenwick_add(tree, unmapped_row, level_of[v], -comp[v])
+def _assign(c: int, target: int, st: _State, unmapped_row: int) -> None:
+    for i in range(st.ptr[c], st.ptr[c + 1]):
+        v = st.members[i]
+        st.device_of[v] = target
+        fenwick_add(st.tree, target, st.level_of[v], st.comp[v])
+        fenwick_add(st.tree, unmapped_row, st.level_of[v], -st.comp[v])
 
 
 @njit(cache=True)
-def _span_work(c: int, k: int, ptr: np.ndarray, members: np.ndarray, level_of: np.ndarray, comp: np.ndarray,
-               span_lo: np.ndarray, span_hi: np.ndarray, tree: np.ndarray, work: np.ndarray) -> tuple[float, float]:
+def _span_work(c: int, k: int, st: _State, work: np.ndarray) -> tuple[float, float]:
     """``work[pe]`` = work of ``pe`` within the span; returns (own work within span, other unmapped work)."""
-    lo = span_lo[c]
-    hi = span_hi[c]
+    lo = st.span_lo[c]
+    hi = st.span_hi[c]
     for pe in range(k):
-        work[pe] = fenwick_range(tree, pe, lo, hi)
+        work[pe] = fenwick_range(st.tree, pe, lo, hi)
     own = 0.0
-    for i in range(ptr[c], ptr[c + 1]):
-        v = members[i]
-        if lo <= level_of[v] < hi:
-            own += comp[v]
-    unmapped = fenwick_range(tree, k, lo, hi) - own
+    for i in range(st.ptr[c], st.ptr[c + 1]):
+        v = st.members[i]
+        if lo <= st.level_of[v] < hi:
+            own += st.comp[v]
+    unmapped = fenwick_range(st.tree, k, lo, hi) - own
     return own, max(unmapped, 0.0)
 
 
@@ -140,11 +151,11 @@ def _deficit(work: np.ndarray, level: float) -> float:
 
 
 @njit(cache=True)
-def _lookahead_pass(order: np.ndarray, dirty: np.ndarray, k: int, consider_maximal: bool, ptr: np.ndarray,
-                    members: np.ndarray, cluster_of: np.ndarray, device_of: np.ndarray, succ_ptr: np.ndarray,
-                    succ: np.ndarray, succ_weight: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray,
-                    pred_weight: np.ndarray, level_of: np.ndarray, comp: np.ndarray, weight: np.ndarray,
-                    span_lo: np.ndarray, span_hi: np.ndarray, tree: np.ndarray) -> int:
+def _lookahead_pass(order: np.ndarray, dirty: np.ndarray, k: int, consider_maximal: bool, adj: _Adjacency,
+                    st: _State, weight: np.ndarray) -> int:
+    """One pass of Algorithm 2, lines 2-7, over the clusters marked ``dirty``; returns how many it mapped."""
+    ptr, members, cluster_of, device_of = st.ptr, st.members, st.cluster_of, st.device_of
+    succ_ptr, succ, pred_ptr, pred = adj.succ_ptr, adj.succ, adj.pred_ptr, adj.pred
     comm_to = np.zeros(k)
     work = np.zeros(k)
     next_dirty = np.zeros(dirty.size, np.bool_)
@@ -152,8 +163,7 @@ def _lookahead_pass(order: np.ndarray, dirty: np.ndarray, k: int, consider_maxim
     for c in order:
         if not dirty[c] or device_of[members[ptr[c]]] >= 0:
             continue
-        unmapped_comm = _comm_profile(c, ptr, members, cluster_of, device_of, succ_ptr, succ, succ_weight,
-                                      pred_ptr, pred, pred_weight, comm_to)
+        unmapped_comm = _comm_profile(c, adj, st, comm_to)
         target = 0 * k  # an int64, not the literal 0 (numba would compile _assign for Literal[int](0) too)
         talking = 0
         total = unmapped_comm
@@ -170,7 +180,7 @@ def _lookahead_pass(order: np.ndarray, dirty: np.ndarray, k: int, consider_maxim
         maximally = best > total / k
         if not (totally or (consider_maximal and maximally)):
             continue
-        own, unmapped_work = _span_work(c, k, ptr, members, level_of, comp, span_lo, span_hi, tree, work)
+        own, unmapped_work = _span_work(c, k, st, work)
         before = _deficit(work, _largest(work))
         work[target] += own
         after = _deficit(work, work[target])
@@ -179,7 +189,7 @@ def _lookahead_pass(order: np.ndarray, dirty: np.ndarray, k: int, consider_maxim
         cond_c = best > weight[c] + (work[target] - own) + unmapped_work
         if not (cond_a or cond_b or cond_c):
             continue
-        _assign(c, target, ptr, members, device_of, level_of, comp, tree, k)
+        _assign(c, target, st, k)
         mapped += 1
         # Only clusters next to this one see a change in their communication profile.
         for i in range(ptr[c], ptr[c + 1]):
@@ -194,19 +204,17 @@ def _lookahead_pass(order: np.ndarray, dirty: np.ndarray, k: int, consider_maxim
 
 
 @njit(cache=True)
-def _balance(order: np.ndarray, k: int, ptr: np.ndarray, members: np.ndarray, cluster_of: np.ndarray,
-             device_of: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, succ_weight: np.ndarray,
-             pred_ptr: np.ndarray, pred: np.ndarray, pred_weight: np.ndarray, level_of: np.ndarray,
-             comp: np.ndarray, span_lo: np.ndarray, span_hi: np.ndarray, tree: np.ndarray) -> int:
+def _balance(order: np.ndarray, k: int, adj: _Adjacency, st: _State) -> int:
+    """Algorithm 2, lines 8-14 (Eq. 2): every cluster still unmapped; returns how many."""
+    ptr, members, device_of = st.ptr, st.members, st.device_of
     comm_to = np.zeros(k)
     work = np.zeros(k)
     mapped = 0
     for c in order:
         if device_of[members[ptr[c]]] >= 0:
             continue
-        _comm_profile(c, ptr, members, cluster_of, device_of, succ_ptr, succ, succ_weight, pred_ptr, pred,
-                      pred_weight, comm_to)
-        _span_work(c, k, ptr, members, level_of, comp, span_lo, span_hi, tree, work)
+        _comm_profile(c, adj, st, comm_to)
+        _span_work(c, k, st, work)
         mapped_comm = 0.0
         for pe in range(k):
             mapped_comm += comm_to[pe]
@@ -217,7 +225,7 @@ def _balance(order: np.ndarray, k: int, ptr: np.ndarray, members: np.ndarray, cl
             if cost < best_cost or (cost == best_cost and comm_to[pe] > comm_to[target]):
                 best_cost = cost
                 target = pe
-        _assign(c, target, ptr, members, device_of, level_of, comp, tree, k)
+        _assign(c, target, st, k)
         mapped += 1
     return mapped
 
@@ -283,7 +291,8 @@ def map_clusters(graph: CostGraph, edge_weight: np.ndarray, clusters: Clusters, 
     secondary = np.arange(k, count, dtype=np.int64)
     first_rank = graph.topo_rank[first[secondary]]
     order = secondary[np.lexsort((first_rank, -criticality[secondary]))]
-    pred_weight = weight[graph.pred_edge]
+    adj = _Adjacency(graph.succ_ptr, graph.succ, weight, graph.pred_ptr, graph.pred, weight[graph.pred_edge])
+    st = _State(ptr, members, cluster_of, device_of, level_of, graph.comp_us, span_lo, span_hi, tree)
 
     dirty = np.ones(count, np.bool_)
     by_locality = 0
@@ -291,13 +300,10 @@ def map_clusters(graph: CostGraph, edge_weight: np.ndarray, clusters: Clusters, 
     max_passes = max(1, math.ceil(math.log2(max(n, 2))))
     while passes < max_passes:  # Algorithm 2, lines 5-7
         passes += 1
-        mapped = _lookahead_pass(order, dirty, k, ccr >= CCR_THRESHOLD, ptr, members, cluster_of, device_of,
-                                 graph.succ_ptr, graph.succ, weight, graph.pred_ptr, graph.pred, pred_weight,
-                                 level_of, graph.comp_us, cluster_weight, span_lo, span_hi, tree)
+        mapped = _lookahead_pass(order, dirty, k, ccr >= CCR_THRESHOLD, adj, st, cluster_weight)
         by_locality += mapped
         if mapped == 0:
             break
-    by_balance = _balance(order, k, ptr, members, cluster_of, device_of, graph.succ_ptr, graph.succ, weight,
-                          graph.pred_ptr, graph.pred, pred_weight, level_of, graph.comp_us, span_lo, span_hi, tree)
+    by_balance = _balance(order, k, adj, st)
     return Mapping(placement=device_of, mapped_by_locality=by_locality, mapped_by_balance=by_balance,
                    passes=passes, criticality_order=order)
