@@ -19,9 +19,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks.report import machine_line, write_section
 from jobs.maxbatch import job_max_batch
-from pardnn import InfeasibleError
-from pardnn.bench import machine_line, write_section
+from pardnn.errors import InfeasibleError
 from pardnn.maxbatch import BatchRow
 
 HERE = Path(__file__).resolve().parent

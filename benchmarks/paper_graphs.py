@@ -17,8 +17,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pardnn import InfeasibleError
-from pardnn.bench import machine_line
+from benchmarks.report import machine_line
+from pardnn.errors import InfeasibleError
 from pardnn.io import read_any_graph
 from pardnn.placers import PLACERS
 from pardnn.presets import machine_for

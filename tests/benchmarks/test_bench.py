@@ -1,17 +1,23 @@
-"""The benchmark suite (``pardnn bench``): the quick suite end to end, the slope fit on hand-made
-timings, the ParDNN-versus-baseline accounting, and clear errors for bad graph paths."""
+"""The benchmark suite (``python -m benchmarks``, ``pardnn bench``): the quick suite end to end, the
+slope fit on hand-made timings, the ParDNN-versus-baseline accounting, clear errors for bad graph
+paths, and the ``bench`` sub-command that :func:`benchmarks.cli.register` adds."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from pardnn.bench import (
-    CSV_COLUMNS,
+from benchmarks.analysis import comparisons, fit_power_law, slopes
+from benchmarks.cli import EXIT_BAD_INPUT, EXIT_OK, build_parser, command_line, main, register
+from benchmarks.report import CSV_COLUMNS, render_markdown
+from benchmarks.suite import (
     OK,
     QUICK,
     SKIPPED_QUADRATIC,
@@ -20,14 +26,8 @@ from pardnn.bench import (
     Run,
     SuiteConfig,
     bench_graph,
-    command_line,
-    comparisons,
-    fit_power_law,
     graph_paths,
-    render_markdown,
-    slopes,
 )
-from pardnn.cli import EXIT_BAD_INPUT, EXIT_OK, build_parser, main
 from pardnn.errors import PardnnError
 from pardnn.io import write_graph
 from pardnn.synthetic import dnn_graph
@@ -39,7 +39,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def quick(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The quick suite, run once through the command line into a temporary directory."""
     out = tmp_path_factory.mktemp("bench")
-    assert main(["bench", "--quick", "--out", str(out)]) == EXIT_OK
+    assert main(["--quick", "--out", str(out)]) == EXIT_OK
     return out
 
 
@@ -57,12 +57,17 @@ def test_quick_suite_writes_results_csv_and_plots(quick):
     text = (quick / "RESULTS.md").read_text()
     lines = text.splitlines()
     assert lines[0] == "# Benchmark results"
-    assert lines[2].startswith(f"Command: `pardnn bench --quick --out {quick}`")
+    assert lines[2].startswith(f"Command: `python -m benchmarks --quick --out {quick}`")
     assert lines[4].startswith("Machine: ") and all(word in lines[4] for word in ("cores", "Python", "NumPy", "numba"))
     for heading in ("## Summary", "## Speed of the command line", "## Suite: synthetic", "### Without a memory limit",
                     "### Under memory limits", "### Placer time against graph size"):
         assert heading in lines
     assert "| graph | ops | K | ParDNN | CP | LC | topological | round robin |" in lines
+    # The first run (an empty numba cache) is a row of the speed table and a line of the summary.
+    first_run = [line for line in lines if "(first run: empty numba cache, " in line]
+    assert len(first_run) == 2 and first_run[0].startswith("- `pardnn place GRAPH -k 4 -o placement.txt`")
+    assert first_run[1].startswith("| `pardnn place GRAPH -k 4 -o placement.txt` (first run: ")
+    assert "| < 10 s |" in first_run[1]
     assert "Log–log slope of placer time against |V|" in text and "the paper reports 8 % on average" in text
 
 
@@ -87,26 +92,27 @@ def test_quick_suite_csv_has_every_run(quick):
 
 
 def test_results_md_is_the_default_next_to_the_csv_only_in_quick_mode(tmp_path):
-    args = build_parser().parse_args(["bench", "--quick", "--out", str(tmp_path)])
-    from pardnn.bench import output_paths
+    args = build_parser().parse_args(["--quick", "--out", str(tmp_path)])
+    from benchmarks.report import output_paths
 
     assert output_paths(args) == (tmp_path, tmp_path / "RESULTS.md")
-    full = build_parser().parse_args(["bench"])
+    full = build_parser().parse_args([])
     assert output_paths(full) == (Path("benchmarks/out"), Path("benchmarks/RESULTS.md"))
 
 
 def test_the_full_suite_picks_up_the_model_graphs_when_they_exist(tmp_path, monkeypatch):
-    from pardnn.bench import MODEL_GRAPHS, config_from_args
+    from benchmarks.cli import config_from_args
+    from benchmarks.suite import MODEL_GRAPHS
 
     monkeypatch.chdir(tmp_path)
     parse = build_parser().parse_args
-    assert config_from_args(parse(["bench"])).graph_files == ()
+    assert config_from_args(parse([])).graph_files == ()
     (tmp_path / MODEL_GRAPHS).mkdir(parents=True)
     (tmp_path / MODEL_GRAPHS / "trn.json.gz").write_bytes(b"")
-    assert config_from_args(parse(["bench"])).graph_files == (MODEL_GRAPHS / "trn.json.gz",)
-    assert config_from_args(parse(["bench", "--quick"])).graph_files == ()
+    assert config_from_args(parse([])).graph_files == (MODEL_GRAPHS / "trn.json.gz",)
+    assert config_from_args(parse(["--quick"])).graph_files == ()
     (tmp_path / "mine.json").write_text("")
-    assert config_from_args(parse(["bench", "mine.json"])).graph_files == (Path("mine.json"),)
+    assert config_from_args(parse(["mine.json"])).graph_files == (Path("mine.json"),)
 
 
 def test_graph_files_run_as_their_own_suite(tmp_path, capsys):
@@ -114,7 +120,7 @@ def test_graph_files_run_as_their_own_suite(tmp_path, capsys):
     graphs.mkdir()
     write_graph(dnn_graph(300, seed=5, name="tiny-model"), graphs / "tiny-model.json.gz")
     out = tmp_path / "out"
-    argv = ["bench", "--quick", "--sizes", "--no-speed", "--devices", "2", "--factors", "1.2", "--graphs",
+    argv = ["--quick", "--sizes", "--no-speed", "--devices", "2", "--factors", "1.2", "--graphs",
             str(graphs), "--out", str(out)]
     assert main(argv) == EXIT_OK
     rows = read_csv(out / "results.csv")
@@ -214,7 +220,7 @@ def test_lc_is_skipped_above_its_size_limit():
 # ------------------------------------------------------------------------------- errors, CLI
 def test_a_missing_graph_path_exits_1_with_one_line(tmp_path, capsys):
     missing = tmp_path / "nope.json.gz"
-    assert main(["bench", "--quick", str(missing)]) == EXIT_BAD_INPUT
+    assert main(["--quick", str(missing)]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nope.json.gz" in err and "no such graph file" in err
 
@@ -222,17 +228,18 @@ def test_a_missing_graph_path_exits_1_with_one_line(tmp_path, capsys):
 def test_an_invalid_graph_file_fails_before_any_benchmark_runs(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "pardnn-graph", "version": 1, "nodes": [{"name": "a"}], "edges": []}')
-    assert main(["bench", "--quick", "--graphs", str(bad), "--out", str(tmp_path / "out")]) == EXIT_BAD_INPUT
+    assert main(["--quick", "--graphs", str(bad), "--out", str(tmp_path / "out")]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert "bad.json" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
 
 
-def test_python_m_benchmarks_reports_bad_paths_the_same_way(tmp_path, capsys):
-    from benchmarks.__main__ import main as benchmarks_main
-
-    assert benchmarks_main(["--quick", "--graphs", str(tmp_path / "missing")]) == EXIT_BAD_INPUT
-    assert "missing: no such graph file or directory" in capsys.readouterr().err
+def test_python_m_benchmarks_reports_bad_paths_the_same_way(tmp_path):
+    argv = [sys.executable, "-m", "benchmarks", "--quick", "--graphs", str(tmp_path / "missing")]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == EXIT_BAD_INPUT
+    assert done.stderr.startswith("benchmarks: error: ") and "missing: no such graph file or directory" in done.stderr
+    assert done.stderr.count("\n") == 1
 
 
 def test_graph_paths_expand_directories_and_reject_empty_ones(tmp_path):
@@ -247,31 +254,76 @@ def test_graph_paths_expand_directories_and_reject_empty_ones(tmp_path):
         graph_paths([empty])
 
 
+def pardnn_parser() -> argparse.ArgumentParser:
+    """A ``pardnn``-like parser with the ``bench`` sub-command that :func:`register` adds."""
+    parser = argparse.ArgumentParser(prog="pardnn")
+    register(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
 @pytest.mark.parametrize("argv", [
-    ["bench"],
-    ["bench", "--quick", "--out", "o d", "--results", "r.md"],
-    ["bench", "g1.json.gz", "--sizes", "--devices", "2", "16", "--factors", "1.2", "0.8", "--placers", "metis",
+    [],
+    ["--quick", "--out", "o d", "--results", "r.md"],
+    ["g1.json.gz", "--sizes", "--devices", "2", "16", "--factors", "1.2", "0.8", "--placers", "metis",
      "single", "--lc-budget", "2.5", "--lc-max-ops", "1000", "--seed", "3", "--no-speed", "--graphs", "zoo"],
 ])
 def test_recorded_command_parses_back_to_the_same_options(argv):
     args = build_parser().parse_args(argv)
-    recorded = command_line("pardnn bench", args)
+    recorded = command_line("python -m benchmarks", args)
+    assert recorded.startswith("python -m benchmarks")
+    assert build_parser().parse_args(shlex.split(recorded)[3:]) == args
+    # The same through `pardnn bench`: the sub-command's options are the module's.
+    sub_args = pardnn_parser().parse_args(["bench", *argv])
+    recorded = command_line("pardnn bench", sub_args)
     assert recorded.startswith("pardnn bench")
-    assert build_parser().parse_args(shlex.split(recorded)[1:]) == args
+    assert pardnn_parser().parse_args(shlex.split(recorded)[1:]) == sub_args
+    assert {**vars(sub_args)} == {**vars(args), "command": "bench", "func": sub_args.func}
 
 
 @pytest.mark.parametrize("option", [["--sizes", "10k"], ["--factors", "0"], ["--lc-budget", "-1"],
                                     ["--placers", "pardnn"], ["--devices", "0"]])
 def test_bad_options_are_usage_errors(option, capsys):
     with pytest.raises(SystemExit) as exc:
-        build_parser().parse_args(["bench", *option])
+        build_parser().parse_args(option)
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:
+        pardnn_parser().parse_args(["bench", *option])
     assert exc.value.code == 2
 
 
-def test_an_infeasible_timed_command_is_a_result_and_a_crash_is_an_error():
-    import sys
+def test_register_adds_a_working_bench_sub_command(tmp_path, capsys):
+    """`register` on a fresh parser's sub-parsers: `bench --quick` parses to the module's options and a
+    func that runs the suite, records `pardnn bench` as the command, and returns exit code 0."""
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["bench", "--quick"])
+    assert callable(args.func)
+    assert args.quick and not args.no_speed and args.out is None and args.results is None
+    assert args.graph_files == [] and args.graphs == [] and args.sizes is None and args.devices is None
+    assert {k: v for k, v in vars(args).items() if k != "func"} == vars(build_parser().parse_args(["--quick"]))
+    out = tmp_path / "out"
+    args = parser.parse_args(["bench", "--quick", "--sizes", "300", "--devices", "2", "--factors", "--no-speed",
+                              "--placers", "round_robin", "--out", str(out)])
+    assert args.func(args) == EXIT_OK
+    assert "wrote " in capsys.readouterr().out
+    assert (out / "RESULTS.md").read_text().startswith(
+        "# Benchmark results\n\nCommand: `pardnn bench --quick --sizes 300 --devices 2 --factors --placers round_robin "
+        f"--out {out} --no-speed`")
+    assert {r["placer"] for r in read_csv(out / "results.csv")} == {"pardnn", "round_robin"}
+    # Bad input raises PardnnError, which `pardnn`'s main turns into one line and exit 1.
+    args = parser.parse_args(["bench", "--quick", str(tmp_path / "nope.json.gz")])
+    with pytest.raises(PardnnError, match="no such graph file"):
+        args.func(args)
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args(["bench", "--help"])
+    assert exc.value.code == 0
+    help_text = capsys.readouterr().out
+    assert "Run ParDNN and the baseline placers" in help_text and "exit codes" in help_text
+    assert all(option in help_text for option in ("--quick", "--graphs", "--lc-budget", "--no-speed", "--results"))
 
-    from pardnn.bench import _median_wall
+
+def test_an_infeasible_timed_command_is_a_result_and_a_crash_is_an_error():
+    from benchmarks.speed import _median_wall
 
     seconds, infeasible = _median_wall([sys.executable, "-c", "import sys; sys.exit(3)"], 1)
     assert infeasible and seconds > 0
@@ -281,7 +333,7 @@ def test_an_infeasible_timed_command_is_a_result_and_a_crash_is_an_error():
 
 
 def test_sections_of_other_benchmarks_survive_a_rewrite(tmp_path):
-    from pardnn.bench import kept_sections, write_section
+    from benchmarks.report import kept_sections, write_section
 
     results = tmp_path / "RESULTS.md"
     write_section(results, "max-batch", "## Largest batch\n\nfirst\n", "python -m benchmarks.max_batch")
@@ -291,11 +343,11 @@ def test_sections_of_other_benchmarks_survive_a_rewrite(tmp_path):
     assert "first" not in text and text.count("## Largest batch") == 1
     assert text.index("## Largest batch") < text.index("## Other")  # replaced where it stood
     # `pardnn bench` rewrites its own part and keeps both sections.
-    argv = ["bench", "--quick", "--sizes", "--devices", "2", "--no-speed", "--out", str(tmp_path / "out"),
+    argv = ["--quick", "--sizes", "--devices", "2", "--no-speed", "--out", str(tmp_path / "out"),
             "--results", str(results), "--graphs", str(write_tiny(tmp_path)), "--placers", "round_robin"]
     assert main(argv) == EXIT_OK
     rewritten = results.read_text()
-    assert rewritten.startswith("# Benchmark results\n\nCommand: `pardnn bench")
+    assert rewritten.startswith("# Benchmark results\n\nCommand: `python -m benchmarks")
     assert kept_sections(rewritten) == kept_sections(text)
 
 

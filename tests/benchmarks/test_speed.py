@@ -1,0 +1,31 @@
+"""The first-run row of the speed benchmark: a cold `pardnn place` into an empty numba cache.
+
+Structure only: the command ran and exited 0, and the empty cache got numba's cache files. Its wall
+time is what the benchmark reports (benchmarks/RESULTS.md); it is never asserted on, since wall
+times on shared machines vary too much.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.speed import FIRST_RUN_DEVICES, FIRST_RUN_OPS, first_run
+from pardnn.io import read_any_graph, read_placement
+
+
+@pytest.mark.slow
+def test_first_run_compiles_into_an_empty_numba_cache(tmp_path):
+    messages: list[str] = []
+    row = first_run(1, seed=0, progress=messages.append, work=tmp_path)
+    assert row.command == f"pardnn place GRAPH -k {FIRST_RUN_DEVICES} -o placement.txt"
+    assert row.note.startswith("first run: empty numba cache") and row.seconds > 0 and not row.infeasible
+    assert row.target_s is not None
+    assert len(messages) == 1 and row.note in messages[0]
+    # It ran to the end (exit 0, checked by first_run): a placement of every op of its graph.
+    graph = read_any_graph(next(tmp_path.glob("*.json.gz")))
+    assert abs(graph.n - FIRST_RUN_OPS) <= 0.05 * FIRST_RUN_OPS
+    placement = read_placement(tmp_path / "placement.txt", graph, FIRST_RUN_DEVICES)
+    assert placement.shape == (graph.n,) and set(placement.tolist()) <= set(range(FIRST_RUN_DEVICES))
+    # The empty cache holds the compiled sweeps now: it measured a compilation.
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("numba-cache")] == ["numba-cache-0"]
+    assert len(list((tmp_path / "numba-cache-0").rglob("*.nbi"))) >= 10, "the sweeps were not compiled"
