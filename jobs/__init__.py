@@ -5,10 +5,11 @@
     from jobs import load_job, build
     job = load_job("trn-tiny")                  # or a path: load_job("jobs/trn-tiny.toml")
     train = build(job)                          # TrainGraph: graph, loss, train_op, feed_fn, ...
+    cost = cost_graph(train, job.costs)         # CostGraph, memory_limit_bytes = the job's memory
     jobs.export_graph("trn-2", "trn-2.json.gz") # paper-size graph with estimated V100 costs
 
 ``Job``, ``JobError``, ``load_job`` and ``JOBS_DIR`` do not need TensorFlow; ``build``,
-``TrainGraph``, ``export_graph`` and ``cost_graph`` import it on first use.
+``TrainGraph`` and ``export_graph`` import it on first use, ``cost_graph`` when called.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.config import JOBS_DIR, Job, JobError, job_from_dict, load_job, preset_names
+from jobs.costing import cost_graph
 
 __all__ = ["JOBS_DIR", "Job", "JobError", "TrainGraph", "build", "cost_graph", "export_graph", "job_from_dict",
            "load_job", "preset_names"]
 
-_NEEDS_TF = ("TrainGraph", "build", "cost_graph", "export_graph")
+_NEEDS_TF = ("TrainGraph", "build", "export_graph")
 
 
 def __getattr__(name: str) -> Any:

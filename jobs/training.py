@@ -1,5 +1,8 @@
 """Build a job's training graph (``build``) and export its cost graph (``export_graph``).
 
+Costing a step (profile or estimate, then the memory limit) is :func:`jobs.costing.cost_graph`,
+re-exported here.
+
 ``build(job)`` creates a fresh ``tf.Graph`` holding the model's forward pass, the gradients
 (``optimizer.compute_gradients``), an optional ``gradient_hook`` over them (the launcher's Horovod
 allreduce), optional clipping by global norm, and the optimizer update, plus the initializer.
@@ -26,17 +29,17 @@ import numpy as np
 import tensorflow as tf
 
 from jobs.config import Job, JobError, load_job
+from jobs.costing import COSTS, cost_graph
 from jobs.data import batches
 from jobs.models import model_module
 from pardnn.graph import CostGraph
 
 v1 = tf.compat.v1
 
-__all__ = ["GradientHook", "TrainGraph", "build", "export_graph"]
+__all__ = ["GradientHook", "TrainGraph", "build", "cost_graph", "export_graph"]
 
 GradsAndVars = list[tuple[tf.Tensor, tf.Variable]]
 GradientHook = Callable[[GradsAndVars], GradsAndVars]
-COSTS = ("estimate", "profile", "capture")
 
 
 @dataclass
@@ -139,33 +142,9 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
 
 
 def with_memory_limit(cost: CostGraph, limit: int | None) -> CostGraph:
-    """``cost`` carrying ``memory_limit_bytes = limit`` (the graph file's default device memory)."""
-    if limit == cost.memory_limit_bytes:
-        return cost
-    groups = [cost.group_names[g] if g >= 0 else None for g in cost.colocation.tolist()]
-    return CostGraph(cost.names, cost.comp_us, cost.out_bytes, cost.edge_src, cost.edge_dst, cost.edge_bytes,
-                     kind=cost.kind, colocation=groups, ops=cost.ops, param_bytes=cost.param_bytes, name=cost.name,
-                     memory_limit_bytes=limit)
-
-
-def cost_graph(train: TrainGraph, costs: str = "estimate", *, preset: str | None = None,
-               steps: int | None = None) -> CostGraph:
-    """The :class:`CostGraph` of one step of ``train``: ``estimate`` (roofline on ``preset``, default
-    the job's ``device_preset``), ``profile`` (``steps`` traced steps on this machine, default the
-    job's ``profile_steps``) or ``capture`` (structure and sizes only, 0 µs)."""
-    import pardnn.tf
-
-    job = train.job
-    if costs == "estimate":
-        cost = pardnn.tf.estimate(train.graph, train.fetches, preset or job.device_preset, name=job.name)
-    elif costs == "profile":
-        cost = pardnn.tf.profile(train.graph, train.fetches, train.feed_fn, steps=steps or job.profile_steps,
-                                 name=job.name)
-    elif costs == "capture":
-        cost = pardnn.tf.capture(train.graph, train.fetches, name=job.name)
-    else:
-        raise ValueError(f"costs={costs!r}: expected one of {', '.join(COSTS)}")
-    return with_memory_limit(cost, job.memory_bytes)
+    """``cost`` carrying ``memory_limit_bytes = limit``. Kept for callers not yet on
+    :func:`jobs.costing.cost_graph`, which attaches the limit itself; prefer that."""
+    return cost.replace(memory_limit_bytes=limit)
 
 
 def export_graph(job: Job | str | Path, path: str | Path, *, costs: str = "estimate", preset: str | None = None,
@@ -179,8 +158,8 @@ def export_graph(job: Job | str | Path, path: str | Path, *, costs: str = "estim
     path:
         ``.json`` or ``.json.gz`` file to write.
     costs, preset, steps:
-        As for :func:`cost_graph`: ``estimate`` (default; builds only, allocates nothing),
-        ``profile`` or ``capture``.
+        As ``costs``, ``device_preset`` and ``profile_steps`` of :func:`jobs.costing.cost_graph`:
+        ``estimate`` (default; builds only, allocates nothing), ``profile`` or ``capture``.
     batch_size:
         Overrides the job's batch size.
 
@@ -194,6 +173,6 @@ def export_graph(job: Job | str | Path, path: str | Path, *, costs: str = "estim
     if costs not in COSTS:
         raise ValueError(f"costs={costs!r}: expected one of {', '.join(COSTS)}")
     loaded = job if isinstance(job, Job) else load_job(job)
-    cost = cost_graph(build(loaded, batch_size), costs, preset=preset, steps=steps)
+    cost = cost_graph(build(loaded, batch_size), costs, device_preset=preset, profile_steps=steps)
     write_graph(cost, path)
     return cost

@@ -5,8 +5,8 @@ ParDNN (deterministic for identical inputs) could then place them differently. S
 check that they captured the same graph (:func:`graph_digest`), then share costs
 (:func:`average_costs`: mean op time, largest tensor size, identical bytes on every node since an
 allreduce gives every rank the same result), then partition, then compare placement digests
-(:func:`placement_digest`). A mismatch is an :class:`~launcher.failure.AgreedError` naming the
-nodes on each side, found by all ranks at once.
+(:func:`placement_digest` of the placement file's text). A mismatch is an
+:class:`~launcher.failure.AgreedError` naming the nodes on each side, found by all ranks at once.
 """
 
 from __future__ import annotations
@@ -43,10 +43,8 @@ def graph_digest(graph: CostGraph) -> str:
                         graph.colocation.astype(np.int64), graph.group_names)
 
 
-def placement_digest(names: Sequence[str], placement: np.ndarray) -> str:
-    """SHA-256 of the placement as its text file (``op_name device`` lines in graph order)."""
-    devices = np.asarray(placement).tolist()
-    text = "".join(f"{name} {int(device)}\n" for name, device in zip(names, devices, strict=True))
+def placement_digest(text: str) -> str:
+    """SHA-256 of the placement file's text (:func:`pardnn.io.format_placement`: ``op_name device`` lines)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -73,6 +71,7 @@ def check_agreement(nodes: Sequence[str], values: Sequence[str], what: str, hint
 def average_costs(topology: Topology, graph: CostGraph) -> CostGraph:
     """The same :class:`CostGraph` on every node: mean ``comp_us``, largest ``out_bytes``/edge bytes.
 
+    Everything else (colocation group labels, ``memory_limit_bytes``, names) is the graph's own.
     Raises :class:`AgreedError` when the nodes' graphs differ in structure. Collective.
     """
     check_agreement(topology.nodes, topology.allgather(graph_digest(graph)), "training graphs",
@@ -82,6 +81,4 @@ def average_costs(topology: Topology, graph: CostGraph) -> CostGraph:
     comp = topology.allreduce(graph.comp_us, "sum") / topology.size
     out_bytes = topology.allreduce(graph.out_bytes, "max")
     edge_bytes = topology.allreduce(graph.edge_bytes, "max")
-    groups = [graph.group_names[g] if g >= 0 else None for g in graph.colocation.tolist()]
-    return CostGraph(graph.names, comp, out_bytes, graph.edge_src, graph.edge_dst, edge_bytes, kind=graph.kind,
-                     colocation=groups, ops=graph.ops, param_bytes=graph.param_bytes, name=graph.name)
+    return graph.replace(comp_us=comp, out_bytes=out_bytes, edge_bytes=edge_bytes)

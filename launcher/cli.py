@@ -1,6 +1,9 @@
 """``pardnn-launch JOB [options]``: thin over :func:`launcher.run` (parse, configure logging, call).
 
 Options override the job file; what neither sets takes the defaults of :mod:`launcher.settings`.
+Each option's type, choices, default and help come from the settings schema (the job schema's
+:class:`~pardnn.settings.Param` of the same key), so the command line, job files and ``pardnn``
+agree.
 Run it with one task per node: ``srun --ntasks-per-node=1 pardnn-launch JOB`` or
 ``mpirun --map-by ppr:1:node pardnn-launch JOB``; on one machine without a launcher it is one node.
 
@@ -15,11 +18,13 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
+from jobs.schema import PLACEMENT, RUN, TRAIN
 from launcher.core import run
 from launcher.env import EMULATE_NODES
 from launcher.failure import exit_code
-from launcher.settings import COSTS, MEMORY_HEURISTICS, parse_window
+from launcher.settings import LAUNCHER_DEFAULTS, OVERRIDABLE, SCHEMA, parse_window
 
 __all__ = ["build_parser", "main"]
 
@@ -39,6 +44,33 @@ def _window(text: str) -> str:
     return text
 
 
+_TABLE = {**dict.fromkeys(TRAIN, "train"), **dict.fromkeys(RUN, "run"), **dict.fromkeys(PLACEMENT, "placement")}
+_TYPES = {"int": int, "float": float}
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "unlimited"
+    if isinstance(value, tuple):
+        return ":".join(map(str, value))
+    return str(value)
+
+
+def _option(group: argparse._ArgumentGroup, name: str, text: str | None = None, *, show_default: bool = True,
+            **extra: Any) -> None:
+    """``--name`` for the setting ``name``: type, choices, default and help (unless ``text``) from :data:`SCHEMA`."""
+    param = SCHEMA[name]
+    text = text or param.help or name.replace("_", " ")
+    if name == "device_preset":  # aliases and capitals are accepted too (v100, A100, ...)
+        text += f": {', '.join(param.choices or ())}"
+    elif param.choices is not None:
+        extra.setdefault("choices", param.choices)
+    default = f"; default {_shown(param.default)}" if show_default and not param.required else ""
+    extra.setdefault("type", _TYPES.get(param.kind, str))
+    group.add_argument(f"--{name.replace('_', '-')}", help=f"{text} (job file: [{_TABLE[name]}] {name}{default})",
+                       **extra)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pardnn-launch", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -46,23 +78,22 @@ def build_parser() -> argparse.ArgumentParser:
                     "across nodes with Horovod (one MPI rank per node).")
     parser.add_argument("job", help="job file (jobs/NAME.toml) or preset name")
     run_group = parser.add_argument_group("run")
-    run_group.add_argument("--iterations", type=int, help="training iterations (job file: [run] iterations)")
-    run_group.add_argument("--window", type=_window, metavar="START:END",
-                           help="measured iterations, start inclusive, end exclusive (default 100:150)")
-    run_group.add_argument("--batch-size", type=int, help="batch size per node (job file: [train] batch_size)")
-    run_group.add_argument("--out", help="output directory (default runs)")
+    _option(run_group, "iterations")
+    _option(run_group, "window", type=_window, metavar="START:END")
+    _option(run_group, "batch_size", "samples per step on one node", metavar="B")
+    run_group.add_argument("--out", help=f"output directory (default {LAUNCHER_DEFAULTS['out']})")
     run_group.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                            help="no progress bar")
     placement = parser.add_argument_group("placement")
-    placement.add_argument("--devices-per-node", type=int, metavar="K",
-                           help="devices per node: the first K GPUs, or K logical CPU devices without GPUs (default 4)")
-    placement.add_argument("--memory", help="memory per device, e.g. 32GiB, or 'unlimited' "
-                                            "(default: the device preset's on GPUs, unlimited on CPUs)")
-    placement.add_argument("--costs", choices=COSTS, help="measure op costs (profile) or model them (estimate)")
-    placement.add_argument("--profile-steps", type=int, metavar="N", help="steps traced when profiling (default 5)")
-    placement.add_argument("--reserve", type=float, help="fraction of device memory kept free (default 0.1)")
-    placement.add_argument("--memory-heuristic", choices=MEMORY_HEURISTICS, help="default overflow")
-    placement.add_argument("--device-preset", help="GPU model for estimates and interconnect (default v100-32gb)")
+    _option(placement, "devices_per_node", "devices per node: the first K GPUs, or K logical CPU devices without GPUs",
+            metavar="K")
+    _option(placement, "memory", "memory per device, e.g. 32GiB, or 'unlimited'; unset: the device preset's on GPUs, "
+            "unlimited on CPUs", show_default=False, metavar="SIZE")
+    _option(placement, "costs")
+    _option(placement, "profile_steps", metavar="N")
+    _option(placement, "reserve", metavar="FRACTION")
+    _option(placement, "memory_heuristic")
+    _option(placement, "device_preset", metavar="PRESET")
     parser.add_argument("-v", "--verbose", action="store_true", help="log more (every rank)")
     return parser
 
@@ -77,9 +108,7 @@ def _configure_logging(verbose: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _configure_logging(args.verbose)
-    overrides = {name: getattr(args, name) for name in (
-        "iterations", "window", "batch_size", "out", "progress", "devices_per_node", "memory", "costs",
-        "profile_steps", "reserve", "memory_heuristic", "device_preset")}
+    overrides = {name: getattr(args, name) for name in OVERRIDABLE}
     try:
         run(args.job, **overrides)
     except SystemExit:

@@ -3,10 +3,12 @@
 Per node (one MPI rank per node, :mod:`launcher.topology`):
 
 1. **build** the job's graph (``jobs.build``, no hook) on the node's devices (:mod:`launcher.devices`);
-2. **profile** a few steps (``pardnn.tf.profile``) or **estimate** costs (``pardnn.tf.estimate``);
-   nodes check they built the same graph and average their costs (:mod:`launcher.agreement`);
-3. **partition** with ParDNN once for the node's K devices and memory; nodes compare placement
-   digests (a mismatch names the nodes);
+2. **profile** a few steps or **estimate** costs (:func:`jobs.costing.cost_graph`, which also
+   attaches the memory limit); nodes check they built the same graph and average their costs
+   (:mod:`launcher.agreement`);
+3. **partition** with ParDNN once for the node's K devices and memory (a memory heuristic only when
+   the devices have a memory size: :func:`pardnn.pipeline.resolve_heuristic`); nodes compare the
+   digests of the placement file (:func:`pardnn.io.format_placement`; a mismatch names the nodes);
 4. **build_hooked**: build the graph again with the Horovod gradient hook
    (:mod:`launcher.dataparallel`; one node: no hook) and **apply** the placement by op name, the
    hook's ops on their variable's device;
@@ -201,8 +203,11 @@ def _run_node(state: _Run, build: BuildFn, hvd: Any, guard: StopGuard) -> dict[s
         import tensorflow as tf
 
         import pardnn.tf as ptf
+        from jobs.costing import cost_graph
         from launcher.devices import node_devices, node_machine
         from pardnn import partition
+        from pardnn.io import format_placement
+        from pardnn.pipeline import resolve_heuristic
     devices = node_devices(settings.devices_per_node, topology.node)
     state.devices = {"kind": devices.kind, "count": devices.count, "names": list(devices.names)}
     logger.info("%d node(s) × %d %s device(s); job %s, batch %d per node", topology.size, devices.count,
@@ -212,30 +217,29 @@ def _run_node(state: _Run, build: BuildFn, hvd: Any, guard: StopGuard) -> dict[s
         plain = build(state.job, batch_size=settings.batch_size)
     guard.check()
     with collector.phase(settings.costs):
-        if settings.costs == "profile":
-            cost = ptf.profile(plain.graph, plain.fetches, plain.feed_fn, steps=settings.profile_steps,
-                               devices=devices.count, kind=devices.kind, unknown_dim=settings.batch_size,
-                               name=str(state.job.name))
-        else:
-            cost = ptf.estimate(plain.graph, plain.fetches, device=settings.device_preset,
-                                unknown_dim=settings.batch_size, name=str(state.job.name))
+        cost = cost_graph(plain, settings.costs, device_preset=settings.device_preset,
+                          profile_steps=settings.profile_steps, memory_bytes=settings.memory_bytes,
+                          name=str(state.job.name), devices=devices.count, kind=devices.kind,
+                          unknown_dim=settings.batch_size)
         cost = average_costs(topology, cost)
     del plain
     guard.check()
 
     machine = _together(topology, "describing the machine", lambda: node_machine(settings, devices))
-    heuristic = None if settings.memory_heuristic == "none" or not machine.bounded else settings.memory_heuristic
+    # A memory heuristic needs a memory size: on a machine without one it is "auto" (none).
+    heuristic = resolve_heuristic(settings.memory_heuristic if machine.bounded else "auto", machine)
     with collector.phase("partition"):
         result = _together(topology, "partitioning",
                            lambda: partition(cost, machine, memory_heuristic=heuristic))
-    digest = placement_digest(cost.names, result.placement)
+    text = format_placement(cost, result.placement)  # the placement file's bytes, as pardnn.io.write_placement
+    digest = placement_digest(text)
     check_agreement(topology.nodes, topology.allgather(digest), "placements",
                     "ParDNN is deterministic for identical inputs, so check that the nodes run the same versions")
     placement = dict(zip(cost.names, result.placement.tolist(), strict=True))
     state.placement = {"sha256": digest, "ops": cost.n, "machine": machine.describe(), "file": PLACEMENT_FILE,
                        "memory_heuristic": heuristic or "none", "report": result.report.to_dict()}
     if topology.is_root:
-        write_text(state.directory / PLACEMENT_FILE, "".join(f"{n} {d}\n" for n, d in placement.items()))
+        write_text(state.directory / PLACEMENT_FILE, text)
     logger.info("placement %s: %d ops on %d devices, simulated step %.0f us", digest[:12], cost.n, devices.count,
                 result.report.evaluation.makespan_us)
 

@@ -68,6 +68,20 @@ def test_minimal_job_gets_the_contracts_defaults(tmp_path):
     assert job.memory_bytes is None
 
 
+def test_placement_table_is_the_shared_schema(tmp_path):
+    """[placement] takes its keys, defaults, ranges and choices from pardnn.settings.PLACEMENT."""
+    from jobs.config import PLACEMENT
+    from pardnn import settings
+
+    assert PLACEMENT == {key: settings.PLACEMENT[key] for key in PLACEMENT}
+    assert set(PLACEMENT) == {"devices_per_node", "memory", "reserve", "memory_heuristic", "costs", "device_preset",
+                              "profile_steps"}
+    defaults = Job("x", None, "wrn", {}, 1)
+    assert {key: getattr(defaults, key) for key in PLACEMENT} == {key: p.default for key, p in PLACEMENT.items()}
+    job = load_job(write(tmp_path, MINIMAL + "[placement]\nreserve = 0.995\nmemory = 'unlimited'\n"))
+    assert (job.reserve, job.memory, job.memory_bytes) == (0.995, None, None)  # reserve in [0, 1), as the Machine's
+
+
 def test_job_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         load_job("trn-tiny").batch_size = 3  # type: ignore[misc]
@@ -104,13 +118,15 @@ def test_overrides_win_over_the_file_and_are_validated():
     (MINIMAL + "learning_rate = nan\n", r"train.learning_rate = nan: expected a number > 0"),
     (MINIMAL + "optimizer = 'sgd'\n", r"train.optimizer = 'sgd': expected one of 'adam', 'momentum'"),
     (MINIMAL + "momentum = 1.5\n", r"train.momentum = 1.5: expected a number in \[0, 1\]"),
-    (MINIMAL + "[placement]\nreserve = 1\n", r"placement.reserve = 1: expected a number in \[0, 0.99\]"),
+    (MINIMAL + "[placement]\nreserve = 1\n", r"placement.reserve = 1: expected a number in \[0, 1\)"),
     (MINIMAL + "[placement]\nmemory_heuristic = 'greedy'\n",
      r"placement.memory_heuristic = 'greedy': expected one of 'overflow', 'balance', 'none'"),
     (MINIMAL + "[placement]\ncosts = 'measure'\n",
      r"placement.costs = 'measure': expected one of 'profile', 'estimate'"),
-    (MINIMAL + "[placement]\nmemory = 'lots'\n", r"placement.memory = 'lots': expected a size > 0 such as '32GiB'"),
-    (MINIMAL + "[placement]\nmemory = '0GiB'\n", r"placement.memory = '0GiB': expected a size > 0"),
+    (MINIMAL + "[placement]\nmemory = 'lots'\n",
+     r"placement.memory = 'lots': expected a size such as '32GiB' \(or 'unlimited'\)"),
+    (MINIMAL + "[placement]\nmemory = '0GiB'\n",
+     r"placement.memory = '0GiB': expected a size such as '32GiB' \(or 'unlimited'\)"),
     (MINIMAL + "[placement]\ndevice_preset = 'k80'\n",
      r"placement.device_preset = 'k80': expected one of 'v100-32gb', 'a100-80gb', 'h100-80gb'"),
     (MINIMAL + "[run]\niterations = 50\n",

@@ -34,10 +34,17 @@ def test_graph_digest_ignores_costs_but_not_structure():
     assert graph_digest(_graph([1, 2, 3])) != graph_digest(other)
 
 
-def test_placement_digest_is_the_hash_of_the_placement_file():
+def test_placement_digest_is_the_hash_of_the_placement_file(tmp_path):
     import hashlib
 
-    assert placement_digest(["a", "b"], np.array([0, 1])) == hashlib.sha256(b"a 0\nb 1\n").hexdigest()
+    from pardnn.io import format_placement, write_placement
+
+    graph = CostGraph(["a", "b"], [1, 1], [4, 4], [0], [1])
+    text = format_placement(graph, np.array([0, 1]))
+    assert text == "a 0\nb 1\n"
+    write_placement(tmp_path / "placement.txt", graph, np.array([0, 1]))
+    assert (tmp_path / "placement.txt").read_bytes() == text.encode()
+    assert placement_digest(text) == hashlib.sha256(b"a 0\nb 1\n").hexdigest()
 
 
 def test_variables_digest_depends_on_values_not_on_order():
@@ -49,3 +56,38 @@ def test_variables_digest_depends_on_values_not_on_order():
 def test_average_costs_on_one_node_is_the_graph_itself():
     graph = _graph([1, 2, 3])
     assert average_costs(single_node(), graph) is graph
+
+
+class _TwoNodes:
+    """Two nodes seen from one: ``allreduce`` combines this node's array with the other node's next one
+    (average_costs reduces comp_us, out_bytes, edge_bytes in that order)."""
+
+    nodes = ("n0", "n1")
+    size = 2
+
+    def __init__(self, other: CostGraph) -> None:
+        self.theirs = [other.comp_us, other.out_bytes, other.edge_bytes]
+
+    def allgather(self, value):
+        return [value, value]
+
+    def allreduce(self, array, op="sum"):
+        theirs = self.theirs.pop(0)
+        return array + theirs if op == "sum" else np.maximum(array, theirs)
+
+
+def _costed(comp: list[float], out: list[int], edges: list[int], memory: int | None = None) -> CostGraph:
+    return CostGraph(["a", "b", "c"], comp, out, [0, 1], [1, 2], edges, colocation=[None, "g", "g"],
+                     memory_limit_bytes=memory)
+
+
+def test_average_costs_keeps_memory_limit_and_group_labels():
+    mine = _costed([1, 2, 3], [4, 8, 4], [4, 8], memory=2**20)
+    averaged = average_costs(_TwoNodes(_costed([3, 4, 5], [6, 2, 4], [6, 2])), mine)
+    assert averaged.comp_us.tolist() == [2, 3, 4]
+    assert averaged.out_bytes.tolist() == [6, 8, 4]
+    assert averaged.edge_bytes.tolist() == [6, 8]
+    assert averaged.memory_limit_bytes == 2**20
+    assert averaged.group_names == mine.group_names and averaged.colocation.tolist() == mine.colocation.tolist()
+    assert averaged.name == mine.name and averaged.names == mine.names
+    assert graph_digest(averaged) == graph_digest(mine)

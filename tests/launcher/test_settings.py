@@ -42,20 +42,47 @@ def test_window_from_job_must_fit_iterations_from_command_line_and_names_both():
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
-    ({"devices_per_node": 0}, r"devices_per_node \(command line\): 0 must be in 1\.\.64"),
-    ({"iterations": 2.5}, "must be a whole number"),
-    ({"costs": "guess"}, "expected one of profile, estimate"),
-    ({"memory": "lots"}, "memory"),
-    ({"memory": "0"}, "must be > 0"),
-    ({"reserve": 1.0}, r"fraction in \[0, 1\)"),
-    ({"memory_heuristic": "magic"}, "expected one of overflow, balance, none"),
-    ({"device_preset": "k80"}, "expected one of"),
+    ({"devices_per_node": 0}, r"devices_per_node \(command line\): 0: expected a whole number in \[1, 64\]"),
+    ({"iterations": 2.5}, r"iterations \(command line\): 2\.5: expected a whole number >= 1"),
+    ({"costs": "guess"}, r"costs \(command line\): 'guess': expected one of 'profile', 'estimate'"),
+    ({"memory": "lots"}, r"memory \(command line\): 'lots': expected a size such as '32GiB'"),
+    ({"memory": "0"}, r"memory \(command line\): '0': expected a size such as '32GiB' \(or 'unlimited'\)"),
+    ({"reserve": 1.0}, r"reserve \(command line\): 1\.0: expected a number in \[0, 1\)"),
+    ({"memory_heuristic": "magic"},
+     r"memory_heuristic \(command line\): 'magic': expected one of 'overflow', 'balance', 'none'"),
+    ({"device_preset": "k80"}, r"device_preset \(command line\): 'k80': expected one of 'v100-32gb'"),
+    ({"profile_steps": 0}, r"profile_steps \(command line\): 0: expected a whole number >= 1"),
+    ({"batch_size": -1}, r"batch_size \(command line\): -1: expected a whole number >= 1"),
     ({"window": "150:100"}, "0 <= start < end"),
     ({"colour": "blue"}, "unknown setting colour"),
 ])
 def test_bad_values_name_the_setting_and_what_is_allowed(overrides, message):
     with pytest.raises(LaunchError, match=message):
         resolve(Job(), overrides)
+
+
+def test_values_from_the_job_file_are_checked_and_named_as_such():
+    with pytest.raises(LaunchError, match=r"reserve \(job file\): 1\.5: expected a number in \[0, 1\)"):
+        resolve(Job(reserve=1.5))
+
+
+def test_settings_use_the_job_schemas_params():
+    """One owner per rule: the launcher's defaults, ranges and choices are the job schema's (pardnn.settings)."""
+    from jobs.schema import PLACEMENT, RUN, TRAIN
+    from launcher.settings import SCHEMA
+    from pardnn import settings
+
+    assert SCHEMA == {"batch_size": TRAIN["batch_size"], **RUN, **PLACEMENT}
+    assert all(SCHEMA[key] is settings.PLACEMENT[key] for key in PLACEMENT)
+    assert {key: DEFAULTS[key] for key in PLACEMENT} == {key: param.default for key, param in PLACEMENT.items()}
+    assert resolve(Job(), {"reserve": 0.995}).reserve == 0.995  # [0, 1), as job files and the Machine
+
+
+def test_command_line_text_is_parsed_by_the_schema():
+    settings = resolve(Job(), {"iterations": "40", "window": "10:20", "reserve": "0.2", "costs": "Estimate",
+                               "device_preset": "A100", "memory_heuristic": "balance"})
+    assert (settings.iterations, settings.window, settings.reserve) == (40, (10, 20), 0.2)
+    assert (settings.costs, settings.device_preset, settings.memory_heuristic) == ("estimate", "a100-80gb", "balance")
 
 
 def test_memory_unlimited_spellings():

@@ -1,0 +1,99 @@
+"""Cost one training step: profile or estimate its graph, then attach the memory limit.
+
+The one place that turns a built training step into the :class:`~pardnn.graph.CostGraph` ParDNN
+partitions: ``pardnn-launch`` (each node, before partitioning), the zoo's ``capture`` command (a
+graph file of a job or of ``MODULE:FUNCTION``) and :func:`jobs.export_graph` all call
+:func:`cost_graph`. (``max-batch`` costs batch-scalable parts with
+:func:`pardnn.tf.estimate.estimate_parts` instead, and gives memory to its ``Machine``.)
+
+A step is a :class:`jobs.TrainGraph` or any object with ``graph`` (a ``tf.Graph``), ``fetches``
+(what one step runs) and, to profile, ``feed_fn(i)`` (the feed dict of step ``i``). A step that
+carries its ``job`` (a :class:`jobs.TrainGraph` does) supplies the defaults: the job's
+``[placement]`` ``device_preset``, ``profile_steps`` and ``memory``, and its name; a bare step takes
+the defaults of the schema (:data:`pardnn.settings.PLACEMENT`), no memory limit and the name
+``tf-step``.
+
+Imports TensorFlow (``pardnn.tf``) only when called.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.schema import PLACEMENT
+from pardnn.graph import CostGraph
+
+__all__ = ["COSTS", "FROM_JOB", "cost_graph"]
+
+COSTS = ("estimate", "profile", "capture")
+
+
+class _FromJob:
+    def __repr__(self) -> str:
+        return "FROM_JOB"
+
+
+FROM_JOB: Any = _FromJob()  # memory_bytes default: the job's [placement] memory
+
+
+def cost_graph(train: Any, costs: str = "estimate", *, device_preset: str | None = None,
+               profile_steps: int | None = None, memory_bytes: int | None = FROM_JOB, name: str | None = None,
+               devices: int = 1, kind: str = "cpu", unknown_dim: int | None = None) -> CostGraph:
+    """The :class:`CostGraph` of one step of ``train``, carrying the memory limit.
+
+    Parameters
+    ----------
+    train:
+        The step (see the module docstring): ``graph``, ``fetches``, optionally ``feed_fn``,
+        ``job`` and ``batch_size``.
+    costs:
+        ``"estimate"`` (roofline times on ``device_preset``; builds only, allocates nothing),
+        ``"profile"`` (``profile_steps`` traced steps on this machine; runs the model) or
+        ``"capture"`` (structure and sizes only, 0 µs per op).
+    device_preset, profile_steps:
+        Default (``None``): the job's ``[placement]`` settings, else the schema's defaults.
+    memory_bytes:
+        The graph's ``memory_limit_bytes`` (the device memory a graph file records; ``None`` =
+        unlimited). Default: the job's ``[placement] memory``, else ``None``.
+    name:
+        The graph's name; default the job's name, else ``"tf-step"``.
+    devices, kind:
+        Profiling only: the logical devices (``"cpu"``) or GPUs (``"gpu"``) the session has.
+    unknown_dim:
+        Size of any dimension the graph leaves unknown; default the step's ``batch_size``.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``costs``.
+    pardnn.errors.PardnnError
+        From capturing, estimating (an unknown preset) or profiling the graph.
+    """
+    if costs not in COSTS:
+        raise ValueError(f"costs={costs!r}: expected one of {', '.join(COSTS)}")
+    import pardnn.tf
+
+    job = getattr(train, "job", None)
+
+    def setting(value: Any, key: str) -> Any:
+        if value is not None:
+            return value
+        return getattr(job, key) if job is not None else PLACEMENT[key].default
+
+    name = name or (str(job.name) if job is not None else "tf-step")
+    if unknown_dim is None:
+        unknown_dim = getattr(train, "batch_size", None)
+    if costs == "estimate":
+        cost = pardnn.tf.estimate(train.graph, train.fetches, setting(device_preset, "device_preset"),
+                                  unknown_dim=unknown_dim, name=name)
+    elif costs == "profile":
+        cost = pardnn.tf.profile(train.graph, train.fetches, getattr(train, "feed_fn", None),
+                                 steps=setting(profile_steps, "profile_steps"), devices=devices, kind=kind,
+                                 unknown_dim=unknown_dim, name=name)
+    else:
+        cost = pardnn.tf.capture(train.graph, train.fetches, unknown_dim=unknown_dim, name=name)
+    if memory_bytes is FROM_JOB:
+        memory_bytes = job.memory_bytes if job is not None else None
+    if memory_bytes == cost.memory_limit_bytes:
+        return cost
+    return cost.replace(memory_limit_bytes=memory_bytes)

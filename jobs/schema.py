@@ -1,0 +1,178 @@
+"""The keys of a job file: one :class:`~pardnn.settings.Param` per key, by table.
+
+``TOP`` (the top level), ``TRAIN``, ``RUN``, ``PLACEMENT`` (taken from the shared schema
+:data:`pardnn.settings.PLACEMENT`, so job files, ``pardnn-launch`` and ``pardnn`` agree on defaults,
+ranges and choices), ``DATASETS`` (the ``[data]`` sources) and ``MODEL_PARAMS`` (each model's
+hyperparameters), plus :func:`check_model` for the rules between keys of one model and
+:func:`normalise` for the other spellings a key accepts. :mod:`jobs.config` reads job files with
+them; :mod:`launcher.settings` checks its overrides with the same objects.
+
+This module does not import TensorFlow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pardnn.errors import InvalidMachineError
+from pardnn.presets import preset
+from pardnn.settings import PLACEMENT as SHARED_PLACEMENT
+from pardnn.settings import REQUIRED, Param
+
+__all__ = ["DATASETS", "MODEL_PARAMS", "PLACEMENT", "PLACEMENT_KEYS", "RUN", "TOP", "TRAIN", "Param", "check_model",
+           "normalise", "window_fits"]
+
+_DERIVED = None  # default of a key whose value follows from others (documented per key)
+
+
+def _int(default: Any = REQUIRED, low: float | None = 1, high: float | None = None, help: str = "") -> Param:
+    return Param("int", default, low, high, help=help)
+
+
+def _float(default: Any = REQUIRED, low: float | None = None, high: float | None = None, *,
+           low_open: bool = False, help: str = "") -> Param:
+    return Param("float", default, low, high, low_open, help=help)
+
+
+def _choice(default: Any, *choices: str, help: str = "") -> Param:
+    return Param("str", default, choices=choices, help=help)
+
+
+TOP: dict[str, Param] = {"name": Param("str", _DERIVED, help="job name (default: the file's stem)")}
+
+TRAIN: dict[str, Param] = {
+    "batch_size": _int(help="samples per step on one node (the launcher may override it)"),
+    "optimizer": _choice("adam", "adam", "momentum"),
+    "learning_rate": _float(1e-3, 0.0, low_open=True),
+    "momentum": _float(0.9, 0.0, 1.0, help="momentum optimizer's momentum"),
+    "grad_clip": _float(0.0, 0.0, help="clip gradients by their global norm; 0 = off"),
+    "seed": _int(0, 0, help="graph-level random seed: weights, dropout and synthetic data"),
+}
+
+RUN: dict[str, Param] = {
+    "iterations": _int(150, 1, help="training iterations"),
+    "window": Param("int_pair", (100, 150), help="measured iterations [start, end): inclusive start, exclusive end"),
+}
+
+# The [placement] table: the keys of the shared schema (pardnn.settings.PLACEMENT) a job file has.
+# ``algorithm`` is not one of them: the launcher places with ParDNN only (baselines are compared
+# offline with ``pardnn place --algorithm``).
+PLACEMENT_KEYS = ("devices_per_node", "memory", "reserve", "memory_heuristic", "costs", "device_preset",
+                  "profile_steps")
+PLACEMENT: dict[str, Param] = {key: SHARED_PLACEMENT[key] for key in PLACEMENT_KEYS}
+
+# dataset name -> (models it feeds, extra [data] keys besides ``source`` and ``path``)
+DATASETS: dict[str, tuple[tuple[str, ...], dict[str, Param]]] = {
+    "tiny_shakespeare": (("word_rnn", "char_crn"), {}),
+    "ptb": (("word_rnn", "char_crn"), {}),
+    "cifar100": (("wrn",), {}),
+    "moving_mnist": (("e3d_lstm",), {}),
+    "iwslt16": (("transformer",), {
+        "source_lang": Param("str", "de", help="source file suffix: <path>.<source_lang>"),
+        "target_lang": Param("str", "en", help="target file suffix: <path>.<target_lang>"),
+    }),
+}
+
+_LSTM = {
+    "layers": _int(2),
+    "hidden_size": _int(256),
+    "seq_length": _int(25, help="unrolled time steps"),
+    "dropout": _float(0.0, 0.0, 0.95, help="dropout rate on each LSTM layer's output"),
+    "forget_bias": _float(1.0),
+}
+
+MODEL_PARAMS: dict[str, dict[str, Param]] = {
+    # Defaults follow the original code of each model (see the model modules).
+    "word_rnn": {
+        "vocab_size": _int(25_000, 2, help="words; a real dataset keeps its vocab_size - 1 most frequent + <unk>"),
+        "embedding_size": _int(_DERIVED, help="default: hidden_size"),
+        **_LSTM,
+    },
+    "char_crn": {
+        "word_vocab_size": _int(10_000, 2),
+        "char_vocab_size": _int(51, 5, help="characters incl. padding, start/end of word and unknown"),
+        "max_word_length": _int(21, 3, help="characters per word incl. start and end markers"),
+        "char_embed_size": _int(15),
+        "kernel_widths": Param("int_list", (1, 2, 3, 4, 5, 6, 7), 1),
+        "kernel_features": Param("int_list", (50, 100, 150, 200, 200, 200, 200), 1),
+        "highway_layers": _int(2, 0),
+        **_LSTM,
+        "hidden_size": _int(650),
+        "seq_length": _int(35, help="unrolled time steps"),
+        "dropout": _float(0.5, 0.0, 0.95, help="dropout rate on each LSTM layer's output"),
+        "forget_bias": _float(0.0),
+    },
+    "wrn": {
+        "units": _int(4, help="residual units per group; depth = 6 * units + 4"),
+        "widen_factor": _int(10),
+        "num_classes": _int(100, 2),
+        "image_size": _int(32, 4),
+        "dropout": _float(0.0, 0.0, 0.95, help="dropout rate between a unit's two convolutions"),
+        "weight_decay": _float(5e-4, 0.0),
+        "bn_momentum": _float(0.9, 0.0, 1.0, help="decay of the batch-norm moving averages"),
+    },
+    "transformer": {
+        "encoder_layers": _int(6),
+        "decoder_layers": _int(6),
+        "model_dim": _int(512),
+        "inner_dim": _int(2048, help="feed-forward inner dimension"),
+        "heads": _int(8),
+        "vocab_size": _int(32_000, 4, help="shared source/target vocabulary incl. <pad>, <unk>, <eos>"),
+        "source_length": _int(64),
+        "target_length": _int(64),
+        "dropout": _float(0.1, 0.0, 0.95),
+        "share_embeddings": Param("bool", True, help="one matrix for source, target embedding and softmax"),
+    },
+    "e3d_lstm": {
+        "layers": _int(4),
+        "hidden": _int(64, help="hidden state channels of every layer"),
+        "filter_size": _int(5, help="spatial kernel size; the temporal kernel is window_length"),
+        "window_length": _int(2, 2, help="frames per 3D input window (stride 1)"),
+        "patch_size": _int(4, help="frames are cut into patch_size x patch_size patches stacked as channels"),
+        "image_size": _int(64),
+        "image_channels": _int(1),
+        "input_length": _int(10, help="observed frames"),
+        "total_length": _int(20, 2, help="observed + predicted frames"),
+        "layer_norm": Param("bool", True),
+        "forget_bias": _float(1.0),
+        "sampling_decay": _float(2e-5, 0.0, 1.0, help="scheduled sampling: P(true frame) = 1 - decay * step"),
+    },
+}
+
+
+def check_model(model: str, params: dict[str, Any], fail: Callable[[str, Any, str], None]) -> None:
+    """Rules between keys of one model."""
+    if model == "word_rnn" and params["embedding_size"] is None:
+        params["embedding_size"] = params["hidden_size"]
+    elif model == "char_crn":
+        if len(params["kernel_widths"]) != len(params["kernel_features"]):
+            fail("kernel_features", list(params["kernel_features"]),
+                 f"one count per kernel width ({len(params['kernel_widths'])} widths)")
+        if max(params["kernel_widths"]) > params["max_word_length"]:
+            fail("kernel_widths", list(params["kernel_widths"]),
+                 f"widths <= max_word_length = {params['max_word_length']}")
+    elif model == "transformer" and params["model_dim"] % params["heads"]:
+        fail("heads", params["heads"], f"a divisor of model_dim = {params['model_dim']}")
+    elif model == "e3d_lstm":
+        if params["image_size"] % params["patch_size"]:
+            fail("patch_size", params["patch_size"], f"a divisor of image_size = {params['image_size']}")
+        if not 1 <= params["input_length"] < params["total_length"]:
+            fail("input_length", params["input_length"], f"1 <= input_length < total_length = {params['total_length']}")
+
+
+def normalise(key: str, value: Any) -> Any:
+    """``value`` in the spelling the schema checks: a device preset's alias or capitals become its name
+    (``'A100'`` → ``'a100-80gb'``); anything else is returned as it is (then checked by the key's Param)."""
+    if key == "device_preset" and isinstance(value, str):
+        try:
+            return preset(value).name
+        except InvalidMachineError:
+            return value
+    return value
+
+
+def window_fits(window: tuple[int, int], iterations: int) -> bool:
+    """Whether the measured iterations ``[start, end)`` lie within the run: ``0 <= start < end <= iterations``."""
+    start, end = window
+    return 0 <= start < end <= iterations
