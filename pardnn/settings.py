@@ -34,7 +34,7 @@ ALGORITHMS = tuple(PLACERS)
 HEURISTIC_CHOICES = (*MEMORY_HEURISTICS, "none")
 
 _NOUNS = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a string",
-          "size": "a size such as '32GiB' (or 'unlimited')", "int_list": "a non-empty list of whole numbers",
+          "size": "a size > 0 such as '32GiB' (or 'unlimited')", "int_list": "a non-empty list of whole numbers",
           "int_pair": "a pair [start, end] of whole numbers"}
 
 
