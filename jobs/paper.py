@@ -55,7 +55,7 @@ def measure(name: str, *, out_dir: Path | None = None, batch_size: int | None = 
 
     from jobs.config import load_job
     from jobs.training import build, cost_graph
-    from pardnn.cli import graph_info
+    from pardnn.info import graph_info
     from pardnn.io import write_graph
     from pardnn.presets import machine_for
 

@@ -141,12 +141,6 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
                       [train_op, net.loss], inputs, job, batch, parameters, time.perf_counter() - started)
 
 
-def with_memory_limit(cost: CostGraph, limit: int | None) -> CostGraph:
-    """``cost`` carrying ``memory_limit_bytes = limit``. Kept for callers not yet on
-    :func:`jobs.costing.cost_graph`, which attaches the limit itself; prefer that."""
-    return cost.replace(memory_limit_bytes=limit)
-
-
 def export_graph(job: Job | str | Path, path: str | Path, *, costs: str = "estimate", preset: str | None = None,
                  batch_size: int | None = None, steps: int | None = None) -> CostGraph:
     """Build ``job``'s training graph, cost it and write the native graph file ``path``.

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -143,15 +142,148 @@ def test_help_teaches(capsys):
 
 
 @pytest.mark.slow
-def test_first_run_compiles_in_under_10_s(tmp_path: Path) -> None:
-    """A fresh machine's first `pardnn place` compiles every sweep (numba, into an empty cache)."""
+def test_first_run_compiles_into_an_empty_cache(tmp_path: Path) -> None:
+    """A fresh machine's first `pardnn place` compiles every sweep (numba, into an empty cache) and
+    succeeds. (How long that takes is measured by the benchmarks, not asserted here.)"""
     graph_path = tmp_path / "g.json.gz"
     write_graph(dnn_graph(2000), graph_path)
     cache = tmp_path / "numba-cache"
     argv = [sys.executable, "-m", "pardnn.cli", "place", str(graph_path), "-k", "4", "-o", str(tmp_path / "p"), "-q"]
-    started = time.perf_counter()
     done = subprocess.run(argv, env={**os.environ, "NUMBA_CACHE_DIR": str(cache)}, capture_output=True, text=True)
-    elapsed = time.perf_counter() - started
     assert done.returncode == EXIT_OK, done.stderr
     assert len(list(cache.rglob("*.nbi"))) >= 10, "the sweeps were not compiled into the empty cache"
-    assert elapsed < 10.0, f"first run took {elapsed:.1f} s"
+
+
+# ------------------------------------------------------------------------------ plugin commands
+PLUGIN = """\
+import sys
+
+from pardnn.errors import InfeasibleError, PardnnError
+
+
+def fail(args):
+    if args.how == "infeasible":
+        raise InfeasibleError("device 0 needs 2 GiB of its 1 GiB")
+    if args.how == "oserror":
+        open(args.path)
+    if args.how == "pardnn":
+        raise PardnnError("plugin says no")
+    print("plugin ran")
+    return 0
+
+
+def register(sub):
+    parser = sub.add_parser("fake", help="a test plugin")
+    parser.add_argument("how")
+    parser.add_argument("--path", default="")
+    parser.set_defaults(func=fail)
+"""
+
+
+@pytest.fixture
+def plugins(tmp_path, monkeypatch):
+    """Install (on sys.path) a distribution whose ``pardnn.commands`` entry points are ``fake`` (works),
+    ``broken`` (its module is missing) and ``needy`` (its module imports a package that is not
+    installed, which its extra ``needs`` requires)."""
+    (tmp_path / "fake_pardnn_plugin.py").write_text(PLUGIN)
+    (tmp_path / "needy_pardnn_plugin.py").write_text("import no_such_package_xyz\n\ndef register(sub):\n    pass\n")
+    info = tmp_path / "fake_pardnn_plugins-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-pardnn-plugins\nVersion: 1.0\n"
+                                   "Provides-Extra: needs\n"
+                                   "Requires-Dist: no-such-package-xyz>=1; extra == \"needs\"\n")
+    (info / "entry_points.txt").write_text("[pardnn.commands]\nfake = fake_pardnn_plugin:register\n"
+                                           "broken = no_such_pardnn_plugin.cli:register\n"
+                                           "needy = needy_pardnn_plugin:register\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_help_lists_the_plugin_commands(capsys):
+    """The installed checkout registers the zoo's and the benchmarks' commands."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == EXIT_OK
+    commands = capsys.readouterr().out.split("options:")[0]
+    for name in ("info", "simulate", "place", "convert", "generate", "capture", "max-batch", "bench"):
+        assert f"\n    {name}" in commands, name
+
+
+def test_plugin_commands_help(capsys):
+    for name in ("capture", "max-batch"):
+        with pytest.raises(SystemExit):
+            main([name, "--help"])
+        assert f"usage: pardnn {name}" in capsys.readouterr().out
+
+
+def test_builtin_commands_do_not_read_entry_points(monkeypatch, capsys):
+    """Only plugin commands pay for reading the installed packages' metadata."""
+    import importlib.metadata
+
+    from numba.core.entrypoints import init_all
+
+    init_all()  # numba reads its own extensions' entry points once per process, on its first compile
+    def metadata(*args, **params):
+        raise AssertionError("a built-in command read the package metadata")
+
+    for name in ("entry_points", "distributions", "distribution"):
+        monkeypatch.setattr(importlib.metadata, name, metadata)
+    assert main(["info", str(EXAMPLE)]) == EXIT_OK
+    with pytest.raises(SystemExit) as exit_info:
+        main(["place", "--help"])
+    assert exit_info.value.code == EXIT_OK
+    capsys.readouterr()
+
+
+def test_a_plugin_that_cannot_be_imported_is_one_line_and_exit_1(plugins, capsys):
+    assert main(["broken", "--whatever"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "command 'broken' is unavailable" in err and "no_such_pardnn_plugin" in err and "pip install" in err
+    assert main(["needy"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "command 'needy' is unavailable" in err
+    assert "needs no_such_package_xyz, which is not installed" in err
+    assert "pip install 'fake-pardnn-plugins[needs]'" in err
+
+
+def test_help_still_works_with_a_broken_plugin(plugins, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == EXIT_OK
+    out = capsys.readouterr().out
+    assert "a test plugin" in out and "(unavailable) its module no_such_pardnn_plugin.cli" in out
+    assert main(["fake", "ok"]) == EXIT_OK and capsys.readouterr().out == "plugin ran\n"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["nonsense"])
+    assert exit_info.value.code == 2 and "'fake'" in capsys.readouterr().err
+
+
+def test_plugin_errors_are_handled_like_builtin_ones(plugins, tmp_path, capsys):
+    assert main(["fake", "infeasible"]) == EXIT_INFEASIBLE
+    assert capsys.readouterr().err == "pardnn: infeasible: device 0 needs 2 GiB of its 1 GiB\n"
+    assert main(["fake", "pardnn"]) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err == "pardnn: error: plugin says no\n"
+    assert main(["fake", "oserror", "--path", str(tmp_path / "gone.txt")]) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err == f"pardnn: error: {tmp_path / 'gone.txt'}: No such file or directory\n"
+
+
+def test_zoo_commands_fail_on_a_bad_job_before_tensorflow(tmp_path, capsys):
+    """capture and max-batch come from jobs.cli; a bad job is one line and exit 1 (no TensorFlow needed)."""
+    assert main(["capture", "no-such-job", "-o", str(tmp_path / "x.json")]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "no-such-job" in err and err.count("\n") == 1
+    assert main(["max-batch", "no-such-job"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "no-such-job" in err and err.count("\n") == 1
+
+
+def test_options_use_the_settings_words(tmp_path, capsys):
+    out = str(tmp_path / "p.txt")
+    for argv, words in [
+        (["--reserve", "1"], "argument --reserve: '1': expected a number in [0, 1)"),
+        (["--memory-heuristic", "fast"], "'fast': expected one of 'overflow', 'balance', 'none'"),
+        (["-a", "magic"], "'magic': expected one of 'pardnn', "),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["place", str(EXAMPLE), "-k", "2", "-o", out, *argv])
+        assert exit_info.value.code == 2 and words in capsys.readouterr().err

@@ -1,0 +1,274 @@
+"""The built-in sub-commands on graph files: info, simulate, place, convert, generate.
+
+Each has an ``add_<name>(subparsers)`` that builds its parser and a ``cmd_<name>(args) -> int``;
+:data:`BUILTIN` lists the adders in the order ``pardnn --help`` shows them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pardnn.errors import PardnnError
+from pardnn.machine import Machine, format_bytes
+from pardnn.settings import ALGORITHMS, PLACEMENT
+
+from .options import (
+    EXIT_OK,
+    PROGRESS_MIN_OPS,
+    StageProgress,
+    add_interconnect_options,
+    add_machine_options,
+    add_parser,
+    choices_metavar,
+    machine_from_args,
+    param_type,
+    print_json,
+    read_graph,
+    table,
+    us,
+)
+
+__all__ = ["BUILTIN", "format_evaluation", "format_report"]
+
+
+# ---------------------------------------------------------------------------------------- info
+def cmd_info(args: argparse.Namespace) -> int:
+    from pardnn.info import graph_info
+
+    graph = read_graph(args.graph)
+    info = graph_info(graph, Machine(2, None, args.bandwidth, args.latency))
+    if args.json:
+        print_json(info)
+        return EXIT_OK
+    print(f"graph {info['name']!r}: {info['ops']:,} ops ({info['normal_ops']:,} normal, "
+          f"{info['residual_ops']:,} residual, {info['reference_ops']:,} reference), {info['edges']:,} edges, "
+          f"{info['colocation_groups']:,} colocation groups")
+    print(f"total work           {us(info['total_work_us'])}")
+    print(f"critical path        {us(info['critical_path_us'])} (with communication: "
+          f"{us(info['critical_path_with_comm_us'])})")
+    print(f"degree of parallelism (DoP = work / critical path)   {info['dop']:.2f}")
+    print(f"comm-to-comp ratio   (CCR = comm of all edges / work) {info['ccr']:.2f}"
+          f"  at {args.bandwidth}, {args.latency}")
+    print(f"memory               {format_bytes(info['residual_bytes'])} residual, "
+          f"{format_bytes(info['normal_bytes'])} of normal outputs")
+    return EXIT_OK
+
+
+def add_info(sub: Any) -> None:
+    info = add_parser(sub, "info", help="size, work, critical path, DoP and CCR of a graph",
+                      description="Print the size of a graph, its total work and critical path, its degree of "
+                                  "parallelism (DoP = work / critical path) and its communication-to-computation "
+                                  "ratio (CCR = cost of all edges / work), as in the paper's Table 'DoP and CCR'.")
+    info.add_argument("graph", help="graph file (.json or .json.gz, the native format)")
+    add_interconnect_options(info, "for CCR")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    info.set_defaults(func=cmd_info)
+
+
+# ------------------------------------------------------------------------------------ simulate
+def format_evaluation(evaluation: Any) -> str:
+    lines = [
+        f"makespan        {us(evaluation.makespan_us)}   lower bound {us(evaluation.lower_bound_us)}"
+        f"   ratio {evaluation.ratio:.3f}",
+        f"communication   {evaluation.cut_edges:,} cut edges, {format_bytes(evaluation.cut_bytes)}, "
+        f"{us(evaluation.comm_us)} of transfers",
+        f"memory          {'fits' if evaluation.memory_fits else 'DOES NOT FIT'}"
+        + ("" if evaluation.limit_bytes is not None else " (no limit given)"),
+    ]
+    if evaluation.colocation_violations:
+        lines.append(f"colocation      {evaluation.colocation_violations} group(s) SPLIT across devices")
+    rows = []
+    for d, load in enumerate(evaluation.load_us):
+        limit = evaluation.limit_bytes[d] if evaluation.limit_bytes is not None else None
+        rows.append([str(d), f"{evaluation.ops_per_device[d]:,}", us(load),
+                     format_bytes(evaluation.peak_memory_bytes[d]), format_bytes(evaluation.residual_bytes[d]),
+                     "-" if limit is None else format_bytes(limit),
+                     "-" if limit is None else ("ok" if evaluation.peak_memory_bytes[d] <= limit else "OVER")])
+    lines.append(table(rows, ["device", "ops", "load", "peak memory", "residual", "limit", "fits"]))
+    return "\n".join(lines)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from pardnn.io import read_placement
+    from pardnn.simulate import evaluate
+
+    t0 = time.perf_counter()
+    graph = read_graph(args.graph)
+    placement = read_placement(args.placement, graph, devices=args.devices)
+    devices = args.devices if args.devices is not None else int(placement.max(initial=0)) + 1
+    machine = machine_from_args(args, graph, devices)
+    t1 = time.perf_counter()
+    evaluation = evaluate(graph, machine, placement)
+    t2 = time.perf_counter()
+    if args.json:
+        payload = evaluation.to_dict()
+        payload["seconds"] = {"load": t1 - t0, "evaluate": t2 - t1}
+        print_json(payload)
+    else:
+        print(f"{graph.name}: {graph.n:,} ops on {machine.describe()}")
+        print(format_evaluation(evaluation))
+        print(f"time            load {t1 - t0:.2f} s, emulate + memory {t2 - t1:.2f} s")
+    return EXIT_OK
+
+
+def add_simulate(sub: Any) -> None:
+    simulate = add_parser(sub, "simulate", help="emulate a placement: makespan, memory per device, communication",
+                          description="Emulate one training step of GRAPH placed by PLACEMENT (TensorFlow's FIFO "
+                                      "scheduler per device, transfers of latency + bytes / bandwidth) and report "
+                                      "the makespan against the lower bound, the peak memory of every device "
+                                      "against its limit, and the communication.")
+    simulate.add_argument("graph", help="graph file (.json or .json.gz)")
+    simulate.add_argument("placement", help="placement file: 'op_name device' lines, or JSON {op_name: device}")
+    add_machine_options(simulate, devices_required=False)
+    simulate.add_argument("--json", action="store_true", help="print JSON")
+    simulate.set_defaults(func=cmd_simulate)
+
+
+# --------------------------------------------------------------------------------------- place
+def format_report(report: Any) -> str:
+    stages = ", ".join(f"{name} {seconds:.3f} s" for name, seconds in report.stage_seconds.items())
+    details = report.details
+    lines = [f"{report.algorithm}: {report.ops:,} ops, {report.edges:,} edges on {report.devices} devices; "
+             f"CCR {report.ccr:.2f}",
+             f"stages          {stages} (total {report.total_seconds:.3f} s)"]
+    if details.get("memory_heuristic"):
+        before = details["peak_before_bytes"]
+        after = details["peak_after_bytes"]
+        lines.append(f"memory          heuristic {details['memory_heuristic']}: moved {details['moved_ops']:,} ops "
+                     f"({details['moved_share']:.1%} of all), makespan {us(details['makespan_before_us'])} -> "
+                     f"{us(details['makespan_after_us'])}, max peak {format_bytes(max(before))} -> "
+                     f"{format_bytes(max(after))}, {report.stage_seconds.get('memory', 0.0):.3f} s")
+    if "primary_ops" in details:
+        lines.append(f"clusters        {len(details['primary_ops'])} primaries of "
+                     f"{', '.join(str(x) for x in details['primary_ops'])} ops; "
+                     f"{details['secondary_clusters']:,} secondaries: {details['mapped_by_locality']:,} mapped for "
+                     f"locality ({details['lookahead_passes']} passes), {details['mapped_by_balance']:,} by "
+                     f"level-aware balancing; {details['colocation_moved']:,} ops moved to keep colocation groups")
+    lines.append(format_evaluation(report.evaluation))
+    return "\n".join(lines)
+
+
+PARDNN = PLACEMENT["algorithm"].default  # the paper's placer: the only one with memory heuristics
+
+
+def cmd_place(args: argparse.Namespace) -> int:
+    from pardnn.io import write_placement
+    from pardnn.placers import get_placer
+
+    graph = read_graph(args.graph)
+    machine = machine_from_args(args, graph, args.devices)
+    progress = StageProgress() if graph.n > PROGRESS_MIN_OPS and not args.quiet else None
+    options: dict[str, Any] = {}
+    if args.algorithm == PARDNN:
+        # No --memory-heuristic: "auto", which pardnn.pipeline.resolve_heuristic decides from the machine.
+        heuristic: str | None = "auto" if args.memory_heuristic is None else args.memory_heuristic
+    else:
+        if args.memory_heuristic not in (None, "none"):
+            raise PardnnError(f"--memory-heuristic {args.memory_heuristic} works with --algorithm {PARDNN} only; "
+                              f"{args.algorithm} has none (its report still says whether memory fits)")
+        heuristic = None
+        if args.algorithm == "linear_clustering":
+            options["time_budget_s"] = args.time_budget
+    placer = get_placer(args.algorithm)
+    try:
+        result = placer(graph, machine, memory_heuristic=heuristic, progress=progress, **options)
+    finally:
+        if progress is not None:
+            progress.close()
+    write_placement(args.output, graph, result.placement)
+    if args.json:
+        payload = result.report.to_dict()
+        payload["placement_file"] = str(args.output)
+        print_json(payload)
+    else:
+        print(format_report(result.report))
+        print(f"wrote {args.output}")
+    return EXIT_OK
+
+
+def add_place(sub: Any) -> None:
+    place = add_parser(sub, "place", help="partition a graph across K devices with ParDNN and write the placement",
+                       description="Run ParDNN (graph slicing into K critical paths and secondary clusters, then "
+                                   "locality-first lookahead and level-aware mapping) on GRAPH for K devices, write "
+                                   "one 'op_name device' line per op, and print what each stage did and cost, the "
+                                   "emulated makespan against the lower bound, and per-device load and memory.")
+    place.add_argument("graph", help="graph file (.json or .json.gz)")
+    add_machine_options(place, devices_required=True)
+    baselines = ", ".join(name for name in ALGORITHMS if name != PARDNN)
+    place.add_argument("--algorithm", "-a", type=param_type("algorithm"), default=PARDNN,
+                       metavar=choices_metavar("algorithm"),
+                       help=f"placer: {PARDNN} (the paper; default) or a baseline to compare with: {baselines} "
+                            "(see pardnn.baselines; metis needs pymetis, linear_clustering is quadratic)")
+    place.add_argument("--time-budget", type=float, default=60.0,
+                       help="seconds linear_clustering may spend before it stops clustering (default: %(default)s)")
+    place.add_argument("--memory-heuristic", type=param_type("memory_heuristic"), default=None,
+                       metavar=choices_metavar("memory_heuristic"),
+                       help=f"{PLACEMENT['memory_heuristic'].help.replace('the memory limit', '--memory')}; "
+                            "when overflow cannot meet the limits the exit code is 3. "
+                            "Default: overflow when --memory is given, else none")
+    place.add_argument("-o", "--output", required=True, help="placement file to write (.txt lines, or .json)")
+    place.add_argument("--json", action="store_true", help="print the report as JSON")
+    place.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    place.set_defaults(func=cmd_place)
+
+
+# ------------------------------------------------------------------------------------- convert
+def cmd_convert(args: argparse.Namespace) -> int:
+    from pardnn.io import read_reference, write_graph
+
+    graph = read_reference(args.dot, args.times, args.sizes, variables=args.variables,
+                           references=args.references, noops=args.noops, name=args.name)
+    write_graph(graph, args.output)
+    print(f"wrote {args.output}: {graph.n:,} ops, {graph.m:,} edges")
+    return EXIT_OK
+
+
+def add_convert(sub: Any) -> None:
+    convert = add_parser(sub, "convert", help="convert the reference ParDNN file set to a native graph file",
+                         description="Read the profile files of the reference ParDNN implementation (a DOT edge "
+                                     "list, name::microseconds timings, name::bytes tensor sizes, and optional "
+                                     "lists of variable, reference and no-op names) and write one native graph "
+                                     "file.")
+    convert.add_argument("--dot", required=True, help='DOT edge list ("a" -> "b" lines)')
+    convert.add_argument("--times", required=True, help="name::microseconds lines")
+    convert.add_argument("--sizes", required=True, help="name::bytes lines (output tensor size per op)")
+    convert.add_argument("--variables", help="variable op names, one per line (residual)")
+    convert.add_argument("--references", help="reference op names, one per line (mutate a variable)")
+    convert.add_argument("--noops", help="no-op names, one per line (no output memory)")
+    convert.add_argument("--name", help="graph name (default: the DOT file's stem)")
+    convert.add_argument("-o", "--output", required=True, help="output graph file (.json or .json.gz)")
+    convert.set_defaults(func=cmd_convert)
+
+
+# ------------------------------------------------------------------------------------ generate
+def cmd_generate(args: argparse.Namespace) -> int:
+    from pardnn.io import write_graph
+    from pardnn.synthetic import dnn_graph
+
+    graph = dnn_graph(args.ops, seed=args.seed)
+    write_graph(graph, args.output)
+    print(f"wrote {args.output}: {graph.n:,} ops, {graph.m:,} edges")
+    return EXIT_OK
+
+
+def add_generate(sub: Any) -> None:
+    generate = add_parser(sub, "generate", help="write a synthetic DNN-shaped training graph", epilog=None,
+                          description="Write a synthetic training graph (forward fork-join layers with skip edges, "
+                                      "mirrored backward pass, variables with optimizer updates) of about OPS ops, "
+                                      "deterministic for a seed; for trying pardnn and for benchmarks.")
+    generate.add_argument("--ops", type=int, default=10_000, help="approximate op count (default: %(default)s)")
+    generate.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    generate.add_argument("-o", "--output", required=True, help="output graph file (.json or .json.gz)")
+    generate.set_defaults(func=cmd_generate)
+
+
+BUILTIN: dict[str, Callable[[Any], None]] = {
+    "info": add_info,
+    "simulate": add_simulate,
+    "place": add_place,
+    "convert": add_convert,
+    "generate": add_generate,
+}
