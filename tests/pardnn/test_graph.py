@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given
 
 from pardnn import CostGraph, InvalidGraphError, Kind
+from pardnn.csr import merge_parallel_edges
+from pardnn.graph import segment_reduce
 from tests.conftest import random_dags
 
 
@@ -71,33 +75,35 @@ def test_self_loop_is_a_cycle():
 
 @pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf")])
 def test_bad_compute_names_op_and_field(value):
-    with pytest.raises(InvalidGraphError, match=r"op 'b': comp_us = .* must be a finite number >= 0"):
+    with pytest.raises(InvalidGraphError, match=r"^node #1 'b': comp_us = .*; expected a finite number >= 0$"):
         CostGraph(["a", "b"], [1.0, value], [0, 0], [], [])
 
 
 @pytest.mark.parametrize("value", [-1, 2.5, float("nan")])
 def test_bad_out_bytes_names_op_and_field(value):
-    with pytest.raises(InvalidGraphError, match=r"op 'b': out_bytes = "):
+    with pytest.raises(InvalidGraphError, match=r"^node #1 'b': out_bytes = .*; expected a whole number of bytes >= 0"):
         CostGraph(["a", "b"], [1.0, 1.0], [0, value], [], [])
 
 
 def test_bad_edge_bytes_names_edge():
-    with pytest.raises(InvalidGraphError, match=r"edge 'a' -> 'b': bytes = -3"):
+    with pytest.raises(InvalidGraphError, match=r"^edge #0 'a' -> 'b': bytes = -3; expected a whole number of bytes"):
         CostGraph(["a", "b"], [1, 1], [0, 0], [0], [1], [-3])
 
 
 def test_duplicate_name():
-    with pytest.raises(InvalidGraphError, match=r"duplicate op name 'a' \(ops #0 and #2\)"):
+    with pytest.raises(InvalidGraphError, match=r"^node #2 'a': duplicate name \(node #0 has it too\)$"):
         CostGraph(["a", "b", "a"], [1, 1, 1], [0, 0, 0], [], [])
 
 
 def test_empty_name():
-    with pytest.raises(InvalidGraphError, match="empty or non-string name"):
+    with pytest.raises(InvalidGraphError, match=r"^node #1: name = ''; expected a non-empty string$"):
         CostGraph(["a", ""], [1, 1], [0, 0], [], [])
+    with pytest.raises(InvalidGraphError, match=r"^node #0: name = 7; expected a non-empty string$"):
+        CostGraph([7], [1], [0], [], [])
 
 
 def test_unknown_endpoint_by_name():
-    with pytest.raises(InvalidGraphError, match=r"edge 'a' -> 'zz': unknown op 'zz'"):
+    with pytest.raises(InvalidGraphError, match=r"^edge #1 'a' -> 'zz': unknown op 'zz' \(not among the 2 ops\)$"):
         CostGraph.from_named_edges(["a", "b"], [1, 1], [0, 0], [("a", "b"), ("a", "zz")])
 
 
@@ -107,7 +113,7 @@ def test_endpoint_index_out_of_range():
 
 
 def test_unknown_kind():
-    with pytest.raises(InvalidGraphError, match=r"op 'a': kind = 'variable'; expected one of normal"):
+    with pytest.raises(InvalidGraphError, match=r"^node #0 'a': kind = 'variable'; expected one of normal"):
         CostGraph(["a"], [1], [0], [], [], kind=["variable"])
 
 
@@ -129,3 +135,122 @@ def test_csr_views_agree(g):
     pairs_pred = {(int(p), int(v)) for v in range(g.n) for p in g.predecessors(v)}
     assert pairs_succ == pairs_pred == set(zip(g.edge_src.tolist(), g.edge_dst.tolist()))
     assert np.array_equal(g.edge_bytes[g.pred_edge], g.pred_bytes)
+
+
+# ---------------------------------------------------------------------------------------- validation
+def test_whole_floats_are_bytes_and_large_ints_stay_exact():
+    g = CostGraph(["a", "b", "c"], [1, 1, 1], [4096.0, 2**62 + 1, 1e6], [0], [1], [2.0e3], param_bytes=[0, 1.0, 0])
+    assert g.out_bytes.dtype == np.int64 and g.out_bytes.tolist() == [4096, 2**62 + 1, 10**6]
+    assert g.edge_bytes.tolist() == [2000] and g.param_bytes.tolist() == [0, 1, 0]
+
+
+@pytest.mark.parametrize(
+    ("out_bytes", "message"),
+    [
+        ([0, 2**64], r"^node #1 'b': out_bytes = 18446744073709551616; expected a whole number .* < 2\*\*63$"),
+        (np.array([0, 2**63], dtype=np.uint64), r"^node #1 'b': out_bytes = 9223372036854775808; expected"),
+        ([0, float("inf")], r"^node #1 'b': out_bytes = inf; expected a whole number of bytes >= 0$"),
+        ([0, "8"], r"^node #1 'b': out_bytes = '8'; expected a whole number of bytes >= 0$"),
+        ([0, None], r"^node #1 'b': out_bytes = None; expected a whole number of bytes >= 0$"),
+        ([0, 10**400], r"^node #1 'b': out_bytes = 1000000000000000000000000000000000000000\.\.\. \(401 characters\)"),
+    ],
+    ids=["beyond-uint64", "uint64", "inf", "string", "none", "huge"],
+)
+def test_bad_bytes_name_the_value(out_bytes, message):
+    with pytest.raises(InvalidGraphError, match=message):
+        CostGraph(["a", "b"], [1, 1], out_bytes, [], [])
+
+
+def test_edge_bytes_none_means_the_producers_bytes():
+    g = CostGraph(["a", "b", "c"], [1, 1, 1], [8, 4, 0], [0, 1, 0], [1, 2, 2], [None, 3, None])
+    assert g.edge_bytes.tolist() == [8, 8, 3]  # sorted by (src, dst): a->b, a->c, b->c
+    named = CostGraph.from_named_edges(["a", "b"], [1, 1], [8, 0], [("a", "b")])
+    assert named.edge_bytes.tolist() == [8]
+
+
+@pytest.mark.parametrize(
+    ("limit", "expected"), [(2**30, 2**30), (1e9, 10**9), (np.int64(5), 5), (None, None)]
+)
+def test_memory_limit_accepts_whole_numbers(limit, expected):
+    g = CostGraph(["a"], [1], [0], [], [], memory_limit_bytes=limit)
+    assert g.memory_limit_bytes == expected and (expected is None or type(g.memory_limit_bytes) is int)
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5, True, "1GB", 2**63])
+def test_memory_limit_rejects(limit):
+    message = rf"^graph 'g': memory_limit_bytes = {re.escape(repr(limit))}; expected a whole number of bytes > 0"
+    with pytest.raises(InvalidGraphError, match=message):
+        CostGraph(["a"], [1], [0], [], [], name="g", memory_limit_bytes=limit)
+
+
+def test_kind_codes_out_of_range():
+    with pytest.raises(InvalidGraphError, match=r"^node #1 'b': kind = 3; expected 0, 1 or 2"):
+        CostGraph(["a", "b"], [1, 1], [0, 0], [], [], kind=np.array([0, 3]))
+    with pytest.raises(InvalidGraphError, match=r"^node #0 'a': kind = 7; expected one of normal, residual, reference"):
+        CostGraph(["a"], [1], [0], [], [], kind=[7])
+
+
+def test_colocation_ids_and_labels():
+    ids = CostGraph(["a", "b", "c", "d"], [1] * 4, [0] * 4, [], [], colocation=np.array([5, -1, 2, 5]))
+    assert ids.colocation.tolist() == [0, -1, 1, 0] and ids.group_names == ("5", "2")
+    with pytest.raises(InvalidGraphError, match=r"^node #1 'b': colocation = -2; expected a group id >= 0 or -1$"):
+        CostGraph(["a", "b"], [1, 1], [0, 0], [], [], colocation=[0, -2])
+
+
+def test_segment_reduce_and_edge_merging_live_in_csr():
+    ptr = np.array([0, 2, 2, 5])
+    assert segment_reduce(np.maximum, np.array([1.0, 3.0, 2.0, 7.0, 5.0]), ptr, -1.0).tolist() == [3.0, -1.0, 7.0]
+    src, dst, nbytes = merge_parallel_edges(np.array([1, 0, 0]), np.array([2, 1, 1]), np.array([5, 2, 3]))
+    assert (src.tolist(), dst.tolist(), nbytes.tolist()) == ([0, 1], [1, 2], [5, 5])
+
+
+# ---------------------------------------------------------------------------------------- replace
+def grouped() -> CostGraph:
+    return CostGraph(["v", "read", "apply"], [0.0, 1.0, 2.0], [100, 100, 0], [0, 0, 1], [1, 2, 2], [100, 7, 5],
+                     kind=["residual", "normal", "reference"], colocation=["loc:@v", None, "loc:@v"],
+                     ops=["VariableV2", "Identity", "Assign"], param_bytes=[100, 0, 0], name="g",
+                     memory_limit_bytes=2**20)
+
+
+def test_replace_keeps_every_field_not_given():
+    g = grouped()
+    assert g.replace() == g
+    r = g.replace(comp_us=[5.0, 6.0, 7.0])
+    assert r.comp_us.tolist() == [5.0, 6.0, 7.0]
+    assert r.memory_limit_bytes == 2**20
+    assert r.group_names == ("loc:@v",) and r.colocation.tolist() == [0, -1, 0]
+    assert r.replace(comp_us=g.comp_us) == g
+    assert g.comp_us.tolist() == [0.0, 1.0, 2.0]  # the original is untouched
+
+
+def test_replace_keeps_edge_bytes_when_only_out_bytes_change():
+    r = grouped().replace(out_bytes=[200, 300, 0])
+    assert r.out_bytes.tolist() == [200, 300, 0] and r.edge_bytes.tolist() == [100, 7, 5]
+
+
+def test_replace_names_rebuilds_the_index():
+    r = grouped().replace(names=["w", "w/read", "w/assign"])
+    assert r.index == {"w": 0, "w/read": 1, "w/assign": 2}
+    with pytest.raises(InvalidGraphError, match=r"^node #2 'w': duplicate name \(node #0 has it too\)$"):
+        grouped().replace(names=["w", "x", "w"])
+
+
+def test_replace_rejects_unknown_fields():
+    with pytest.raises(TypeError, match=r"unknown field.*succ"):
+        grouped().replace(succ=np.zeros(3))
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"comp_us": [0.0, -1.0, 2.0]}, r"^node #1 'read': comp_us = -1\.0; expected a finite number >= 0$"),
+        ({"out_bytes": [100, 1.5, 0]}, r"^node #1 'read': out_bytes = 1\.5; expected a whole number of bytes >= 0$"),
+        ({"memory_limit_bytes": 0}, r"^graph 'g': memory_limit_bytes = 0; expected a whole number of bytes > 0"),
+        ({"edge_dst": [1, 2, 0]}, r"^graph 'g' has a cycle: "),
+        ({"kind": ["normal", "normal", "variable"]}, r"^node #2 'apply': kind = 'variable'; expected one of"),
+    ],
+    ids=["negative-comp", "fractional-bytes", "memory-limit", "cycle", "kind"],
+)
+def test_replace_validates_again(fields, message):
+    with pytest.raises(InvalidGraphError, match=message):
+        grouped().replace(**fields)

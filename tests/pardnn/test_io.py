@@ -24,12 +24,12 @@ from pardnn.io import (
     format_placement,
     graph_from_dict,
     graph_to_dict,
-    native,
     parse_placement_lines,
     read_any_graph,
     read_graph,
     read_placement,
     read_reference,
+    schema,
     write_graph,
     write_placement,
     write_reference,
@@ -246,46 +246,59 @@ def test_graph_to_dict_is_what_write_graph_writes(tmp_path: Path) -> None:
 
 @ROUND_TRIP
 @given(graph=graphs(names=ANY_NAME) | graphs(), data=st.data())
-def test_fast_path_reads_what_the_checked_path_reads(graph: CostGraph, data: st.DataObject) -> None:
-    """Every file the writer writes takes the fast (msgspec) path, and both paths build the same graph,
-    also with edge ``bytes`` left out or null and fields left at their defaults."""
+def test_file_and_dict_readers_agree(graph: CostGraph, data: st.DataObject) -> None:
+    """read_graph (msgspec.json) and graph_from_dict (msgspec.convert) go through one schema and build
+    the same graph, also with edge ``bytes`` left out or null and fields left at their defaults."""
     document = graph_to_dict(graph)
-    for edge in document["edges"]:
+    expected_bytes = graph.edge_bytes.tolist()
+    for k, edge in enumerate(document["edges"]):
         choice = data.draw(st.sampled_from(["keep", "null", "drop"]))
         if choice == "null":
             edge["bytes"] = None
         elif choice == "drop":
             del edge["bytes"]
+        if choice != "keep":
+            expected_bytes[k] = int(graph.out_bytes[graph.edge_src[k]])
     for node in document["nodes"]:
         for field, default in (("op", ""), ("kind", "normal"), ("colocate", None)):
             if node.get(field) == default and data.draw(st.booleans()):
                 del node[field]
     raw = json.dumps(document).encode()
-    fast = native._graph_from_bytes_fast(raw, "g.json", "g")
-    assert fast is not None, "a well-formed file fell back to the slow checked path"
-    assert fast == graph_from_dict(json.loads(raw), "g.json", default_name="g")
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "g.json"
+        path.write_bytes(raw)
+        from_file = read_graph(path)
+    from_dict = graph_from_dict(json.loads(raw), str(path), default_name="g")
+    assert from_file == from_dict
+    assert from_file.edge_bytes.tolist() == expected_bytes
+    assert from_file == graph.replace(edge_bytes=np.array(expected_bytes, dtype=np.int64))
 
 
 @pytest.mark.parametrize(
-    ("mutate", "field"),
+    ("mutate", "check"),
     [
-        (lambda d: d["nodes"][0].__setitem__("out_bytes", 1e6), "a whole number written as 1e6"),
-        (lambda d: d["nodes"][0].__setitem__("param_bytes", 4096.0), "a whole number written as 4096.0"),
-        (lambda d: d["edges"][0].__setitem__("bytes", 2.0e3), "edge bytes written as 2.0e3"),
-        (lambda d: d.__setitem__("memory_limit_bytes", 1e9), "a memory limit written as 1e9"),
+        (lambda d: d["nodes"][0].__setitem__("out_bytes", 1e6), lambda g: g.out_bytes[0] == 10**6),
+        (lambda d: d["nodes"][0].__setitem__("param_bytes", 4096.0), lambda g: g.param_bytes[0] == 4096),
+        (lambda d: d["edges"][2].__setitem__("bytes", 2.0e3), lambda g: g.edge_bytes[2] == 2000),
+        (lambda d: d.__setitem__("memory_limit_bytes", 1e9), lambda g: g.memory_limit_bytes == 10**9),
+        (lambda d: d["nodes"][2].__setitem__("out_bytes", 2**62 + 1), lambda g: g.out_bytes[2] == 2**62 + 1),
     ],
-    ids=["out_bytes", "param_bytes", "edge_bytes", "memory_limit"],
+    ids=["out_bytes", "param_bytes", "edge_bytes", "memory_limit", "exact-large-int"],
 )
-def test_files_the_fast_path_leaves_to_the_checked_path(
-    tmp_path: Path, mutate: Callable[[dict[str, Any]], None], field: str
+def test_whole_numbers_written_as_floats_read(
+    tmp_path: Path, mutate: Callable[[dict[str, Any]], None], check: Callable[[CostGraph], bool]
 ) -> None:
     document = graph_to_dict(small_graph())
+    document["nodes"][1]["out_bytes"] = 4096.0  # a whole float among ints: exact ints must stay exact
     mutate(document)
     raw = json.dumps(document).encode()
-    assert native._graph_from_bytes_fast(raw, "g.json", "g") is None, field
     path = tmp_path / "g.json"
     path.write_bytes(raw)
-    assert read_graph(path) == graph_from_dict(json.loads(raw), str(path), default_name="g")
+    graph = read_graph(path)
+    assert check(graph)
+    assert graph.out_bytes.dtype == graph.param_bytes.dtype == graph.edge_bytes.dtype == np.int64
+    assert isinstance(graph.memory_limit_bytes, int)
+    assert graph == graph_from_dict(json.loads(raw), str(path), default_name="g")
 
 
 @pytest.mark.parametrize("suffix", [".json", ".json.gz"])
@@ -367,8 +380,16 @@ NATIVE_ERRORS = [
     ("version-string", _set("version", "1"), "unsupported version '1'"),
     ("unknown-top-field", _set("metadata", {}), "unknown top-level field 'metadata'"),
     ("graph-name-type", _set("name", 7), "name = 7; expected a string"),
-    ("memory-limit-zero", _set("memory_limit_bytes", 0), "memory_limit_bytes = 0; expected a whole number"),
-    ("memory-limit-text", _set("memory_limit_bytes", "1GB"), "memory_limit_bytes = '1GB'; expected"),
+    (
+        "memory-limit-zero",
+        _set("memory_limit_bytes", 0),
+        "graph 'bad': memory_limit_bytes = 0; expected a whole number of bytes > 0",
+    ),
+    (
+        "memory-limit-text",
+        _set("memory_limit_bytes", "1GB"),
+        r"memory_limit_bytes = '1GB' \(a string\); expected a whole number of bytes > 0 or null",
+    ),
     ("nodes-missing", _delete("nodes"), 'missing "nodes" field'),
     ("nodes-not-list", _set("nodes", {}), "nodes is an object; expected a list"),
     ("edges-missing", _delete("edges"), 'missing "edges" field'),
@@ -378,8 +399,16 @@ NATIVE_ERRORS = [
     ("node-name-type", _set("nodes.1.name", 5), "node #1: name = 5; expected a non-empty string"),
     ("node-missing-comp", _delete("nodes.1.comp_us"), "node #1 'b': missing required field 'comp_us'"),
     ("node-missing-out", _delete("nodes.2.out_bytes"), "node #2 'c': missing required field 'out_bytes'"),
-    ("comp-string", _set("nodes.1.comp_us", "812"), r"node #1 'b': comp_us = '812' \(a string\); expected a number"),
-    ("comp-bool", _set("nodes.1.comp_us", True), r"node #1 'b': comp_us = True \(a boolean\); expected a number"),
+    (
+        "comp-string",
+        _set("nodes.1.comp_us", "812"),
+        r"node #1 'b': comp_us = '812' \(a string\); expected a finite number >= 0",
+    ),
+    (
+        "comp-bool",
+        _set("nodes.1.comp_us", True),
+        r"node #1 'b': comp_us = True \(a boolean\); expected a finite number >= 0",
+    ),
     ("comp-negative", _set("nodes.1.comp_us", -1.0), "node #1 'b': comp_us = -1.0; expected a finite number >= 0"),
     ("comp-nan", _set("nodes.1.comp_us", float("nan")), "node #1 'b': comp_us = nan; expected a finite number"),
     ("comp-inf", _set("nodes.2.comp_us", float("inf")), "node #2 'c': comp_us = inf; expected a finite number"),
@@ -419,6 +448,95 @@ def test_read_graph_rejects(tmp_path: Path, mutate: Callable[[dict[str, Any]], N
     path = write_text(tmp_path / "bad.json", json.dumps(document))  # NaN/Infinity become JSON literals
     with pytest.raises(InvalidGraphError, match=f"^{re.escape(str(path))}: {message}"):
         read_graph(path)
+
+
+# msgspec stops at the first fault and names its JSON path ($.nodes[12].comp_us); the reader turns that
+# into the file, the op (index and name, looked up only then), the field, the value and the expectation.
+def _chain_document(n: int = 20) -> dict[str, Any]:
+    return {
+        "format": "pardnn-graph",
+        "version": 1,
+        "nodes": [{"name": f"op{i}", "comp_us": float(i), "out_bytes": 8 * i} for i in range(n)],
+        "edges": [{"src": f"op{i}", "dst": f"op{i + 1}"} for i in range(n - 1)],
+    }
+
+
+TRANSLATED = [
+    ("wrong-type", _set("nodes.12.comp_us", "fast"),
+     r"node #12 'op12': comp_us = 'fast' \(a string\); expected a finite number >= 0$"),
+    ("wrong-type-list", _set("nodes.12.out_bytes", [8]),
+     r"node #12 'op12': out_bytes = \[8\] \(a list\); expected a whole number of bytes >= 0$"),
+    ("wrong-type-edge", _set("edges.5.bytes", {"n": 1}),
+     r"edge #5 'op5' -> 'op6': bytes = \{'n': 1\} \(an object\); expected a whole number of bytes >= 0 or null$"),
+    ("unknown-field", _set("nodes.12.colocation", "g"),
+     r"node #12 'op12': unknown field 'colocation'; expected only name, op, comp_us, out_bytes, kind, colocate,"
+     r" param_bytes$"),
+    ("unknown-edge-field", _set("edges.5.weight", 3),
+     r"edge #5 'op5' -> 'op6': unknown field 'weight'; expected only src, dst, bytes$"),
+    ("missing-field", _delete("nodes.12.out_bytes"), r"node #12 'op12': missing required field 'out_bytes'$"),
+    ("missing-edge-field", _delete("edges.5.dst"), r"edge #5: missing required field 'dst' \(an op name\)$"),
+    ("out-of-range", _set("nodes.12.comp_us", 10**400),
+     r"node #12 'op12': comp_us = 1000000000.*\.\.\. \(401 characters\); expected a finite number >= 0$"),
+    ("header-before-body", lambda d: (_set("format", "onnx")(d), _set("nodes.3.weird", 1)(d)),
+     r"format = 'onnx'; expected 'pardnn-graph'$"),
+    ("version-before-body", lambda d: (_set("version", 2)(d), _set("nodes.3.comp_us", "x")(d)),
+     r"unsupported version 2; this pardnn reads pardnn-graph version 1$"),
+    ("version-float", _set("version", 1.0), r"unsupported version 1\.0; this pardnn reads pardnn-graph version 1$"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "message"), [c[1:] for c in TRANSLATED], ids=[c[0] for c in TRANSLATED])
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_msgspec_errors_name_file_op_field_value_and_expectation(
+    tmp_path: Path, suffix: str, mutate: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    document = _chain_document()
+    mutate(document)
+    raw = json.dumps(document).encode()
+    path = tmp_path / f"chain{suffix}"
+    path.write_bytes(gzip.compress(raw) if suffix == ".json.gz" else raw)
+    with pytest.raises(InvalidGraphError, match=f"^{re.escape(str(path))}: {message}"):
+        read_graph(path)
+    # graph_from_dict goes through the same schema (msgspec.convert) and says the same.
+    with pytest.raises(InvalidGraphError, match=f"^parsed: {message}"):
+        graph_from_dict(json.loads(raw), "parsed")
+
+
+def test_nan_literal_names_the_op_when_more_follow(tmp_path: Path) -> None:
+    text = json.dumps(_chain_document()).replace('"comp_us": 12.0', '"comp_us": NaN')
+    text = text.replace('"comp_us": 15.0', '"comp_us": -Infinity')
+    path = write_text(tmp_path / "nan.json", text)
+    message = f"^{re.escape(str(path))}: node #12 'op12': comp_us = nan; expected a finite number >= 0$"
+    with pytest.raises(InvalidGraphError, match=message):
+        read_graph(path)
+    text = json.dumps(_chain_document()).replace('"dst": "op6"}', '"dst": "op6", "bytes": Infinity}')
+    path = write_text(tmp_path / "edge.json", text)
+    message = f"^{re.escape(str(path))}: edge #5 'op5' -> 'op6': bytes = inf; expected a whole number of bytes"
+    with pytest.raises(InvalidGraphError, match=message):
+        read_graph(path)
+
+
+def test_invalid_json_in_gzip_names_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "broken.json.gz"
+    path.write_bytes(gzip.compress(b'{"format": "pardnn-graph",\n "version": 1,,\n}'))
+    with pytest.raises(InvalidGraphError, match=f"^{re.escape(str(path))}: invalid JSON at line 2, column 15: "):
+        read_graph(path)
+
+
+def test_byte_order_mark_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(_chain_document(2)).encode())
+    with pytest.raises(InvalidGraphError, match="line 1, column 1: the file starts with a byte order mark"):
+        read_graph(path)
+
+
+def test_schema_field_lists_match_the_records() -> None:
+    """The fields named in "expected only ..." messages are exactly the schema's."""
+    assert set(schema._FIELDS[None]) == set(schema.Document.__struct_fields__)
+    assert set(schema._FIELDS["nodes"]) == set(schema.Node.__struct_fields__)
+    assert set(schema._FIELDS["edges"]) == set(schema.Edge.__struct_fields__)
+    assert all(key in schema._EXPECTED for key in (("nodes", f) for f in schema.Node.__struct_fields__))
+    assert all(key in schema._EXPECTED for key in (("edges", f) for f in schema.Edge.__struct_fields__))
 
 
 def test_read_graph_nan_literal_in_file(tmp_path: Path) -> None:

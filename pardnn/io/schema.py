@@ -1,0 +1,294 @@
+"""The native graph file's schema, and what to say when a document breaks it.
+
+The schema is a set of msgspec typed records: :class:`Document` holds the header and the lists of
+:class:`Node` and :class:`Edge`. Decoding checks exactly what only the file can get wrong: JSON
+syntax (``NaN`` and ``Infinity`` are not JSON), the ``format``/``version`` header, the JSON type
+of every field, required fields, and unknown fields (an error, so a misspelt ``"colocation"``
+cannot silently drop a constraint). Byte counts are typed ``int | float`` because a whole number
+may be written ``1e6`` or ``4096.0``. Everything about values (costs >= 0, whole byte counts,
+unique names, known kinds, edges between known ops, no cycles) is the graph's to check:
+:class:`~pardnn.graph.CostGraph` does, once, for every reader.
+
+msgspec stops at the first problem and says what and where: ``Expected `float`, got `str` - at
+`$.nodes[12].comp_us```. :func:`decode` and :func:`convert` turn that into an
+:class:`InvalidGraphError` naming the file, the node (``node #12 'dense/MatMul'``) or edge
+(``edge #3 'a' -> 'b'``), the field, the value and what was expected. The name and the value are
+looked up only then, by walking the document lazily (:class:`msgspec.Raw` slices, decoded just along
+the error's path), so a valid file pays nothing for good messages. A ``NaN``/``Infinity`` literal
+is a syntax error to msgspec, reported only by byte offset; the literal is replaced by ``{}`` (which
+no field accepts) and the document decoded again to learn which field it sits in. Other syntax
+errors give the line and column.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from typing import Any
+
+import msgspec
+
+from pardnn.errors import InvalidGraphError
+from pardnn.validation import BYTES, COST, NAME, shown
+
+__all__ = ["FORMAT", "VERSION", "Document", "Edge", "Node", "check_header", "convert", "decode"]
+
+FORMAT = "pardnn-graph"
+VERSION = 1
+
+
+class Node(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    name: str
+    comp_us: float
+    out_bytes: int | float
+    op: str = ""
+    kind: str = "normal"
+    colocate: str | None = None
+    param_bytes: int | float = 0
+
+
+class Edge(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    src: str
+    dst: str
+    bytes: int | float | None = None  # None: the producer's out_bytes
+
+
+class Document(msgspec.Struct, forbid_unknown_fields=True):
+    format: str
+    version: int
+    nodes: list[Node]
+    edges: list[Edge]
+    name: str | msgspec.UnsetType = msgspec.UNSET
+    memory_limit_bytes: int | float | None = None
+
+
+_DECODER = msgspec.json.Decoder(Document)
+_FIELDS = {  # in the order the writer writes them
+    None: ("format", "version", "name", "memory_limit_bytes", "nodes", "edges"),
+    "nodes": ("name", "op", "comp_us", "out_bytes", "kind", "colocate", "param_bytes"),
+    "edges": ("src", "dst", "bytes"),
+}
+_EXPECTED: dict[tuple[str | None, str], str] = {
+    (None, "format"): repr(FORMAT),
+    (None, "version"): str(VERSION),
+    (None, "name"): "a string",
+    (None, "nodes"): "a list",
+    (None, "edges"): "a list",
+    (None, "memory_limit_bytes"): "a whole number of bytes > 0 or null",
+    ("nodes", "name"): NAME,
+    ("nodes", "op"): "a string (the op type, e.g. 'MatMul')",
+    ("nodes", "comp_us"): COST,
+    ("nodes", "out_bytes"): BYTES,
+    ("nodes", "param_bytes"): BYTES,
+    ("nodes", "kind"): "one of normal, residual, reference",
+    ("nodes", "colocate"): "a group label string or null",
+    ("edges", "src"): "an op name string",
+    ("edges", "dst"): "an op name string",
+    ("edges", "bytes"): f"{BYTES} or null",
+}
+_NUMERIC = frozenset({"memory_limit_bytes", "comp_us", "out_bytes", "param_bytes", "bytes"})
+_JSON_TYPES = {"object": "an object", "array": "a list", "str": "a string", "int": "a number",
+               "float": "a number", "bool": "a boolean", "null": "null"}
+_WHERE = re.compile(r"(?P<problem>.*?)(?: - at `\$(?P<path>[^`]*)`)?", re.DOTALL)
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+_EXPECTED_GOT = re.compile(r"Expected `[^`]*`, got `(?P<got>[^`]*)`")
+_FIELD_PROBLEM = re.compile(r"Object (?P<what>contains unknown|missing required) field `(?P<field>.*)`", re.DOTALL)
+_SYNTAX = re.compile(r"JSON is malformed: (?P<reason>.*) \(byte (?P<byte>\d+)\)")
+_NON_FINITE = re.compile(rb"-?(?:NaN|Infinity)")
+_NON_FINITE_VALUE = re.compile(rb"([:\[,]\s*)-?(?:NaN|Infinity)(?=\s*[,\]}])")
+_MISSING: Any = object()
+
+
+# ---------------------------------------------------------------------------------------- entries
+def decode(raw: bytes, source: str) -> Document:
+    """The document in ``raw`` (JSON bytes), header checked; else InvalidGraphError naming the fault."""
+    try:
+        document = _DECODER.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise _translate(str(exc), source, msgspec.Raw(raw)) from None
+    except msgspec.DecodeError as exc:
+        raise _syntax_error(str(exc), raw, source) from None
+    except UnicodeDecodeError:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidGraphError(f"{source}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+        raise
+    check_header(document.format, document.version, source)
+    return document
+
+
+def convert(data: Any, source: str) -> Document:
+    """The document of already parsed JSON (dicts and lists), header checked, by the same schema."""
+    try:
+        document = msgspec.convert(data, Document)
+    except msgspec.ValidationError as exc:
+        raise _translate(str(exc), source, data) from None
+    check_header(document.format, document.version, source)
+    return document
+
+
+def check_header(form: Any, version: Any, source: str) -> None:
+    """Raise unless the ``format`` and ``version`` fields (``_MISSING`` when absent) say pardnn-graph 1."""
+    if form is _MISSING:
+        raise InvalidGraphError(
+            f'{source}: missing "format" field; expected "format": "{FORMAT}" (not a pardnn graph file?)'
+        )
+    if form != FORMAT:
+        raise InvalidGraphError(f"{source}: format = {form!r}; expected {FORMAT!r}")
+    if version is _MISSING:
+        raise InvalidGraphError(f'{source}: missing "version" field; expected "version": {VERSION}')
+    if type(version) is not int or version != VERSION:
+        raise InvalidGraphError(
+            f"{source}: unsupported version {version!r}; this pardnn reads {FORMAT} version {VERSION}"
+        )
+
+
+# ---------------------------------------------------------------------------------------- translation
+def _translate(message: str, source: str, root: Any, literal: bytes | None = None) -> InvalidGraphError:
+    """The InvalidGraphError for msgspec's ``message`` about the document ``root``.
+
+    ``root`` is the parsed data, or a :class:`msgspec.Raw` of the file. ``literal`` is a non-finite
+    number that was replaced by ``{}`` before decoding: the value to report.
+    """
+    where = _WHERE.fullmatch(message)
+    assert where is not None  # the pattern matches any text
+    problem, path = where["problem"], where["path"] or ""
+    steps: list[str | int] = [key if key else int(number) for key, number in _STEP.findall(path)]
+    mismatch = _EXPECTED_GOT.fullmatch(problem)
+    got = "NaN" if literal is not None else _JSON_TYPES.get(mismatch["got"], mismatch["got"]) if mismatch else ""
+    if not steps and got:
+        return InvalidGraphError(f"{source}: expected a JSON object at the top level, got {got}")
+    top = _child(root, "")
+    if literal is None:  # the header first: a file of another format should be told so, not nitpicked
+        check_header(_plain(_child(top, "format")), _plain(_child(top, "version")), source)
+
+    # Where: the document (no steps), one of its fields, a node or edge, or a field of one.
+    container: str | None = None
+    label, field, value = "", None, _MISSING
+    if len(steps) in (2, 3) and steps[0] in ("nodes", "edges") and isinstance(steps[1], int):
+        container = str(steps[0])
+        record = _child(_child(top, container), steps[1])
+        label = _label(container, steps[1], record)
+        if len(steps) == 3:
+            field = str(steps[2])
+            value = _plain(_child(record, field))
+    elif len(steps) == 1:
+        field = str(steps[0])
+        value = _plain(_child(top, field))
+    elif steps:
+        return InvalidGraphError(f"{source}: {problem} (at ${path})")
+    prefix = f"{source}: {label}: " if label else f"{source}: "
+
+    # What.
+    if literal is not None:
+        if field is None:
+            return InvalidGraphError(f"{source}: {label} is {literal.decode()}; expected an object")
+        number = float(literal.replace(b"Infinity", b"inf"))
+        return InvalidGraphError(f"{prefix}{field} = {number!r}; expected {_expected(container, field)}")
+    if (found := _FIELD_PROBLEM.fullmatch(problem)) is not None and field is None:
+        name = found["field"]
+        if found["what"] == "contains unknown":
+            scope = "field" if label else "top-level field"
+            return InvalidGraphError(f"{prefix}unknown {scope} {name!r}; expected only {', '.join(_FIELDS[container])}")
+        if not label:
+            return InvalidGraphError(f'{prefix}missing "{name}" field; expected a list (may be empty)')
+        hint = " (an op name)" if container == "edges" else ""
+        return InvalidGraphError(f"{prefix}missing required field {name!r}{hint}")
+    if mismatch and field is None:  # a node or edge that is not an object
+        shape = "an object" if container == "nodes" else "an object with src, dst and bytes"
+        return InvalidGraphError(f"{source}: {label} is {got}; expected {shape}")
+    if mismatch and not label and field in ("nodes", "edges"):
+        return InvalidGraphError(f"{prefix}{field} is {got}; expected a list")
+    if field is not None and (mismatch or problem == "Number out of range"):
+        text = "" if value is _MISSING else f" = {shown(value)}"
+        if field in _NUMERIC and value is not _MISSING and not _is_number(value):
+            text += f" ({_json_type(value)})"
+        return InvalidGraphError(f"{prefix}{field}{text}; expected {_expected(container, field)}")
+    return InvalidGraphError(f"{prefix}{problem}" + (f" (at ${path})" if path else ""))
+
+
+def _syntax_error(message: str, raw: bytes, source: str) -> InvalidGraphError:
+    found = _SYNTAX.fullmatch(message)
+    position = int(found["byte"]) if found else len(raw)
+    reason = found["reason"] if found else message[:1].lower() + message[1:]
+    start = position - 1 if raw[position - 1 : position] == b"-" else position
+    literal = _NON_FINITE.match(raw, start)
+    if literal is not None:  # NaN or Infinity: find the field it sits in
+        patched = raw[:start] + b"{}" + raw[literal.end() :]
+        try:
+            _DECODER.decode(patched)
+        except msgspec.ValidationError as exc:
+            # Names are looked up in a copy without any such literal (more may follow this one).
+            lookup = msgspec.Raw(_NON_FINITE_VALUE.sub(rb"\1null", patched))
+            return _translate(str(exc), source, lookup, literal[0])
+        except msgspec.DecodeError:  # pragma: no cover (the patch is valid JSON where the literal was)
+            pass
+    if position == 0 and raw.startswith(codecs.BOM_UTF8):
+        reason = "the file starts with a byte order mark (BOM); save it as UTF-8 without one"
+    line = raw.count(b"\n", 0, position) + 1
+    column = len(raw[raw.rfind(b"\n", 0, position) + 1 : position].decode("utf-8", "replace")) + 1
+    return InvalidGraphError(f"{source}: invalid JSON at line {line}, column {column}: {reason}")
+
+
+# ---------------------------------------------------------------------------------------- lookups
+class _Literal(str):
+    """A number msgspec cannot hold (``1e400``), shown as written."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _child(value: Any, key: str | int | None) -> Any:
+    """``value[key]`` of parsed data or of a raw JSON slice (decoded one level); ``_MISSING`` if none.
+
+    The key ``""`` is the value itself as a mapping (the document's top level).
+    """
+    if value is _MISSING or key is None:
+        return _MISSING
+    if isinstance(value, msgspec.Raw):
+        kind = list[msgspec.Raw] if isinstance(key, int) else dict[str, msgspec.Raw]
+        try:
+            value = msgspec.json.decode(value, type=kind)
+        except msgspec.DecodeError:
+            return _MISSING
+    if key == "":
+        return value if isinstance(value, dict) else _MISSING
+    try:
+        return value[key]
+    except (KeyError, IndexError, TypeError):
+        return _MISSING
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, msgspec.Raw):
+        try:
+            return msgspec.json.decode(value)
+        except msgspec.DecodeError:
+            return _Literal(bytes(value).decode("utf-8", "replace"))
+    return value
+
+
+def _label(container: str, k: int, record: Any) -> str:
+    if container == "nodes":
+        name = _plain(_child(record, "name"))
+        return f"node #{k} {name!r}" if isinstance(name, str) and name else f"node #{k}"
+    src, dst = _plain(_child(record, "src")), _plain(_child(record, "dst"))
+    return f"edge #{k} {src!r} -> {dst!r}" if isinstance(src, str) and isinstance(dst, str) else f"edge #{k}"
+
+
+def _expected(container: str | None, field: str) -> str:
+    return _EXPECTED.get((container, field), "a valid value")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, _Literal)) and not isinstance(value, bool)
+
+
+def _json_type(value: Any) -> str:
+    kinds: list[tuple[type | tuple[type, ...], str]] = [
+        (type(None), "null"), (bool, "a boolean"), (str, "a string"), ((int, float), "a number"),
+        (list, "a list"), (dict, "an object"),
+    ]
+    return next((word for kind, word in kinds if isinstance(value, kind)), type(value).__name__)
+
