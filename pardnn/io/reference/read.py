@@ -172,6 +172,21 @@ def _read_lines(path: PathLike, what: str) -> list[str]:
         raise InvalidGraphError(f"{path}: cannot read ({exc.strerror or exc})") from exc
 
 
+def _listed_op(op_name: str, where: str, index: dict[str, int], line_of: dict[int, int], graph_source: str,
+               strict: bool, skipped: list[str]) -> int:
+    """The index of the op a line names; -1 (and the name noted in ``skipped``) for an op the graph
+    lacks when not ``strict``. Raises for an unknown op when ``strict`` and for an op listed twice."""
+    v = index.get(op_name)
+    if v is None:
+        if strict:
+            raise InvalidGraphError(f"{where}: unknown op {op_name!r} (not in {graph_source})")
+        skipped.append(op_name)
+        return -1
+    if v in line_of:
+        raise InvalidGraphError(f"{where}: op {op_name!r} listed twice (first on line {line_of[v]})")
+    return v
+
+
 def _parse_values(
     lines: Iterable[str], source: str, index: dict[str, int], graph_source: str, strict: bool, *, whole: bool
 ) -> dict[int, float | int]:
@@ -187,14 +202,9 @@ def _parse_values(
         op_name, text = op_name.strip(), text.strip()
         if not separator or not op_name or not text:
             raise InvalidGraphError(f"{source}:{number}: expected 'name::{unit}', got {line!r}")
-        v = index.get(op_name)
-        if v is None:
-            if strict:
-                raise InvalidGraphError(f"{source}:{number}: unknown op {op_name!r} (not in {graph_source})")
-            skipped.append(op_name)
+        v = _listed_op(op_name, f"{source}:{number}", index, line_of, graph_source, strict, skipped)
+        if v < 0:
             continue
-        if v in line_of:
-            raise InvalidGraphError(f"{source}:{number}: op {op_name!r} listed twice (first on line {line_of[v]})")
         value = _whole_bytes(text) if whole else _microseconds(text)
         if isinstance(value, str):
             raise InvalidGraphError(f"{source}:{number}: op {op_name!r}: {value}")
@@ -242,14 +252,9 @@ def _parse_names(
         op_name = raw.strip()
         if not op_name:
             continue
-        v = index.get(op_name)
-        if v is None:
-            if strict:
-                raise InvalidGraphError(f"{source}:{number}: unknown op {op_name!r} (not in {graph_source})")
-            skipped.append(op_name)
+        v = _listed_op(op_name, f"{source}:{number}", index, line_of, graph_source, strict, skipped)
+        if v < 0:
             continue
-        if v in line_of:
-            raise InvalidGraphError(f"{source}:{number}: op {op_name!r} listed twice (first on line {line_of[v]})")
         line_of[v] = number
     _warn_skipped(skipped, source, graph_source)
     return line_of
