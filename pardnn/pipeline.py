@@ -17,12 +17,15 @@ import numpy as np
 
 from pardnn.balance import balance_residuals, split_critical_path
 from pardnn.colocation import resolve_groups
-from pardnn.errors import InfeasibleError
+from pardnn.emulator import emulate
+from pardnn.errors import InfeasibleError, PardnnError
 from pardnn.feasibility import check_residual_capacity, infeasible_message
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
 from pardnn.mapping import map_clusters
+from pardnn.memory import track_memory
 from pardnn.overflow import handle_overflow
+from pardnn.refine import guard, place_under_memory
 from pardnn.result import PartitionReport, Progress, Result, communication_ratio
 from pardnn.simulate import evaluate
 from pardnn.slicing import slice_graph
@@ -50,7 +53,7 @@ def resolve_heuristic(memory_heuristic: str | None, machine: Machine) -> str | N
 
 
 def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = "auto",
-              progress: Progress | None = None) -> Result:
+              progress: Progress | None = None, guarded: bool = True) -> Result:
     """Place every op of ``graph`` on one of ``machine.devices`` devices with ParDNN.
 
     Parameters
@@ -66,6 +69,9 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
         ``"auto"`` (the default: ``"overflow"`` when the machine has a memory size, else ``None``).
     progress:
         Called as ``progress(stage, done, total)`` during long stages.
+    guarded:
+        Compare the answer with cheap placements that fit and keep the fastest (:mod:`pardnn.refine`;
+        the default). ``False`` returns the paper's algorithm alone.
 
     Returns
     -------
@@ -113,6 +119,8 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
                    mapped_by_balance=mapping.mapped_by_balance, lookahead_passes=mapping.passes)
     seconds["mapping"] = time.perf_counter() - t1
 
+    failure: PardnnError | None = None
+    memory = groups.memory
     if heuristic is not None:
         t2 = time.perf_counter()
         before = evaluate(graph, machine, placement, schedule=schedule, memory=groups.memory)
@@ -120,34 +128,54 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
                        fits_before=before.memory_fits)
         seconds["evaluation_before"] = time.perf_counter() - t2
         t3 = time.perf_counter()
+        moved = 0
         if heuristic == "overflow":
-            handled = handle_overflow(graph, machine, placement, progress=report_progress("memory"))
-            placement, moved = handled.placement, handled.moved_ops
-            details["overflow_rounds"] = handled.rounds
+            try:
+                handled = handle_overflow(graph, machine, placement, progress=report_progress("memory"))
+            except InfeasibleError as exc:  # the heuristic gave up: no proof, other placements may fit
+                failure = exc
+                details["memory_heuristic_failed"] = str(exc)
+            else:
+                placement, moved = handled.placement, handled.moved_ops
+                details["overflow_rounds"] = handled.rounds
         else:
             balanced = balance_residuals(graph, machine, placement)
             placement, moved = balanced.placement, balanced.moved_ops
             details["residual_units_moved"] = balanced.moved_units
         details.update(moved_ops=moved, moved_share=moved / graph.n if graph.n else 0.0)
         seconds["memory"] = time.perf_counter() - t3
+        if failure is None:
+            schedule = emulate(graph, machine, placement)
+            memory = track_memory(graph, machine, placement, schedule)
+            details.update(peak_after_bytes=memory.peak_bytes.tolist(), makespan_after_us=schedule.makespan_us)
 
-    t4 = time.perf_counter()
+    if guarded:
+        t4 = time.perf_counter()
+        if progress is not None:
+            progress("guard", 0, 1)
+        kept = guard(graph, machine, placement, None if failure else schedule, memory, weight)
+        if kept.winner is None and heuristic is not None:
+            kept = place_under_memory(graph, machine, kept, failure)
+        details["guard"] = kept.details()
+        seconds["guard"] = time.perf_counter() - t4
+        if kept.winner is not None:
+            placement, schedule, memory, failure = kept.placement, kept.schedule, kept.memory, None
+    if failure is not None:
+        raise failure
+
+    t5 = time.perf_counter()
     if progress is not None:
         progress("evaluation", 0, 1)
-    unchanged = heuristic is None  # the placement resolve_groups emulated is the final one
-    evaluation = evaluate(graph, machine, placement, schedule=schedule if unchanged else None,
-                          memory=groups.memory if unchanged else None)
-    seconds["evaluation"] = time.perf_counter() - t4
-    if heuristic is not None:
-        details.update(peak_after_bytes=evaluation.peak_memory_bytes, makespan_after_us=evaluation.makespan_us)
-        if not evaluation.memory_fits:
-            limits = machine.limits_bytes
-            peaks = np.array(evaluation.peak_memory_bytes)
-            worst = int(np.argmax(peaks - limits))
-            raise InfeasibleError(infeasible_message(
-                worst, int(peaks[worst]), int(limits[worst]), machine,
-                " after memory heuristic II (it balances memory but cannot guarantee the limits; "
-                "--memory-heuristic overflow can)"))
+    evaluation = evaluate(graph, machine, placement, schedule=schedule, memory=memory)
+    seconds["evaluation"] = time.perf_counter() - t5
+    if heuristic is not None and not evaluation.memory_fits:
+        limits = machine.limits_bytes
+        peaks = np.array(evaluation.peak_memory_bytes)
+        worst = int(np.argmax(peaks - limits))
+        raise InfeasibleError(infeasible_message(
+            worst, int(peaks[worst]), int(limits[worst]), machine,
+            " after memory heuristic II (it balances memory but cannot guarantee the limits; "
+            "--memory-heuristic overflow can)"))
     report = PartitionReport("pardnn", k, graph.n, graph.m, ccr, seconds, evaluation, details)
     placement.flags.writeable = False
     return Result(placement, report)

@@ -25,6 +25,7 @@ Complexity: O(|V| + |E|) for the levels and the path, O(K|V| + |E|) for the gree
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -35,7 +36,7 @@ from pardnn.levels import bottom_levels, walk_critical_path
 from pardnn.machine import Machine
 from pardnn.result import Progress, Result
 
-__all__ = ["critical_path", "critical_path_ops"]
+__all__ = ["critical_path", "critical_path_ops", "critical_path_placement"]
 
 
 def critical_path_ops(graph: CostGraph, edge_weight: np.ndarray) -> tuple[np.ndarray, float]:
@@ -133,6 +134,13 @@ def critical_path(graph: CostGraph, machine: Machine, *, memory_heuristic: str |
     """
     reject_memory_heuristic("critical_path", memory_heuristic)
     t0 = time.perf_counter()
+    placement, details = critical_path_placement(graph, machine)
+    return finish(graph, machine, placement, algorithm="critical_path", placement_seconds=time.perf_counter() - t0,
+                  details=details, progress=progress)
+
+
+def critical_path_placement(graph: CostGraph, machine: Machine) -> tuple[np.ndarray, dict[str, Any]]:
+    """The placement of :func:`critical_path` and its details, without the evaluation (for the guard)."""
     n, k = graph.n, machine.devices
     weight = machine.edge_comm_us(graph.edge_bytes)
     path, path_us = critical_path_ops(graph, weight)
@@ -165,6 +173,4 @@ def critical_path(graph: CostGraph, machine: Machine, *, memory_heuristic: str |
         "pinned_ops": int(pinned.sum()),
         "memory_overflow_ops": overflow,
     }
-    return finish(graph, machine, placement, algorithm="critical_path", placement_seconds=time.perf_counter() - t0,
-                  details=details, progress=progress)
-
+    return placement, details

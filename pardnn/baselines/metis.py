@@ -38,7 +38,7 @@ from pardnn.graph import CostGraph
 from pardnn.machine import Machine
 from pardnn.result import Progress, Result
 
-__all__ = ["MissingDependencyError", "contract_groups", "metis"]
+__all__ = ["MissingDependencyError", "contract_groups", "metis", "metis_placement"]
 
 _WEIGHT_TOTAL = 1 << 28
 DEFAULT_SEED = 0
@@ -127,6 +127,15 @@ def metis(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = 
     """
     reject_memory_heuristic("metis", memory_heuristic)
     t0 = time.perf_counter()
+    if progress is not None:
+        progress("metis", 0, 1)
+    placement, details = metis_placement(graph, machine, seed)
+    return finish(graph, machine, placement, algorithm="metis", placement_seconds=time.perf_counter() - t0,
+                  details=details, progress=progress)
+
+
+def metis_placement(graph: CostGraph, machine: Machine, seed: int = DEFAULT_SEED) -> tuple[np.ndarray, dict[str, Any]]:
+    """The placement of :func:`metis` and its details, without the evaluation (for the guard)."""
     k = machine.devices
     vertex_of, vertex_comp, xadj, adjncy, arc_weight = contract_groups(graph, machine.edge_comm_us(graph.edge_bytes))
     vertices = vertex_comp.size
@@ -137,8 +146,6 @@ def metis(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = 
         part = np.arange(vertices, dtype=np.int64)
     else:
         pymetis = _pymetis()
-        if progress is not None:
-            progress("metis", 0, 1)
         dtype = pymetis.zero_copy_dtype()
         vweights = _integer_weights(vertex_comp, 1).astype(dtype)
         eweights = _integer_weights(arc_weight, 0).astype(dtype)
@@ -149,5 +156,4 @@ def metis(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = 
     placement = part[vertex_of]
     details = {"vertices": int(vertices), "arcs": int(adjncy.size), "edge_cut": int(edge_cut),
                "memory_constraint": False, "seed": int(seed)}
-    return finish(graph, machine, placement, algorithm="metis", placement_seconds=time.perf_counter() - t0,
-                  details=details, progress=progress)
+    return placement, details

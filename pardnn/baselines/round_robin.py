@@ -8,6 +8,7 @@ member (:func:`pardnn.colocation.keep_groups_whole`). Complexity: O(|V|) (plus t
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from pardnn.graph import CostGraph
 from pardnn.machine import Machine
 from pardnn.result import Progress, Result
 
-__all__ = ["round_robin"]
+__all__ = ["round_robin", "round_robin_placement"]
 
 
 def round_robin(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = None,
@@ -49,8 +50,15 @@ def round_robin(graph: CostGraph, machine: Machine, *, memory_heuristic: str | N
     """
     reject_memory_heuristic("round_robin", memory_heuristic)
     t0 = time.perf_counter()
+    placement, details = round_robin_placement(graph, machine)
+    return finish(graph, machine, placement, algorithm="round_robin", placement_seconds=time.perf_counter() - t0,
+                  details=details, progress=progress)
+
+
+def round_robin_placement(graph: CostGraph, machine: Machine) -> tuple[np.ndarray, dict[str, Any]]:
+    """The placement of :func:`round_robin` and its details, without the evaluation (for the guard)."""
     placement = np.empty(graph.n, np.int64)
     placement[graph.topo_order] = np.arange(graph.n, dtype=np.int64) % machine.devices
     placement, moved = keep_groups_whole(graph, placement)
-    return finish(graph, machine, placement, algorithm="round_robin", placement_seconds=time.perf_counter() - t0,
-                  details={"colocation_moved": moved}, progress=progress)
+    details = {"colocation_moved": moved}
+    return placement, details

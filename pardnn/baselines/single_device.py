@@ -7,6 +7,7 @@ step's; it is what TensorFlow does without a placement. Complexity: O(|V|) (plus
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from pardnn.graph import CostGraph
 from pardnn.machine import Machine
 from pardnn.result import Progress, Result
 
-__all__ = ["single_device"]
+__all__ = ["single_device", "single_device_placement"]
 
 
 def single_device(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = None,
@@ -43,6 +44,13 @@ def single_device(graph: CostGraph, machine: Machine, *, memory_heuristic: str |
     """
     reject_memory_heuristic("single", memory_heuristic)
     t0 = time.perf_counter()
-    placement = np.zeros(graph.n, np.int64)
+    placement, details = single_device_placement(graph, machine)
     return finish(graph, machine, placement, algorithm="single", placement_seconds=time.perf_counter() - t0,
-                  details={}, progress=progress)
+                  details=details, progress=progress)
+
+
+def single_device_placement(graph: CostGraph, machine: Machine) -> tuple[np.ndarray, dict[str, Any]]:
+    """The placement of :func:`single_device` and its details, without the evaluation (for the guard)."""
+    placement = np.zeros(graph.n, np.int64)
+    details: dict[str, Any] = {}
+    return placement, details

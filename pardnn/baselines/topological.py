@@ -15,6 +15,7 @@ Complexity: O(|V|) (plus the evaluation).
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from pardnn.graph import CostGraph
 from pardnn.machine import Machine
 from pardnn.result import Progress, Result
 
-__all__ = ["topological"]
+__all__ = ["topological", "topological_placement"]
 
 
 def topological(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = None,
@@ -57,6 +58,13 @@ def topological(graph: CostGraph, machine: Machine, *, memory_heuristic: str | N
     """
     reject_memory_heuristic("topological", memory_heuristic)
     t0 = time.perf_counter()
+    placement, details = topological_placement(graph, machine)
+    return finish(graph, machine, placement, algorithm="topological", placement_seconds=time.perf_counter() - t0,
+                  details=details, progress=progress)
+
+
+def topological_placement(graph: CostGraph, machine: Machine) -> tuple[np.ndarray, dict[str, Any]]:
+    """The placement of :func:`topological` and its details, without the evaluation (for the guard)."""
     k = machine.devices
     work = graph.comp_us[graph.topo_order]
     if not work.sum() > 0:
@@ -68,5 +76,5 @@ def topological(graph: CostGraph, machine: Machine, *, memory_heuristic: str | N
     placement[graph.topo_order] = block
     block_work = np.bincount(block, weights=graph.comp_us[graph.topo_order], minlength=k).tolist()
     placement, moved = keep_groups_whole(graph, placement)
-    return finish(graph, machine, placement, algorithm="topological", placement_seconds=time.perf_counter() - t0,
-                  details={"block_work_us": block_work, "colocation_moved": moved}, progress=progress)
+    details = {"block_work_us": block_work, "colocation_moved": moved}
+    return placement, details

@@ -136,11 +136,17 @@ def format_report(report: Any) -> str:
              f"stages          {stages} (total {report.total_seconds:.3f} s)"]
     if details.get("memory_heuristic"):
         before = details["peak_before_bytes"]
-        after = details["peak_after_bytes"]
-        lines.append(f"memory          heuristic {details['memory_heuristic']}: moved {details['moved_ops']:,} ops "
-                     f"({details['moved_share']:.1%} of all), makespan {us(details['makespan_before_us'])} -> "
-                     f"{us(details['makespan_after_us'])}, max peak {format_bytes(max(before))} -> "
-                     f"{format_bytes(max(after))}, {report.stage_seconds.get('memory', 0.0):.3f} s")
+        if "peak_after_bytes" in details:
+            lines.append(f"memory          heuristic {details['memory_heuristic']}: moved {details['moved_ops']:,} ops "
+                         f"({details['moved_share']:.1%} of all), makespan {us(details['makespan_before_us'])} -> "
+                         f"{us(details['makespan_after_us'])}, max peak {format_bytes(max(before))} -> "
+                         f"{format_bytes(max(details['peak_after_bytes']))}, "
+                         f"{report.stage_seconds.get('memory', 0.0):.3f} s")
+        else:
+            lines.append(f"memory          heuristic {details['memory_heuristic']} gave up: "
+                         f"{details.get('memory_heuristic_failed', '')}")
+    if "guard" in details:
+        lines.append(f"guard           {format_guard(details['guard'])}")
     if "primary_ops" in details:
         lines.append(f"clusters        {len(details['primary_ops'])} primaries of "
                      f"{', '.join(str(x) for x in details['primary_ops'])} ops; "
@@ -154,6 +160,18 @@ def format_report(report: Any) -> str:
 PARDNN = PLACEMENT["algorithm"].default  # the paper's placer: the only one with memory heuristics
 
 
+def format_guard(guard: dict[str, Any]) -> str:
+    """One line: which placement the guard kept, and by how much it beat ParDNN's own."""
+    others = [name for name in guard["candidates"] if name != PARDNN]
+    emulated = [name for name in others if guard["candidates"][name] is not None]
+    if guard["winner"] == PARDNN:
+        return (f"kept ParDNN's placement: none of {len(others)} cheap placements that fit is faster "
+                f"({len(emulated)} emulated, {len(others) - len(emulated)} ruled out by a lower bound or unavailable)")
+    own = guard["pardnn_makespan_us"]
+    return (f"{guard['winner']} is {guard['speedup_over_pardnn']:.2f}x faster than ParDNN's own placement "
+            f"({us(guard['makespan_us'])} vs {'none that fits' if own == float('inf') else us(own)}); using it")
+
+
 def cmd_place(args: argparse.Namespace) -> int:
     from pardnn.io import write_placement
     from pardnn.placers import get_placer
@@ -165,6 +183,8 @@ def cmd_place(args: argparse.Namespace) -> int:
     if args.algorithm == PARDNN:
         # No --memory-heuristic: "auto", which pardnn.pipeline.resolve_heuristic decides from the machine.
         heuristic: str | None = "auto" if args.memory_heuristic is None else args.memory_heuristic
+        if args.no_guard:
+            options["guarded"] = False
     else:
         if args.memory_heuristic not in (None, "none"):
             raise PardnnError(f"--memory-heuristic {args.memory_heuristic} works with --algorithm {PARDNN} only; "
@@ -212,6 +232,10 @@ def add_place(sub: Any) -> None:
     place.add_argument("-o", "--output", required=True, help="placement file to write (.txt lines, or .json)")
     place.add_argument("--json", action="store_true", help="print the report as JSON")
     place.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    place.add_argument("--no-guard", action="store_true",
+                       help="return ParDNN's placement as the paper computes it, even when a cheap placement "
+                            "(one device, contiguous split, round robin, critical path, METIS, a folded device) "
+                            "that fits is faster; by default the fastest is kept and the report says which")
     place.set_defaults(func=cmd_place)
 
 
