@@ -113,9 +113,9 @@ def test_two_nodes_train_a_tiny_job_in_lockstep(tmp_path):
 
 def test_an_error_on_one_rank_ends_the_run_with_its_message(tmp_path):
     settings = json.dumps({"iterations": 160, "progress": False})
-    proc, seconds = mpirun_launch([*STANDIN, "--out", str(tmp_path), "--fail-at", "60", "--settings", settings])
+    # A hang (the healthy rank waiting in its allreduce) would end in TimeoutExpired; no wall time is asserted.
+    proc, _ = mpirun_launch([*STANDIN, "--out", str(tmp_path), "--fail-at", "60", "--settings", settings])
     assert proc.returncode != 0, _output(proc)
-    assert seconds < 30, f"took {seconds:.1f} s\n{_output(proc)}"
     assert ("pardnn-launch: error on rank 1 (node " in proc.stderr
             and "InjectedFailure: injected failure while feeding iteration 60" in proc.stderr), _output(proc)
     [run_dir] = [p for p in tmp_path.iterdir() if p.is_dir()]
