@@ -1,5 +1,5 @@
 """The ParDNN pipeline: slicing → (chunk splitting) → LFLAM mapping → colocation → memory heuristic →
-evaluation. :func:`partition` is the public entry point (``from pardnn import partition``).
+guard → refinement → evaluation. :func:`partition` is the public entry point (``from pardnn import partition``).
 
 ``partition(graph, machine)`` returns the placement and a report of what each stage did and cost.
 Each stage is a module with one public entry (Step 1: :mod:`~pardnn.slicing`, :mod:`~pardnn.mapping`;
@@ -21,11 +21,12 @@ from pardnn.emulator import emulate
 from pardnn.errors import InfeasibleError, PardnnError
 from pardnn.feasibility import check_residual_capacity, infeasible_message
 from pardnn.graph import CostGraph
+from pardnn.guard import guard, place_under_memory
 from pardnn.machine import Machine
 from pardnn.mapping import map_clusters
 from pardnn.memory import track_memory
 from pardnn.overflow import handle_overflow
-from pardnn.refine import guard, place_under_memory
+from pardnn.refine import REFINE_SECONDS, refine
 from pardnn.result import PartitionReport, Progress, Result, communication_ratio
 from pardnn.simulate import evaluate
 from pardnn.slicing import slice_graph
@@ -53,7 +54,8 @@ def resolve_heuristic(memory_heuristic: str | None, machine: Machine) -> str | N
 
 
 def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = "auto",
-              progress: Progress | None = None, guarded: bool = True) -> Result:
+              progress: Progress | None = None, guarded: bool = True,
+              refine_seconds: float = REFINE_SECONDS) -> Result:
     """Place every op of ``graph`` on one of ``machine.devices`` devices with ParDNN.
 
     Parameters
@@ -70,8 +72,11 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
     progress:
         Called as ``progress(stage, done, total)`` during long stages.
     guarded:
-        Compare the answer with cheap placements that fit and keep the fastest (:mod:`pardnn.refine`;
-        the default). ``False`` returns the paper's algorithm alone.
+        Compare the answer with cheap placements that fit, keep the fastest (:mod:`pardnn.guard`) and
+        refine it by local search on its schedule (:mod:`pardnn.refine`); the default. ``False``
+        returns the paper's algorithm alone.
+    refine_seconds:
+        The refinement's budget, turned into a fixed number of emulations (deterministic); 0 skips it.
 
     Returns
     -------
@@ -160,14 +165,21 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
         seconds["guard"] = time.perf_counter() - t4
         if kept.winner is not None:
             placement, schedule, memory, failure = kept.placement, kept.schedule, kept.memory, None
+            t5 = time.perf_counter()
+            if progress is not None:
+                progress("refine", 0, 1)
+            refined = refine(graph, machine, placement, schedule, memory, seconds=refine_seconds)
+            placement, schedule, memory = refined.placement, refined.schedule, refined.memory
+            details["refine"] = refined.details()
+            seconds["refine"] = time.perf_counter() - t5
     if failure is not None:
         raise failure
 
-    t5 = time.perf_counter()
+    t6 = time.perf_counter()
     if progress is not None:
         progress("evaluation", 0, 1)
     evaluation = evaluate(graph, machine, placement, schedule=schedule, memory=memory)
-    seconds["evaluation"] = time.perf_counter() - t5
+    seconds["evaluation"] = time.perf_counter() - t6
     if heuristic is not None and not evaluation.memory_fits:
         limits = machine.limits_bytes
         peaks = np.array(evaluation.peak_memory_bytes)

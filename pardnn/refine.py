@@ -1,254 +1,202 @@
-"""After Step 2: the guard — never return a placement slower than a cheap one that also fits.
+"""After the guard: local search on the emulated schedule (the refinement stage).
 
-ParDNN is faithful to the paper and inherits its failures: on communication-bound graphs (an
-Inception-v3 training graph at 2 GB/s, CCR ≈ 63) its makespan was 1.7-2.6× that of a contiguous
-split or of one device, and a single heavy op alone on a primary path (a 6 GiB variable) can cost
-22× the single-device step. The paper is our floor, not our ceiling, so after the memory heuristic
-the pipeline compares ParDNN's placement with cheap candidates under the same emulator and memory
-tracker, and keeps the fastest that meets every device's limit:
+Step 1 places clusters by expected levels and Step 2 moves units for memory; neither looks at the
+schedule the placement really produces. The refinement does: it emulates the step, follows its
+*critical chain* back from the op that finishes last, and tries the moves that could shorten it:
 
-- ``single``: every op on device 0 (no communication at all);
-- ``topological``: K contiguous blocks of the topological order, equal in compute (GPipe-style);
-- ``round_robin``: op i of the topological order on device i mod K;
-- ``critical_path``: the critical path on device 0, the rest greedily (Mayer et al. 2017);
-- ``metis``: a K-way METIS partition of the undirected graph (when pymetis is installed);
-- ``folded``: ParDNN's own placement with its most communication-bound device folded into the
-  device it talks to most, repeated while that shortens the step (the heavy-single-op primary).
+- a **transfer link** (consumer ``v`` waited for the copy of ``u``'s output from another device):
+  move ``v``'s unit to ``u``'s device, or ``u``'s unit to ``v``'s — pulling the chain's heavy
+  transfers onto one device (what Baechi's m-SCT does when it schedules a child on its favourite
+  parent's device);
+- a **device link** (``v`` was ready but its device was busy with ``w``): move ``v``'s unit to the
+  device its inputs come from most, else to the least loaded other device — an insertion-style
+  rebalancing of the bottleneck device (HEFT's earliest-finish idea, judged by the emulator).
+
+Units are colocation groups and single ops (:mod:`pardnn.units`), so groups stay whole. Moves are
+tried in order of the time their link costs the chain (largest first; ties by the unit's first op,
+then the target), each judged by a full emulation: a move is accepted only if it lowers the makespan
+and, on a machine with memory limits, every device still fits. After an accepted move the chain is
+recomputed (first improvement, as in Kernighan–Lin / Fiduccia–Mattheyses passes, without their
+tentative uphill moves). The search stops at a local optimum (no move on the chain helps) or when
+its budget is spent.
 
 Choices where nothing says what to do:
 
-- **Ties** go to ParDNN, then to the candidate listed first: a candidate must be strictly faster.
-- **Pruning.** A placement's makespan is at least the compute of its busiest device and at least
-  its longest path counting the transfer time of every cut edge (one O(|V| + |E|) sweep, cheaper
-  than an emulation), so a candidate whose bound reaches the best makespan so far is not emulated
-  (``single`` on any graph ParDNN parallelises well, ``round_robin`` on communicating graphs), and
-  its memory is tracked only when it is faster. Exact and deterministic: it only skips losers.
-- **Memory.** A candidate counts only if its emulated peaks fit the limits (the same tracker as
-  ParDNN's heuristics). When ParDNN's own placement does not fit (heuristic II gives no guarantee,
-  heuristic I can give up), the best fitting candidate wins; when none fits,
-  :func:`place_under_memory` runs heuristic I from each candidate in turn.
-- **Folding.** Device ``j``'s *pressure* is the communication on its cut edges minus its compute;
-  the device of highest positive pressure is folded (all its ops move) into the device it
-  communicates with most; at most ``ceil(log2 K)`` folds, stopping at the first that does not
-  shorten the step.
+- **Budget, deterministic.** ``seconds`` is turned into a number of emulations by a fixed cost model
+  (:data:`SECONDS_PER_MOVE` plus :data:`SECONDS_PER_ELEMENT` per op and edge), never by the clock,
+  so every node of a cluster computes the same placement; the search is anytime (each accepted
+  move is kept). Only the costliest links that the budget can try give moves.
+- **Chain.** From the last op to finish: the input whose arrival set its start (a data link),
+  else the op before it on its device if that one finished exactly then (a device link); the walk
+  ends at an op that started when it was ready on an idle device.
 
-Complexity: one emulation and memory sweep, O((|V| + |E|) log |V|), per candidate not pruned, plus
-each candidate's own placement (METIS's multilevel partition is the costliest); deterministic, so
-every node of a cluster computes the same answer.
+Complexity: O(|V| log |V| + |E|) per emulation, times the budget's number of emulations; building
+the chain is O(|V| log |V| + |E|) per accepted move.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from pardnn.baselines.critical_path import critical_path_placement
-from pardnn.baselines.linear_clustering import linear_clustering
-from pardnn.baselines.metis import metis_placement
-from pardnn.baselines.round_robin import round_robin_placement
-from pardnn.baselines.single_device import single_device_placement
-from pardnn.baselines.topological import topological_placement
 from pardnn.emulator import Schedule, emulate
-from pardnn.errors import InfeasibleError, MissingDependencyError, PardnnError
 from pardnn.graph import CostGraph
-from pardnn.levels import critical_path_us
 from pardnn.machine import Machine
 from pardnn.memory import MemoryProfile, track_memory
-from pardnn.overflow import handle_overflow
+from pardnn.units import units_of
 
-__all__ = ["CANDIDATES", "Guarded", "fold_communicating_devices", "guard", "place_under_memory"]
+__all__ = ["MAX_EVALUATIONS", "REFINE_SECONDS", "SECONDS_PER_ELEMENT", "SECONDS_PER_MOVE", "Refined", "critical_chain",
+           "evaluations_for", "refine"]
 
-PARDNN = "pardnn"
-# The cheap placements the guard compares with, in order of preference on ties.
-CANDIDATES: dict[str, Callable[[CostGraph, Machine], tuple[np.ndarray, dict]]] = {
-    "single": single_device_placement,
-    "topological": topological_placement,
-    "round_robin": round_robin_placement,
-    "critical_path": critical_path_placement,
-    "metis": metis_placement,
-}
-FOLDED = "folded"
-# Linear clustering is quadratic; below this size it joins the last resort of place_under_memory.
-LC_MAX_OPS = 5_000
+REFINE_SECONDS = 0.2  # the default budget (on the 200k-op benchmark graph: one move tried)
+# The cost model of one move tried (an emulation and its share of the chain), fitted on this 2-core
+# machine: a fixed part plus a part per op and per edge.
+SECONDS_PER_MOVE = 2e-4
+SECONDS_PER_ELEMENT = 2.5e-7
+MAX_EVALUATIONS = 5_000
+TRANSFER, DEVICE = "transfer", "device"
 
 
 @dataclass
-class Guarded:
-    """The guard's answer: the placement kept, who made it, its emulation, and every candidate's
-    emulated makespan (``None`` with a reason in ``notes`` when it was pruned, unavailable or did not
-    fit). ``winner`` is ``None`` when no placement, ParDNN's included, fits the limits."""
+class Refined:
+    """The refined placement and what the search did."""
 
     placement: np.ndarray
-    winner: str | None
-    schedule: Schedule | None
+    schedule: Schedule
     memory: MemoryProfile | None
-    pardnn_makespan_us: float
-    makespans: dict[str, float | None] = field(default_factory=dict)
-    notes: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def makespan_us(self) -> float:
-        return math.inf if self.schedule is None else self.schedule.makespan_us
+    makespan_before_us: float
+    evaluations: int = 0
+    moves: list[tuple[str, int, int, int]] = field(default_factory=list)  # (link, unit's first op, from, to)
 
     def details(self) -> dict[str, object]:
-        """What the report says: the winner, ParDNN's own makespan, the gain, every candidate."""
-        gain = self.pardnn_makespan_us / self.makespan_us if self.winner not in (None, PARDNN) else 1.0
-        return {"winner": self.winner, "pardnn_makespan_us": self.pardnn_makespan_us,
-                "makespan_us": self.makespan_us, "speedup_over_pardnn": gain,
-                "candidates": dict(self.makespans), "notes": dict(self.notes)}
+        return {"makespan_before_us": self.makespan_before_us, "makespan_after_us": self.schedule.makespan_us,
+                "evaluations": self.evaluations, "moves": len(self.moves)}
 
 
-def _fits(machine: Machine, memory: MemoryProfile | None) -> bool:
-    return memory is None or bool((memory.peak_bytes <= machine.limits_bytes).all())
+def evaluations_for(graph: CostGraph, seconds: float) -> int:
+    """The number of emulations ``seconds`` buys under the fixed cost model (0 for a budget of 0)."""
+    if not seconds > 0:
+        return 0
+    per = SECONDS_PER_MOVE + SECONDS_PER_ELEMENT * (graph.n + graph.m)
+    return int(min(MAX_EVALUATIONS, max(1, seconds // per)))
 
 
-class _Best:
-    """The fastest fitting placement seen so far (strictly faster replaces it)."""
+def critical_chain(graph: CostGraph, placement: np.ndarray, schedule: Schedule) -> list[tuple[str, int, int, float]]:
+    """The links of the chain that ends at the last op to finish: ``(kind, before, after, cost_us)``.
 
-    def __init__(self, graph: CostGraph, machine: Machine, out: Guarded, edge_weight: np.ndarray) -> None:
-        self.graph, self.machine, self.out, self.edge_weight = graph, machine, out, edge_weight
-
-    def offer(self, name: str, placement: np.ndarray) -> float | None:
-        """Emulate ``placement`` unless a lower bound on its makespan already reaches the best; keep it
-        if it is strictly faster and fits. Returns its makespan (``None`` when pruned)."""
-        graph, machine, out = self.graph, self.machine, self.out
-        bound = _makespan_bound(graph, machine, placement, self.edge_weight)
-        if bound >= out.makespan_us:
-            out.notes[name] = f"pruned: its makespan is at least {bound:.1f} us"
-            out.makespans[name] = None
-            return None
-        schedule = emulate(graph, machine, placement)
-        out.makespans[name] = schedule.makespan_us
-        if schedule.makespan_us >= out.makespan_us:
-            return schedule.makespan_us
-        memory = track_memory(graph, machine, placement, schedule) if machine.bounded else None
-        if not _fits(machine, memory):
-            out.notes[name] = "does not fit the memory limits"
-            return schedule.makespan_us
-        out.placement, out.winner, out.schedule, out.memory = placement, name, schedule, memory
-        return schedule.makespan_us
-
-
-def _makespan_bound(graph: CostGraph, machine: Machine, placement: np.ndarray, edge_weight: np.ndarray) -> float:
-    """A lower bound on the emulated makespan of ``placement``: the larger of its busiest device's
-    compute and its longest path with the cut edges' transfer times (no schedule can beat either)."""
-    busiest = float(np.bincount(placement, weights=graph.comp_us, minlength=machine.devices).max(initial=0.0))
-    cut = placement[graph.edge_src] != placement[graph.edge_dst]
-    return max(busiest, critical_path_us(graph, np.where(cut, edge_weight, 0.0)))
-
-
-def fold_communicating_devices(graph: CostGraph, machine: Machine, placement: np.ndarray,
-                               edge_weight: np.ndarray) -> tuple[np.ndarray, int]:
-    """Fold the most communication-bound device into the device it talks to most.
-
-    Pressure of device ``j``: the cost of the cut edges touching it minus its compute. Returns the
-    new placement and the device folded (-1, placement unchanged, when no pressure is positive).
-    O(|V| + |E| + K²).
+    ``kind`` is ``"transfer"`` (``after`` waited for a copy of ``before``'s output; cost = the
+    transfer time) or ``"device"`` (``after`` was ready but waited for ``before`` on its device;
+    cost = the wait). Same-device data links cost nothing and are followed but not listed.
     """
-    k = machine.devices
-    src, dst = placement[graph.edge_src], placement[graph.edge_dst]
-    cut = src != dst
-    talk = np.bincount(src[cut] * k + dst[cut], weights=edge_weight[cut], minlength=k * k).reshape(k, k)
-    talk = talk + talk.T
-    load = np.bincount(placement, weights=graph.comp_us, minlength=k)
-    pressure = talk.sum(axis=1) - load
-    j = int(np.argmax(pressure))
-    if k < 2 or pressure[j] <= 0:
-        return placement, -1
-    target = int(np.argmax(talk[j]))
-    folded = placement.copy()
-    folded[folded == j] = target
-    return folded, j
+    if graph.n == 0:
+        return []
+    start, finish, arrival = schedule.start_us, schedule.finish_us, schedule.edge_arrival_us
+    tolerance = 1e-9 * max(1.0, schedule.makespan_us)
+    # Per op, its latest-arriving input (the first such in-edge on ties) and when that arrived.
+    has_inputs = np.diff(graph.pred_ptr) > 0
+    ready = np.zeros(graph.n)
+    binding = np.full(graph.n, -1, np.int64)
+    if graph.m:
+        entry_arrival = arrival[graph.pred_edge]
+        segment = np.repeat(np.arange(graph.n), np.diff(graph.pred_ptr))
+        order = np.lexsort((-np.arange(graph.m), entry_arrival, segment))
+        last = order[graph.pred_ptr[1:][has_inputs] - 1]
+        binding[has_inputs] = graph.pred_edge[last]
+        ready[has_inputs] = entry_arrival[last]
+    data_bound = has_inputs & (start <= ready + tolerance)
+    # Per op, the op before it on its device.
+    by_device = np.lexsort((start, placement))
+    previous = np.full(graph.n, -1, np.int64)
+    same = placement[by_device[1:]] == placement[by_device[:-1]]
+    previous[by_device[1:][same]] = by_device[:-1][same]
+    device_bound = (previous >= 0) & (np.abs(finish[np.maximum(previous, 0)] - start) <= tolerance)
+    links: list[tuple[str, int, int, float]] = []
+    v = int(np.lexsort((np.arange(graph.n), -finish))[0])
+    for _ in range(graph.n):
+        if data_bound[v]:
+            e = int(binding[v])
+            u = int(graph.edge_src[e])
+            if placement[u] != placement[v]:
+                links.append((TRANSFER, u, v, float(arrival[e] - finish[u])))
+            v = u
+        elif device_bound[v]:
+            w = int(previous[v])
+            links.append((DEVICE, w, v, float(start[v] - ready[v])))
+            v = w
+        else:
+            break
+    return links
 
 
-def guard(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: Schedule | None,
-          memory: MemoryProfile | None, edge_weight: np.ndarray) -> Guarded:
-    """Keep ParDNN's ``placement`` unless a cheap candidate that fits is strictly faster.
+def _candidates(graph: CostGraph, machine: Machine, placement: np.ndarray, unit: np.ndarray,
+                first_op: np.ndarray, links: list[tuple[str, int, int, float]]) -> list[tuple[int, int]]:
+    """``(unit, target device)`` moves suggested by the chain, most promising first, without repeats."""
+    scored: dict[tuple[int, int], float] = {}
 
-    Parameters
-    ----------
-    graph, machine:
-        What runs, on what.
-    placement, schedule, memory:
-        ParDNN's placement after Step 2 and its emulation (``memory`` ``None`` on an unbounded
-        machine; ``schedule`` ``None`` when ParDNN produced no placement, e.g. heuristic I gave up).
-    edge_weight:
-        Each edge's communication cost if cut (µs), for folding.
+    def suggest(op: int, target: int, cost: float) -> None:
+        key = (int(unit[op]), int(target))
+        if target != placement[op] and cost > scored.get(key, -1.0):
+            scored[key] = cost
 
-    Returns
-    -------
-    Guarded
-        The winner (``None`` if nothing fits) and every candidate's makespan.
+    load = np.bincount(placement, weights=graph.comp_us, minlength=machine.devices)
+    for kind, before, after, cost in links:
+        if kind == TRANSFER:
+            suggest(after, int(placement[before]), cost)
+            suggest(before, int(placement[after]), cost)
+            continue
+        lo, hi = graph.pred_ptr[after], graph.pred_ptr[after + 1]
+        sources = placement[graph.pred[lo:hi]]
+        inputs = np.bincount(sources, weights=graph.pred_bytes[lo:hi], minlength=machine.devices).astype(float)
+        inputs[placement[after]] = -1.0
+        if inputs.max() > 0:
+            suggest(after, int(np.argmax(inputs)), cost)
+        others = np.where(np.arange(machine.devices) == placement[after], np.inf, load)
+        suggest(after, int(np.argmin(others)), cost)
+    return sorted(scored, key=lambda key: (-scored[key], int(first_op[key[0]]), key[1]))
+
+
+def refine(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: Schedule,
+           memory: MemoryProfile | None, *, seconds: float = REFINE_SECONDS) -> Refined:
+    """Shorten the emulated step of ``placement`` by moves on its critical chain (module docstring).
+
+    ``schedule`` and ``memory`` are ``placement``'s emulation (``memory`` ``None`` on an unbounded
+    machine). Returns the best placement found, never slower than ``placement``, within the limits.
     """
-    fits = schedule is not None and _fits(machine, memory)
-    own = math.inf if schedule is None else schedule.makespan_us
-    out = Guarded(placement, PARDNN if fits else None, schedule if fits else None, memory if fits else None, own)
-    out.makespans[PARDNN] = None if schedule is None else own
-    if machine.devices < 2:
+    out = Refined(np.array(placement, dtype=np.int64), schedule, memory, schedule.makespan_us)
+    budget = evaluations_for(graph, seconds)
+    if budget == 0 or machine.devices < 2 or graph.n == 0:
         return out
-    best = _Best(graph, machine, out, edge_weight)
-    for name, make in CANDIDATES.items():
-        try:
-            candidate, _ = make(graph, machine)
-        except MissingDependencyError as exc:
-            out.notes[name] = f"unavailable: {exc}"
-            out.makespans[name] = None
-            continue
-        best.offer(name, np.ascontiguousarray(candidate, dtype=np.int64))
-    if schedule is not None:
-        folded = np.asarray(placement, dtype=np.int64)
-        last = own
-        tried: list[float] = []
-        for _ in range(max(1, math.ceil(math.log2(machine.devices)))):
-            folded, device = fold_communicating_devices(graph, machine, folded, edge_weight)
-            if device < 0:
+    unit = units_of(graph)
+    first_op = np.full(int(unit.max()) + 1, graph.n, np.int64)
+    np.minimum.at(first_op, unit, np.arange(graph.n))
+    members_of = np.argsort(unit, kind="stable")
+    bounds = np.searchsorted(unit[members_of], np.arange(first_op.size + 1))
+    limits = machine.limits_bytes
+    improved = True
+    while improved and out.evaluations < budget:
+        improved = False
+        links = critical_chain(graph, out.placement, out.schedule)
+        keep = max(16, 2 * (budget - out.evaluations))
+        if len(links) > keep:  # the costliest links only (stable: ties keep chain order)
+            links = [links[i] for i in np.argsort([-cost for *_, cost in links], kind="stable")[:keep]]
+        for u, target in _candidates(graph, machine, out.placement, unit, first_op, links):
+            if out.evaluations >= budget:
                 break
-            makespan = best.offer(FOLDED, folded)
-            if makespan is None or makespan >= last:
-                break
-            tried.append(makespan)
-            last = makespan
-        if tried:
-            out.makespans[FOLDED] = min(tried)
+            members = members_of[bounds[u] : bounds[u + 1]]
+            trial = out.placement.copy()
+            source = int(trial[members[0]])
+            trial[members] = target
+            out.evaluations += 1
+            trial_schedule = emulate(graph, machine, trial)
+            if not trial_schedule.makespan_us < out.schedule.makespan_us * (1 - 1e-12):
+                continue
+            trial_memory = track_memory(graph, machine, trial, trial_schedule) if machine.bounded else None
+            if trial_memory is not None and not (trial_memory.peak_bytes <= limits).all():
+                continue
+            kind = next((k for k, b, a, _ in links if unit[a] == u or unit[b] == u), DEVICE)
+            out.moves.append((kind, int(first_op[u]), source, int(target)))
+            out.placement, out.schedule, out.memory = trial, trial_schedule, trial_memory
+            improved = True
+            break
     return out
-
-
-def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failure: PardnnError | None) -> Guarded:
-    """When no placement fits as it is: linear clustering (graphs of up to :data:`LC_MAX_OPS` ops), then
-    memory heuristic I from ParDNN's placement and from every candidate, keeping the fastest that fits.
-
-    Raises :class:`~pardnn.errors.InfeasibleError` saying "no placement found" and what was tried when
-    none fits — a failure of the heuristics, not a proof that no placement exists (the proofs are
-    :mod:`pardnn.feasibility`'s, checked before any placer runs).
-    """
-    best = _Best(graph, machine, kept, machine.edge_comm_us(graph.edge_bytes))
-    tried = []
-    starts: list[tuple[str, np.ndarray]] = []
-    if failure is None:  # heuristic II's placement: let heuristic I repair it too
-        starts.append((PARDNN, np.asarray(kept.placement, dtype=np.int64)))
-    for name, make in CANDIDATES.items():
-        try:
-            starts.append((name, np.ascontiguousarray(make(graph, machine)[0], dtype=np.int64)))
-        except MissingDependencyError:
-            continue
-    if graph.n <= LC_MAX_OPS:  # linear clustering, as it is (quadratic: small graphs only; deterministic there)
-        best.offer("linear_clustering", np.asarray(linear_clustering(graph, machine, time_budget_s=math.inf).placement))
-    closest = ""
-    for name, start in starts:
-        tried.append(name)
-        try:
-            handled = handle_overflow(graph, machine, start)
-        except InfeasibleError as exc:
-            closest = closest or str(exc)
-            continue
-        best.offer(f"{name} + heuristic I", handled.placement)
-    if kept.winner is None:
-        first = str(failure) if failure is not None else closest
-        raise InfeasibleError(
-            f"no placement found that meets every device's memory limit: memory heuristic I failed from "
-            f"ParDNN's placement and from the {', '.join(n for n in tried if n != PARDNN)} placements, and none "
-            f"of those fits as it is. ParDNN's: {first}")
-    return kept

@@ -13,6 +13,7 @@ from typing import Any
 
 from pardnn.errors import PardnnError
 from pardnn.machine import Machine, format_bytes
+from pardnn.refine import REFINE_SECONDS
 from pardnn.settings import ALGORITHMS, PLACEMENT
 
 from .options import (
@@ -147,6 +148,10 @@ def format_report(report: Any) -> str:
                          f"{details.get('memory_heuristic_failed', '')}")
     if "guard" in details:
         lines.append(f"guard           {format_guard(details['guard'])}")
+    if "refine" in details:
+        refined = details["refine"]
+        lines.append(f"refine          {refined['moves']} moves accepted of {refined['evaluations']} tried: makespan "
+                     f"{us(refined['makespan_before_us'])} -> {us(refined['makespan_after_us'])}")
     if "primary_ops" in details:
         lines.append(f"clusters        {len(details['primary_ops'])} primaries of "
                      f"{', '.join(str(x) for x in details['primary_ops'])} ops; "
@@ -158,6 +163,16 @@ def format_report(report: Any) -> str:
 
 
 PARDNN = PLACEMENT["algorithm"].default  # the paper's placer: the only one with memory heuristics
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds >= 0")
+    return value
 
 
 def format_guard(guard: dict[str, Any]) -> str:
@@ -185,6 +200,7 @@ def cmd_place(args: argparse.Namespace) -> int:
         heuristic: str | None = "auto" if args.memory_heuristic is None else args.memory_heuristic
         if args.no_guard:
             options["guarded"] = False
+        options["refine_seconds"] = args.refine_seconds
     else:
         if args.memory_heuristic not in (None, "none"):
             raise PardnnError(f"--memory-heuristic {args.memory_heuristic} works with --algorithm {PARDNN} only; "
@@ -232,10 +248,15 @@ def add_place(sub: Any) -> None:
     place.add_argument("-o", "--output", required=True, help="placement file to write (.txt lines, or .json)")
     place.add_argument("--json", action="store_true", help="print the report as JSON")
     place.add_argument("--quiet", "-q", action="store_true", help="no progress display")
+    place.add_argument("--refine-seconds", type=_seconds, default=REFINE_SECONDS, metavar="S",
+                       help="budget of the refinement (local search on the emulated schedule after the guard), "
+                            "turned into a fixed number of emulations so every run gives the same placement; "
+                            "0 turns it off (default: %(default)s)")
     place.add_argument("--no-guard", action="store_true",
                        help="return ParDNN's placement as the paper computes it, even when a cheap placement "
                             "(one device, contiguous split, round robin, critical path, METIS, a folded device) "
-                            "that fits is faster; by default the fastest is kept and the report says which")
+                            "that fits is faster, and without refinement; by default the fastest is kept, refined, "
+                            "and the report says which")
     place.set_defaults(func=cmd_place)
 
 

@@ -1,0 +1,132 @@
+"""The guard after Step 2 (pardnn/guard.py): never slower than a cheap placement that also fits.
+
+The probes are the issue's, worked by hand: K = 2, 150 GB/s, 25 us per transfer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pardnn import CostGraph, InfeasibleError, Machine, partition
+from pardnn.checks import colocation_violations
+from pardnn.errors import MissingDependencyError
+from pardnn.placers import PLACERS
+from pardnn.guard import CANDIDATES, fold_communicating_devices
+from pardnn.simulate import evaluate
+from tests.conftest import random_dags
+
+GIB = 1 << 30
+MACHINE = dict(bandwidth="150GB/s", latency="25us")
+
+
+def heavy_single_op_primary() -> CostGraph:
+    """Residual variables v1, v2 of 6 GiB; v1 -> a -> b, v2 -> b; a and b 1000 us, v1 and v2 1 us.
+
+    On one device the step is 1 + 1 + 1000 + 1000 = 2002 us. Step 1 makes v2 alone the second
+    primary path, so its 6 GiB edge to b is cut: 25 us + 6 GiB / 150 GB/s = 25 + 42,949.7 us.
+    """
+    names = ["v1", "v2", "a", "b"]
+    return CostGraph(names, [1.0, 1.0, 1000.0, 1000.0], [6 * GIB, 6 * GIB, 4, 4], [0, 2, 1], [2, 3, 3],
+                     kind=["residual", "residual", "normal", "normal"], name="heavy-primary")
+
+
+def fork_of_big_outputs() -> CostGraph:
+    """x -> x1..x4 -> y, every output 2 GiB, every op 10 us: 6 x 10 = 60 us on one device; any cut
+    edge costs 25 + 2 GiB / 150 GB/s = 14,341.6 us."""
+    names = ["x", "x1", "x2", "x3", "x4", "y"]
+    src = [0, 0, 0, 0, 1, 2, 3, 4]
+    dst = [1, 2, 3, 4, 5, 5, 5, 5]
+    return CostGraph(names, [10.0] * 6, [2 * GIB] * 6, src, dst, name="fork")
+
+
+def test_heavy_single_op_primary_runs_on_one_device():
+    machine = Machine(2, **MACHINE)
+    paper = partition(heavy_single_op_primary(), machine, guarded=False).report.evaluation
+    assert paper.makespan_us > 40_000  # the paper's answer: the 6 GiB edge is cut
+    result = partition(heavy_single_op_primary(), machine)
+    assert result.report.evaluation.makespan_us == pytest.approx(2002.0)
+    guard = result.report.details["guard"]
+    assert guard["winner"] != "pardnn"
+    assert guard["pardnn_makespan_us"] == pytest.approx(paper.makespan_us)
+    assert guard["speedup_over_pardnn"] == pytest.approx(paper.makespan_us / 2002.0)
+
+
+def test_fork_of_big_outputs_stays_whole():
+    machine = Machine(2, **MACHINE)
+    assert partition(fork_of_big_outputs(), machine, guarded=False).report.evaluation.makespan_us > 14_000
+    assert partition(fork_of_big_outputs(), machine).report.evaluation.makespan_us == pytest.approx(60.0)
+
+
+def test_the_guard_keeps_pardnn_on_ties_and_when_it_is_faster():
+    # Two independent chains of 100 us: ParDNN puts one on each device (100 us); one device takes 200.
+    g = CostGraph(["a", "b", "c", "d"], [50.0] * 4, [4] * 4, [0, 2], [1, 3], name="two-chains")
+    result = partition(g, Machine(2, **MACHINE))
+    assert result.report.evaluation.makespan_us == pytest.approx(100.0)
+    assert result.report.details["guard"]["winner"] == "pardnn"
+    assert result.report.details["guard"]["candidates"]["single"] is None  # pruned: 200 us >= 100 us
+
+
+def test_fold_moves_the_most_communicating_device_into_its_partner():
+    # Device 1 holds b (1 us) between a and c on device 0 with 1000 us edges each way: pressure 1999.
+    g = CostGraph(["a", "b", "c"], [10.0, 1.0, 10.0], [0, 0, 0], [0, 1], [1, 2], [5, 5])
+    weight = np.array([1000.0, 1000.0])
+    folded, device = fold_communicating_devices(g, Machine(3), np.array([0, 1, 0]), weight)
+    assert device == 1 and folded.tolist() == [0, 0, 0]
+    # No cut edge: nothing to fold.
+    same, device = fold_communicating_devices(g, Machine(3), np.array([0, 0, 0]), weight)
+    assert device == -1 and same.tolist() == [0, 0, 0]
+
+
+def test_the_guard_is_deterministic_and_keeps_groups_whole():
+    from pardnn.synthetic import dnn_graph
+
+    g = dnn_graph(1500, seed=4)
+    machine = Machine(4, bandwidth="2GB/s")
+    first, second = partition(g, machine), partition(g, machine)
+    assert first.placement.tobytes() == second.placement.tobytes()
+    assert first.report.details["guard"] == second.report.details["guard"]
+    assert colocation_violations(g, first.placement) == []
+
+
+def _cheap_makespans(graph: CostGraph, machine: Machine) -> list[float]:
+    """The emulated makespan of every cheap placement that fits."""
+    out = []
+    for make in CANDIDATES.values():
+        try:
+            placement, _ = make(graph, machine)
+        except MissingDependencyError:
+            continue
+        evaluation = evaluate(graph, machine, placement)
+        if evaluation.memory_fits:
+            out.append(evaluation.makespan_us)
+    return out
+
+
+@given(random_dags(max_ops=25), st.integers(2, 4), st.sampled_from(["150GB/s", "2GB/s", "0.1GB/s"]))
+def test_pardnn_is_never_slower_than_a_cheap_placement(g, k, bandwidth):
+    machine = Machine(k, bandwidth=bandwidth)
+    ours = partition(g, machine).report.evaluation.makespan_us
+    for theirs in _cheap_makespans(g, machine):
+        assert ours <= theirs * (1 + 1e-12)
+
+
+@given(random_dags(max_ops=25), st.integers(2, 4), st.floats(0.3, 1.5))
+def test_under_memory_limits_pardnn_is_never_slower_and_never_gives_up_while_one_fits(g, k, factor):
+    free = Machine(k)
+    demand = sum(partition(g, free, memory_heuristic=None).report.evaluation.peak_memory_bytes)
+    machine = Machine(k, memory=max(1, int(factor * demand / k)), reserve=0.0)
+    cheap = _cheap_makespans(g, machine)
+    fits_somewhere = bool(cheap) or any(
+        evaluate(g, machine, PLACERS[name](g, free, memory_heuristic=None).placement).memory_fits
+        for name in ("linear_clustering",))
+    try:
+        result = partition(g, machine)
+    except InfeasibleError:
+        assert not fits_somewhere, "exit 3 while a baseline's placement fits"
+        return
+    assert result.report.evaluation.memory_fits
+    for theirs in cheap:
+        assert result.report.evaluation.makespan_us <= theirs * (1 + 1e-12)
