@@ -15,6 +15,7 @@ from pardnn.errors import (
     InvalidGraphError,
     InvalidMachineError,
     InvalidPlacementError,
+    NoPlacementFoundError,
     PardnnError,
 )
 from pardnn.graph import CostGraph, Kind
@@ -32,6 +33,7 @@ __all__ = [
     "InvalidPlacementError",
     "Kind",
     "Machine",
+    "NoPlacementFoundError",
     "PardnnError",
     "PartitionReport",
     "Result",

@@ -1,8 +1,10 @@
 """The one exception tree of pardnn.
 
 ``PardnnError`` is the root. ``InvalidGraphError`` is bad input (a file, a line, an op, a value that
-breaks a rule); ``InfeasibleError`` means the input is fine but no placement meets memory. The CLIs
-turn both into one clear line on stderr and a non-zero exit.
+breaks a rule); ``InfeasibleError`` means the input is fine but memory is not met: raised as itself
+only with a proof that no placement can meet it (:mod:`pardnn.feasibility`), and as its subclass
+``NoPlacementFoundError`` when the heuristics merely failed. The CLIs turn these into one clear line
+on stderr and a non-zero exit (3 for both memory errors).
 """
 
 from __future__ import annotations
@@ -25,7 +27,26 @@ class InvalidPlacementError(PardnnError, ValueError):
 
 
 class InfeasibleError(PardnnError):
-    """No placement meets memory: names the device, its need, its limit and what to change."""
+    """Memory cannot be met: names the device, op or group, its need, its limit and what to change.
+
+    Raised as this class only with a proof that *no* placement meets memory, named in the message
+    (:func:`pardnn.feasibility.check_feasible`). A heuristic that gives up raises the subclass
+    :class:`NoPlacementFoundError` instead, so ``except InfeasibleError`` catches "memory not met"
+    either way (exit code 3) and ``proven`` (or catching the subclass first) tells the two apart.
+    """
+
+    proven: bool = True
+
+
+class NoPlacementFoundError(InfeasibleError):
+    """No placement meeting memory was *found* — not a proof that none exists.
+
+    The message starts with "no placement found", says what was tried (which heuristic, from which
+    placements, how many ops moved), names the device still over its limit with its need and its
+    limit, and what to change. Callers may try other placements before giving up.
+    """
+
+    proven = False
 
 
 class MissingDependencyError(PardnnError, ImportError):

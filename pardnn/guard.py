@@ -52,7 +52,7 @@ from pardnn.baselines.round_robin import round_robin_placement
 from pardnn.baselines.single_device import single_device_placement
 from pardnn.baselines.topological import topological_placement
 from pardnn.emulator import Schedule, emulate
-from pardnn.errors import InfeasibleError, MissingDependencyError, PardnnError
+from pardnn.errors import MissingDependencyError, NoPlacementFoundError, PardnnError
 from pardnn.graph import CostGraph
 from pardnn.levels import critical_path_us
 from pardnn.machine import Machine
@@ -220,7 +220,7 @@ def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failur
     """When no placement fits as it is: linear clustering (graphs of up to :data:`LC_MAX_OPS` ops), then
     memory heuristic I from ParDNN's placement and from every candidate, keeping the fastest that fits.
 
-    Raises :class:`~pardnn.errors.InfeasibleError` saying "no placement found" and what was tried when
+    Raises :class:`~pardnn.errors.NoPlacementFoundError` saying "no placement found" and what was tried when
     none fits — a failure of the heuristics, not a proof that no placement exists (the proofs are
     :mod:`pardnn.feasibility`'s, checked before any placer runs).
     """
@@ -241,13 +241,13 @@ def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failur
         tried.append(name)
         try:
             handled = handle_overflow(graph, machine, start)
-        except InfeasibleError as exc:
+        except NoPlacementFoundError as exc:
             closest = closest or str(exc)
             continue
         best.offer(f"{name} + heuristic I", handled.placement)
     if kept.winner is None:
         first = str(failure) if failure is not None else closest
-        raise InfeasibleError(
+        raise NoPlacementFoundError(
             f"no placement found that meets every device's memory limit: memory heuristic I failed from "
             f"ParDNN's placement and from the {', '.join(n for n in tried if n != PARDNN)} placements, and none "
             f"of those fits as it is. ParDNN's: {first}")

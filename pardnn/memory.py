@@ -7,9 +7,11 @@ Given a placement and its emulated :class:`~pardnn.emulator.Schedule`, memory in
 2. every normal op on ``pe``: its ``out_bytes`` from its start until its output is released — when
    its last consumer on ``pe`` has finished and its last transfer to another device has completed
    (the sender keeps the buffer until the copy lands; with neither, at its own finish);
-3. every tensor received on ``pe`` from a producer on another device (any kind): from its arrival
-   until its last consumer on ``pe`` finishes. A producer sends one copy per destination device
-   (TensorFlow's Send/Recv pair), sized by the largest edge from that producer to that device.
+3. every tensor received on ``pe`` from a producer on another device (any kind): from the *start*
+   of its transfer — the producer's finish, when the receiver allocates the buffer the copy lands
+   in — until its last consumer on ``pe`` finishes, so the bytes in flight count on both ends. A
+   producer sends one copy per destination device (TensorFlow's Send/Recv pair), sized by the
+   largest edge from that producer to that device.
 
 Reference ops hold nothing of their own. Each transient term is a *buffer* ``(device, alloc, free,
 bytes, owner)``. ``owner`` is the op whose finish releases the buffer — the last consumer on that
@@ -131,7 +133,8 @@ def _buffers(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_bytes:
             owner[b] = keeper
             producer[b] = v
             b += 1
-        # Term 3: one copy per remote device, from the first arrival to the last consumer there.
+        # Term 3: one copy per remote device, from the start of its transfer (v's finish: the
+        # receiver allocates the landing buffer then) to the last consumer there.
         first = b
         for e in range(succ_ptr[v], succ_ptr[v + 1]):
             w = succ[e]
@@ -143,15 +146,13 @@ def _buffers(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_bytes:
                 i = b
                 slot[r] = b
                 device[b] = r
-                alloc[b] = arrival[e]
+                alloc[b] = finish[v]
                 free[b] = finish[w]
                 nbytes[b] = edge_bytes[e]
                 owner[b] = w
                 producer[b] = v
                 b += 1
             else:
-                if arrival[e] < alloc[i]:
-                    alloc[i] = arrival[e]
                 if finish[w] >= free[i]:
                     free[i] = finish[w]
                     owner[i] = w

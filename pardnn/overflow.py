@@ -7,8 +7,8 @@ memory potentials at the overflow instant add up to at least ``O`` at least tota
 adds in imbalance and transfers). Greedily, as the paper does: a min-heap keyed by
 ``move_cost / M_pot`` and a second min-heap keyed by ``move_cost`` holding the ops whose potential
 alone covers the overflow; each step takes both tops and keeps the cheaper move (the other goes
-back). An op moves only to a device that can hold its potential; otherwise it is dropped from the
-heaps. Moved ops never move again, so the handler ends.
+back). An op moves only to a device that can hold it; otherwise it is dropped from the heaps. Moved
+ops never move again, so the handler ends.
 
 Choices where the paper is silent:
 
@@ -19,20 +19,29 @@ Choices where the paper is silent:
   (the largest overflow); the moves of a round are applied together, then the step is emulated again
   and potentials recomputed (the paper recomputes after every move; batching per device and round
   keeps the same greedy but costs one O(|V| + |E|) emulation per round instead of per move).
-- **Target device.** Among the devices that can hold the unit — its residual bytes on top of their
-  peak, and its potential on top of their use at the overflow instant, less the copies it received
-  from that very device (there they become local reads), plus what this round already sent there —
-   the one the unit communicates with most, then the
-  lowest peak, then the lowest index.
+- **The cover heap follows the overflow.** As moves shrink what is left of ``O``, units whose
+  potential alone covers the *remainder* join the second heap (they enter in order of falling
+  potential, each once), so a cheap unit that finishes the job beats a string of better-ratio ones.
+- **Target device.** A target must hold the unit's potential, less the copies it received from that
+  very device (there they become local reads), on top of its use at the overflow instant plus what
+  this round already sent there. A unit *with* residual bytes must also fit them on top of the
+  target's own peak, as they stay all step; a unit without needs no such room — else, when every
+  device overflows at its own (different) peak, nothing could move at all. Among the devices that
+  qualify: the one the unit communicates with most, then the lowest peak, then the lowest index.
+- **The target may overflow elsewhere.** The check is at the source's overflow instant only, so a
+  move can raise the target's use at another instant above its limit. The next round's emulation
+  sees that and treats the target like any overflowing device; moved units stay frozen, so every
+  round that goes on has frozen at least one more unit and the loop ends after at most U rounds.
 - **Ties** in either heap are broken by the unit's lowest op index, so the result is deterministic.
 
-If a round moves nothing while a device still overflows, or the residual bytes alone exceed the
-total capacity (checked first), :class:`~pardnn.errors.InfeasibleError` names the device, its peak,
-its limit, the shortfall and what to change.
+A proof that no placement fits (:func:`~pardnn.feasibility.check_feasible`, checked first) raises
+:class:`~pardnn.errors.InfeasibleError`. If a round moves nothing while a device still overflows,
+the heuristic has failed — no proof: :class:`~pardnn.errors.NoPlacementFoundError` ("no placement
+found") names the device, its peak, its limit, the shortfall, what was tried and what to change.
 
-Complexity: per round O((|V| + |E|) log |V|) for emulation and potentials plus O(U log U) heap work
-for U candidate units; each op moves at most once, so at most |V| moves over all rounds — the
-paper's O(|V|^2) worst case; in practice a handful of rounds.
+Complexity: per round O((|V| + |E|) log |V|) for emulation and potentials plus O(U log U + U K) heap
+and room work for U candidate units on K devices; each unit moves at most once, so at most |V|
+moves over all rounds — the paper's O(|V|^2) worst case; in practice a handful of rounds.
 """
 
 from __future__ import annotations
@@ -44,8 +53,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pardnn.emulator import Schedule, emulate
-from pardnn.errors import InfeasibleError
-from pardnn.feasibility import check_residual_capacity, infeasible_message
+from pardnn.errors import NoPlacementFoundError
+from pardnn.feasibility import check_feasible, infeasible_message
 from pardnn.graph import CostGraph, Kind
 from pardnn.machine import Machine
 from pardnn.memory import MemoryProfile, track_memory
@@ -129,28 +138,27 @@ class _Round:
                    _move_costs(graph, units, place), np.zeros(machine.devices, np.int64),
                    np.zeros(machine.devices, np.int64))
 
-    def rooms(self, device: int, usage_then: np.ndarray) -> tuple[int, int]:
-        """The most room on any other device: at the overflow instant, and for the whole step."""
-        others = np.arange(self.limits.size) != device
-        room_then = int((self.limits - usage_then - self.reserved)[others].max(initial=-1))
-        room_always = int((self.limits - self.memory.peak_bytes - self.reserved_always)[others].max(initial=-1))
-        return room_then, room_always
+
+def _holds_residual(state: _Round, res: np.ndarray) -> np.ndarray:
+    """[unit, device]: whether the device can hold the unit's residual bytes all step — on top of its
+    own peak and this round's arrivals. A unit without residual bytes needs no such room."""
+    room_always = state.limits - state.memory.peak_bytes - state.reserved_always
+    return (res[:, None] == 0) | (res[:, None] <= room_always[None, :])
 
 
 def _candidates(state: _Round, device: int, frozen: np.ndarray, usage_then: np.ndarray) -> np.ndarray:
     """Units on ``device`` that relieve it and that some other device can hold right now.
 
     A target must hold the unit's potential, less the copies it would read locally there, on top of
-    its use at the overflow instant, and the unit's residual bytes on top of its own peak. Rooms only
-    shrink during one device's turn, so a unit that fits nowhere now never will in this round.
+    its use at the overflow instant, and the unit's residual bytes (if any) on top of its own peak.
+    Rooms only shrink during one device's turn, so a unit that fits nowhere now never will in this
+    round.
     """
-    room_then, room_always = state.rooms(device, usage_then)
-    pot, res, copies = state.pot, state.res, state.copies
-    units = np.flatnonzero((state.unit_device == device) & ~frozen & (pot > 0)
-                           & (pot - copies.max(axis=1) <= room_then) & (res <= room_always))
-    needs = pot[units, None] - copies[units]  # on each possible target
+    pot = state.pot
+    units = np.flatnonzero((state.unit_device == device) & ~frozen & (pot > 0))
+    needs = pot[units, None] - state.copies[units]  # on each possible target
     holds = ((needs <= (state.limits - usage_then - state.reserved)[None, :])
-             & (res[units, None] <= (state.limits - state.memory.peak_bytes - state.reserved_always)[None, :]))
+             & _holds_residual(state, state.res[units]))
     holds[:, device] = False
     return units[holds.any(axis=1)]
 
@@ -164,7 +172,7 @@ def _target(state: _Round, unit: int, device: int, usage_then: np.ndarray) -> in
     limits, peak = state.limits, state.memory.peak_bytes
     need = int(state.pot[unit]) - state.copies[unit].astype(np.int64)  # per target device
     devices = np.arange(limits.size)
-    fits = np.flatnonzero((peak + state.reserved_always + int(state.res[unit]) <= limits)
+    fits = np.flatnonzero(_holds_residual(state, state.res[unit : unit + 1])[0]
                           & (usage_then + state.reserved + need <= limits) & (devices != device))
     if fits.size == 0:
         return -1
@@ -181,8 +189,10 @@ def _relieve(state: _Round, device: int, frozen: np.ndarray, moves: list[tuple[i
     Eq. 4: minimise sum_j c_j x_j subject to sum_j a_j x_j >= O, x_j in {0, 1}, where O is the
     overflow, a_j the unit's ``M_pot`` and c_j its ``move_cost`` (Eq. 5). Greedily, as the paper:
     a min-heap on the movement criterion c_j / a_j, and a min-heap on c_j holding the units whose
-    a_j alone covers O; take both tops and keep the one of lower c_j. A unit no device can hold is
-    dropped. Moves ``place`` in ``state`` and freezes the moved units; returns the ops moved.
+    a_j alone covers what is left of O — refreshed as it shrinks: units enter in order of falling
+    a_j as soon as a_j >= the remaining overflow; take both tops and keep the one of lower c_j. A
+    unit no device can hold is dropped. Moves ``place`` in ``state`` and freezes the moved units;
+    returns the ops moved.
     """
     memory = state.memory
     overflow = int(memory.peak_bytes[device] - state.limits[device])  # O
@@ -191,22 +201,28 @@ def _relieve(state: _Round, device: int, frozen: np.ndarray, moves: list[tuple[i
     if candidates.size == 0:
         return 0
     first_op = state.units.first_op
-    criterion = state.cost[candidates] / state.pot[candidates]  # c_j / a_j
+    pot, cost = state.pot, state.cost
+    criterion = cost[candidates] / pot[candidates]  # c_j / a_j
     by_criterion = list(zip(criterion.tolist(), first_op[candidates].tolist(), candidates.tolist()))
-    cover = candidates[state.pot[candidates] >= overflow]  # a_j >= O: one unit solves it
-    by_cost = list(zip(state.cost[cover].tolist(), first_op[cover].tolist(), cover.tolist()))
     heapq.heapify(by_criterion)
-    heapq.heapify(by_cost)
+    by_size = candidates[np.lexsort((first_op[candidates], -pot[candidates]))].tolist()  # falling a_j
+    by_cost: list[tuple[float, int, int]] = []
+    entered = 0
     taken: set[int] = set()
     remaining = overflow
     moved = 0
     while remaining > 0:
+        while entered < len(by_size) and pot[by_size[entered]] >= remaining:  # a_j >= what is left of O
+            unit = by_size[entered]
+            entered += 1
+            if unit not in taken:
+                heapq.heappush(by_cost, (float(cost[unit]), int(first_op[unit]), unit))
         for heap in (by_criterion, by_cost):  # a unit taken from one heap is stale in the other
             while heap and heap[0][2] in taken:
                 heapq.heappop(heap)
         if not by_criterion and not by_cost:
             break
-        if by_cost and (not by_criterion or by_cost[0][0] < state.cost[by_criterion[0][2]]):
+        if by_cost and (not by_criterion or by_cost[0][0] < cost[by_criterion[0][2]]):
             unit = heapq.heappop(by_cost)[2]
         else:
             unit = heapq.heappop(by_criterion)[2]
@@ -218,9 +234,9 @@ def _relieve(state: _Round, device: int, frozen: np.ndarray, moves: list[tuple[i
         state.place[members] = target
         state.unit_device[unit] = target
         frozen[unit] = True
-        state.reserved[target] += int(state.pot[unit]) - int(state.copies[unit, target])
+        state.reserved[target] += int(pot[unit]) - int(state.copies[unit, target])
         state.reserved_always[target] += int(state.res[unit])
-        remaining -= int(state.pot[unit])
+        remaining -= int(pot[unit])
         moved += members.size
         moves.append((int(members[0]), device, target))
     return moved
@@ -242,12 +258,16 @@ def handle_overflow(graph: CostGraph, machine: Machine, placement: np.ndarray, *
     Raises
     ------
     InfeasibleError
-        When the residual bytes cannot fit, or a device still overflows and no candidate is left.
+        With a proof (:func:`~pardnn.feasibility.check_feasible`, checked first) that no placement
+        meets memory.
+    NoPlacementFoundError
+        When a device still overflows and no unit left on it can move: the heuristic failed, which
+        proves nothing (other starting placements may succeed).
     """
     place = np.array(placement, dtype=np.int64)
     if not machine.bounded:
         return OverflowResult(place, 0, 0)
-    check_residual_capacity(graph, machine)
+    check_feasible(graph, machine)
     limits = machine.limits_bytes
     units = Units.build(graph, machine)
     residual = np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0)
@@ -266,10 +286,11 @@ def handle_overflow(graph: CostGraph, machine: Machine, placement: np.ndarray, *
         moved = sum(_relieve(state, int(device), frozen, moves) for device in worst_first)
         if progress is not None:
             progress(rounds, int(over.size))
-        if moved == 0:
+        if moved == 0:  # every round before this one froze at least one more unit: the loop ends
             worst = int(worst_first[0])
             moved_ops = int(np.diff(units.ptr)[frozen].sum())
-            raise InfeasibleError(infeasible_message(
+            raise NoPlacementFoundError("no placement found: " + infeasible_message(
                 worst, int(memory.peak_bytes[worst]), int(limits[worst]), machine,
-                f" after moving {moved_ops} ops in {rounds - 1} rounds, no op left on it can move to a "
-                f"device with room"))
+                f" after memory heuristic I moved {moved_ops} ops in {rounds} round{'s' * (rounds != 1)}, the last "
+                f"moving none: at its peak no op left on it can move to a device with room (this is not a proof "
+                f"that no placement fits)"))

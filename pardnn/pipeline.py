@@ -18,8 +18,8 @@ import numpy as np
 from pardnn.balance import balance_residuals, split_critical_path
 from pardnn.colocation import resolve_groups
 from pardnn.emulator import emulate
-from pardnn.errors import InfeasibleError, PardnnError
-from pardnn.feasibility import check_residual_capacity, infeasible_message
+from pardnn.errors import NoPlacementFoundError, PardnnError
+from pardnn.feasibility import check_feasible, infeasible_message
 from pardnn.graph import CostGraph
 from pardnn.guard import guard, place_under_memory
 from pardnn.machine import Machine
@@ -87,7 +87,10 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
     Raises
     ------
     InfeasibleError
-        With a memory heuristic, when no placement meeting every device's limit was found.
+        With a memory heuristic: a proof that no placement meets every device's limit
+        (:func:`pardnn.feasibility.check_feasible`), or, as its subclass
+        :class:`~pardnn.errors.NoPlacementFoundError`, when neither ParDNN nor the other placers
+        (through the guard's last resort) found one — no proof.
 
     Notes
     -----
@@ -104,7 +107,7 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
 
     t0 = time.perf_counter()
     if heuristic is not None:
-        check_residual_capacity(graph, machine)
+        check_feasible(graph, machine)  # a proof that no placement fits ends here (InfeasibleError)
     weight = machine.edge_comm_us(graph.edge_bytes)
     ccr = communication_ratio(graph, machine)
     clusters = slice_graph(graph, weight, k, progress=report_progress("slicing"))
@@ -137,7 +140,7 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
         if heuristic == "overflow":
             try:
                 handled = handle_overflow(graph, machine, placement, progress=report_progress("memory"))
-            except InfeasibleError as exc:  # the heuristic gave up: no proof, other placements may fit
+            except NoPlacementFoundError as exc:  # the heuristic gave up: no proof, other placements may fit
                 failure = exc
                 details["memory_heuristic_failed"] = str(exc)
             else:
@@ -184,7 +187,7 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
         limits = machine.limits_bytes
         peaks = np.array(evaluation.peak_memory_bytes)
         worst = int(np.argmax(peaks - limits))
-        raise InfeasibleError(infeasible_message(
+        raise NoPlacementFoundError("no placement found: " + infeasible_message(
             worst, int(peaks[worst]), int(limits[worst]), machine,
             " after memory heuristic II (it balances memory but cannot guarantee the limits; "
             "--memory-heuristic overflow can)"))

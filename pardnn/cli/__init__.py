@@ -80,8 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except InfeasibleError as exc:
-        print(f"pardnn: infeasible: {exc}", file=sys.stderr)
+    except InfeasibleError as exc:  # exit 3 either way; "infeasible" only with a proof
+        print(f"pardnn: infeasible: {exc}" if exc.proven else f"pardnn: {exc}", file=sys.stderr)
         if getattr(args, "command", None) == "place":
             print("pardnn: no placement was written", file=sys.stderr)
         return EXIT_INFEASIBLE

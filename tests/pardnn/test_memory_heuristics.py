@@ -15,6 +15,7 @@ from pardnn import CostGraph, InfeasibleError, Machine, partition
 from pardnn.balance import balance_residuals, memory_shares, split_critical_path
 from pardnn.checks import colocation_violations
 from pardnn.colocation import keep_groups_whole
+from pardnn.errors import NoPlacementFoundError
 from pardnn.overflow import handle_overflow
 from pardnn.simulate import evaluate
 from pardnn.slicing import Clusters
@@ -93,10 +94,68 @@ def test_residuals_larger_than_all_devices_fail_at_once():
 
 
 def test_an_op_that_fits_nowhere_is_named_with_its_shortfall():
-    """A single normal op of 150 B on devices of 100 B: device 0 needs 150 B, limit 100 B, 50 B short."""
+    """A single normal op of 150 B on devices of 100 B: wherever it runs its device holds its 150 B
+    output, 50 B over every device's limit — a proof (feasibility (c)), named before any move."""
     g = CostGraph(["big"], [1], [150], [], [])
-    with pytest.raises(InfeasibleError, match=r"device 0 needs 150 B .* limit is 100 B .* 50 B short"):
+    with pytest.raises(InfeasibleError, match=r"op 'big' needs 150 B .* limit \(100 B\): 50 B short") as info:
         handle_overflow(g, Machine(2, memory=100, **LINK), np.zeros(1, int))
+    assert info.value.proven and not isinstance(info.value, NoPlacementFoundError)
+
+
+def test_a_heuristic_failure_says_no_placement_found_not_infeasible():
+    """Residuals r1, r2, r3 (50 B each) and x (1 us, 60 B) on two devices of 100 B. No proof applies
+    (residual 150 B <= 200 B in all; each unit 50 B <= 100 B; x needs 60 B <= 100 B) — yet no placement
+    fits: the device without two residuals holds one (50 B) or none, and x's 60 B goes to one side;
+    every split overflows (checked below over all 16). From r1, r2, r3 on 0 (150 B) and x on 1 (60 B):
+    a residual unit needs 50 B on top of device 1's peak, 60 + 50 = 110 > 100, so nothing moves."""
+    g = CostGraph(["r1", "r2", "r3", "x"], [0, 0, 0, 1], [50, 50, 50, 60], [], [],
+                  kind=["residual", "residual", "residual", "normal"])
+    machine = Machine(2, memory=100, **LINK)
+    every = np.array(np.meshgrid(*[[0, 1]] * 4)).reshape(4, -1).T
+    assert not any(evaluate(g, machine, p).memory_fits for p in every)
+    expected = (r"^no placement found: device 0 needs 150 B .* limit is 100 B .* 50 B short after memory "
+                r"heuristic I moved 0 ops in 1 round, the last moving none.*Options:")
+    with pytest.raises(NoPlacementFoundError, match=expected) as info:
+        handle_overflow(g, machine, np.array([0, 0, 0, 1]))
+    assert isinstance(info.value, InfeasibleError) and not info.value.proven  # exit 3, but no proof
+
+
+def test_every_device_overflowing_at_its_own_peak_still_moves_units_without_residual_bytes():
+    """Two devices of 100 B. Device 0: residual r0 (50 B) and x (1 us, 60 B), x runs [0, 1): 110 B at
+    t = 0. Device 1: residual r1 (40 B), z (2 us, 0 B) then y (1 us, 70 B): z [0, 2), y [2, 3): 110 B at
+    t = 2. Both overflow by 10 B at their own peak, so no device can take residual bytes all step
+    (the old check asked that of every unit: "0 ops in 0 rounds").
+    Round 1, device 0 at t = 0: x (pot 60, no residual bytes) fits device 1 then: 40 + 60 = 100 <= 100;
+    r0 (50 B all step) does not (110 + 50 > 100). x moves (cost 1, pot 60 >= 10). Device 1 at t = 2:
+    y (70) does not fit device 0 (50 + 70 > 100), r1 not on top of device 0's peak (110 + 40): nothing.
+    Round 2: device 1 runs x [0, 1), r1, z [1, 3), y [3, 4): 40 + 70 = 110 at t = 3; device 0 holds 50.
+    r1 (cost 0, pot 40) fits device 0 (50 + 40 = 90, also at its peak) and covers 10: it moves.
+    Round 3: device 0 holds 50 + 40 = 90, device 1 max(60, 70) = 70: fits, after 2 rounds."""
+    g = CostGraph(["r0", "x", "r1", "z", "y"], [0, 1, 0, 2, 1], [50, 60, 40, 0, 70], [], [],
+                  kind=["residual", "normal", "residual", "normal", "normal"])
+    machine = Machine(2, memory=100, **LINK)
+    start = np.array([0, 0, 1, 1, 1])
+    before = evaluate(g, machine, start)
+    assert before.peak_memory_bytes == [110, 110] and before.peak_time_us == [0.0, 2.0]
+    result = handle_overflow(g, machine, start)
+    assert result.placement.tolist() == [0, 1, 0, 1, 1]
+    assert result.moves == [(1, 0, 1), (2, 1, 0)] and result.rounds == 2 and result.moved_ops == 2
+    assert evaluate(g, machine, result.placement).peak_memory_bytes == [90, 70]
+
+
+def test_the_cover_heap_follows_the_remaining_overflow():
+    """Residuals B (60 B, 1 us), Y (35 B, 3 us), X (40 B, 3.5 us), W (10 B, 1.5 us) on device 0 (limit
+    45 B; device 1 holds 200 B): overflow 145 - 45 = 100. Ratios c/a: B 0.017, Y 0.086, X 0.0875, W 0.15;
+    no unit alone covers 100. B goes (remaining 40); now X covers 40 and joins the cover heap, but Y
+    costs less (3 < 3.5) and goes (remaining 5); now W covers 5 and costs 1.5 < X's 3.5: W goes,
+    5 - 10 < 0. Moved B, Y, W for 5.5 us; with the cover heap frozen at the first overflow, X (3.5)
+    would have gone instead of W: 7.5 us."""
+    g = CostGraph(["B", "Y", "X", "W"], [1, 3, 3.5, 1.5], [60, 35, 40, 10], [], [], kind=["residual"] * 4)
+    machine = Machine(2, memory="45B,200B", **LINK)
+    result = handle_overflow(g, machine, np.zeros(4, int))
+    assert result.placement.tolist() == [1, 1, 0, 1]
+    assert [move[0] for move in result.moves] == [0, 1, 3] and result.rounds == 1
+    assert evaluate(g, machine, result.placement).peak_memory_bytes == [40, 105]
 
 
 def test_reserve_lowers_the_limit():
@@ -163,6 +222,23 @@ def test_heuristic_one_fits_or_says_infeasible(g, k, seed):
     assert colocation_violations(g, result.placement) == []
     again = partition(g, machine, memory_heuristic="overflow")
     assert again.placement.tobytes() == result.placement.tobytes()
+
+
+@given(random_dags(max_ops=30), st.integers(2, 4), st.integers(0, 2**31), st.integers(0, 2**31))
+def test_heuristic_one_never_claims_a_proof_when_a_placement_fits(g, k, seed, start_seed):
+    """From any start, heuristic I fits, or fails with NoPlacementFoundError — never a proof, as the
+    witness fits — and it moves each unit at most once, deterministically."""
+    machine, _ = feasible_limit(g, k, seed)
+    start, _ = keep_groups_whole(g, np.random.default_rng(start_seed).integers(0, k, g.n))
+    try:
+        result = handle_overflow(g, machine, start)
+    except NoPlacementFoundError as exc:
+        assert str(exc).startswith("no placement found: device ") and "Options:" in str(exc)
+        return
+    assert evaluate(g, machine, result.placement).memory_fits
+    moved_units = [g.colocation[op] if g.colocation[op] >= 0 else -1 - op for op, _, _ in result.moves]
+    assert len(set(moved_units)) == len(moved_units)
+    assert handle_overflow(g, machine, start).placement.tobytes() == result.placement.tobytes()
 
 
 @given(random_dags(max_ops=30), st.integers(2, 5), st.integers(0, 2**31))
