@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from pardnn import CostGraph, InfeasibleError, Machine, partition
 from pardnn.checks import colocation_violations
 from pardnn.errors import MissingDependencyError
-from pardnn.placers import PLACERS
 from pardnn.guard import CANDIDATES, fold_communicating_devices
+from pardnn.placers import PLACERS
 from pardnn.simulate import evaluate
 from tests.conftest import random_dags
 
