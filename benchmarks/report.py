@@ -28,6 +28,7 @@ from benchmarks.speed import FIRST_RUN_ABOUT, SPEED_LIMIT_FACTOR, TARGET_DEVICES
 from benchmarks.suite import (
     FILES,
     HEURISTICS,
+    INFEASIBLE,
     LABELS,
     MODEL_GRAPHS,
     OK,
@@ -153,7 +154,13 @@ def _memory_summary(runs: Sequence[Run]) -> list[str]:
                          + (f"; in those, ParDNN I fits in {len(ours)} and has the shorter makespan in {faster}."
                             if fitting else "."))
     step1_fits = sum(bool(r.memory_fits) for r in step1.values())
-    lines.append(f"- ParDNN Step 1 alone fits in {step1_fits} of {len(step1)} cases.")
+    lines.append(f"- ParDNN without a memory heuristic fits in {step1_fits} of {len(step1)} cases.")
+    fitting_cases = {(r.graph, r.devices, r.factor) for r in baselines if r.measured and r.memory_fits}
+    for heuristic, numeral in HEURISTICS.items():
+        gave_up = [r for r in limited if r.heuristic == heuristic and r.status == INFEASIBLE
+                   and (r.graph, r.devices, r.factor) in fitting_cases]
+        lines.append(f"- Exit 3 (infeasible or no placement found) with heuristic {numeral} while a baseline's "
+                     f"placement fits: {len(gave_up)} of {len(fitting_cases)} such cases (target 0).")
     return [*lines, ""]
 
 
@@ -205,6 +212,9 @@ def _slope_table(runs: Sequence[Run], devices: Sequence[int]) -> list[str]:
     return _table(["placer", *(f"K = {k}" for k in devices)], rows, "l" + "r" * len(devices))
 
 
+GUARD_COST_TARGET = 0.25  # the issue's bound on what the guard and the refinement add to `pardnn place`
+
+
 def _speed_lines(results: BenchResults) -> list[str]:
     if not results.speed:
         return []
@@ -220,7 +230,21 @@ def _speed_lines(results: BenchResults) -> list[str]:
                       secs(row.seconds) + (" (infeasible, exit 3)" if row.infeasible else ""),
                       "-" if row.target_s is None else f"< {row.target_s:g} s",
                       "-" if row.target_s is None else ("yes" if row.seconds < row.target_s else "**no**")]
-                     for row in results.speed), "lrrc"), ""]
+                     for row in results.speed), "lrrc"), "", *_guard_cost_lines(results)]
+
+
+def _guard_cost_lines(results: BenchResults) -> list[str]:
+    """What the guard and the refinement add to each command, from its interleaved --no-guard twin."""
+    by_command = {row.command: row for row in results.speed}
+    lines = []
+    for row in results.speed:
+        base = by_command.get(row.twin_of) if row.twin_of else None
+        if base is not None and row.seconds > 0:
+            lines.append(f"- The guard and the refinement add {base.seconds / row.seconds - 1:+.0%} to "
+                         f"`{base.command}` ({secs(base.seconds)} against {secs(row.seconds)} with `--no-guard`, "
+                         f"interleaved; target ≤ +{GUARD_COST_TARGET:.0%}: "
+                         f"{'met' if base.seconds <= (1 + GUARD_COST_TARGET) * row.seconds else '**missed**'}).")
+    return [*lines, ""] if lines else []
 
 
 def _target_line(results: BenchResults) -> str:

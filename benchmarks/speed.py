@@ -60,6 +60,7 @@ class SpeedRow:
     target_s: float | None
     infeasible: bool = False
     note: str = ""
+    twin_of: str = ""  # the command this one is the --no-guard twin of (measured interleaved with it)
 
 
 def speed(config: SuiteConfig, progress: Progress = print) -> tuple[list[SpeedRow], str]:
@@ -76,21 +77,35 @@ def speed(config: SuiteConfig, progress: Progress = print) -> tuple[list[SpeedRo
         write_graph(graph, graph_path)
         place = [*CLI, "place", str(graph_path), "-k", str(k), "-o", str(placement), "-q"]
         memory = ["--memory", str(limit), "--reserve", "0", "--memory-heuristic"]
+        plain = f"pardnn place GRAPH -k {k} -o placement.txt"
+        limited = f"pardnn place GRAPH -k {k} --memory {limit} --reserve 0 --memory-heuristic overflow -o placement.txt"
+        # (argv, shown, target, the shown command it is the --no-guard twin of). The twins run
+        # interleaved with the default commands, round by round, so the guard's and the refinement's
+        # cost is measured side by side under the same load.
         commands = [
-            (place, f"pardnn place GRAPH -k {k} -o placement.txt", TARGET_PLACE_S),
-            ([*place, *memory, "overflow"], f"pardnn place GRAPH -k {k} --memory {limit} --reserve 0 "
-                                            "--memory-heuristic overflow -o placement.txt", TARGET_PLACE_MEMORY_S),
+            (place, plain, TARGET_PLACE_S, ""),
+            ([*place, "--no-guard"], plain.replace(" -o ", " --no-guard -o "), None, plain),
+            ([*place, *memory, "overflow"], limited, TARGET_PLACE_MEMORY_S, ""),
+            ([*place, *memory, "overflow", "--no-guard"], limited.replace(" -o ", " --no-guard -o "), None, limited),
             ([*place, *memory, "balance"], f"pardnn place GRAPH -k {k} --memory {limit} --reserve 0 "
-                                           "--memory-heuristic balance -o placement.txt", TARGET_PLACE_MEMORY_S),
-            (place, None, None),  # the heuristic-free placement again, for simulate
-            ([*CLI, "simulate", str(graph_path), str(placement), "-k", str(k)],
-             f"pardnn simulate GRAPH placement.txt -k {k}", TARGET_SIMULATE_S),
+                                           "--memory-heuristic balance -o placement.txt", TARGET_PLACE_MEMORY_S, ""),
         ]
-        for argv, shown, target in commands:
-            seconds, infeasible = _median_wall(argv, 1 if shown is None else repeats)
-            if shown is not None:
-                rows.append(SpeedRow(shown, seconds, target if at_target else None, infeasible))
-                progress(f"speed: {shown}: {seconds:.2f} s" + (" (infeasible)" if infeasible else ""))
+        times: list[list[float]] = [[] for _ in commands]
+        infeasible = [False] * len(commands)
+        for _ in range(repeats):
+            for i, (argv, _shown, _target, _twin) in enumerate(commands):
+                seconds, code = _wall(argv)
+                times[i].append(seconds)
+                infeasible[i] = code == EXIT_INFEASIBLE
+        for i, (_argv, shown, target, twin) in enumerate(commands):
+            seconds = statistics.median(times[i])
+            rows.append(SpeedRow(shown, seconds, target if at_target else None, infeasible[i], twin_of=twin))
+            progress(f"speed: {shown}: {seconds:.2f} s" + (" (infeasible)" if infeasible[i] else ""))
+        _median_wall(place, 1)  # the default placement again, for simulate
+        shown = f"pardnn simulate GRAPH placement.txt -k {k}"
+        seconds, _ = _median_wall([*CLI, "simulate", str(graph_path), str(placement), "-k", str(k)], repeats)
+        rows.append(SpeedRow(shown, seconds, TARGET_SIMULATE_S if at_target else None))
+        progress(f"speed: {shown}: {seconds:.2f} s")
     rows.append(first_run(repeats, config.seed, progress))
     return rows, f"{graph.name}: {graph.n:,} ops, {graph.m:,} edges, K = {k}"
 

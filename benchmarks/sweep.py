@@ -1,0 +1,113 @@
+"""Bandwidth sweep: ParDNN against the cheap placements from fast links to communication-bound ones.
+
+    python -m jobs.paper --out out/graphs          # the paper's ten model graphs (a few minutes)
+    python -m benchmarks.sweep out/graphs          # then this (a few minutes on 2 cores)
+
+For every model graph, K and interconnect bandwidth (150 GB/s, NVSwitch, down to 1 GB/s, where
+almost every graph is communication-bound), no memory limit, 25 us per transfer: the emulated
+makespan of ParDNN as `partition()` returns it (the paper's Steps 1-2, the guard and the refinement),
+of the paper's algorithm alone (``guarded=False``) and of every cheap placement (one device,
+contiguous topological split, round robin, critical path, METIS). Writes the section ``sweep`` of
+``benchmarks/RESULTS.md``: per bandwidth, how often each ParDNN is slower than some cheap placement
+and by how much at worst (the issue's target: 0), and the geometric mean of ParDNN over the best
+cheap placement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from benchmarks.report import machine_line, write_section
+from pardnn import Machine, partition
+from pardnn.errors import MissingDependencyError
+from pardnn.io import read_any_graph
+from pardnn.placers import PLACERS
+
+HERE = Path(__file__).resolve().parent
+CHEAP = ("single", "topological", "round_robin", "critical_path", "metis")
+BANDWIDTHS_GBPS = (150.0, 50.0, 16.0, 4.0, 1.0)
+SECTION = "sweep"
+
+
+def measure(paths: Sequence[Path], ks: Sequence[int], bandwidths: Sequence[float]) -> list[dict[str, object]]:
+    """One row per (graph, K, bandwidth): ParDNN's, the paper's and each cheap placement's makespan (us)."""
+    rows: list[dict[str, object]] = []
+    for path in paths:
+        graph = read_any_graph(path)
+        for k in ks:
+            for gbps in bandwidths:
+                machine = Machine(k, bandwidth=gbps * 1e9, latency=25.0)
+                row: dict[str, object] = {"graph": graph.name, "ops": graph.n, "k": k, "gbps": gbps}
+                row["pardnn"] = partition(graph, machine).report.evaluation.makespan_us
+                row["paper"] = partition(graph, machine, guarded=False).report.evaluation.makespan_us
+                for name in CHEAP:
+                    try:
+                        row[name] = PLACERS[name](graph, machine).report.evaluation.makespan_us
+                    except MissingDependencyError:
+                        row[name] = None
+                rows.append(row)
+                best = min(v for n in CHEAP if isinstance(v := row[n], float))
+                print(f"sweep: {graph.name} K={k} {gbps:g} GB/s: ParDNN {row['pardnn'] / best:.3f}, "
+                      f"paper {row['paper'] / best:.3f} of the best cheap placement", file=sys.stderr, flush=True)
+    return rows
+
+
+def render(rows: Sequence[dict[str, object]], command: str, seconds: float) -> str:
+    ks = ", ".join(str(k) for k in sorted({int(r["k"]) for r in rows}))  # type: ignore[call-overload]
+    lines = [f"## Bandwidth sweep on the model graphs ({SECTION})", "",
+             f"Command: `{command}` ({seconds:.0f} s). Machine: {machine_line()}.", "",
+             f"{len({r['graph'] for r in rows})} graphs × K = {ks} "
+             "× bandwidth, no memory limit, 25 us per transfer. *ParDNN* is `partition()` as it ships (Steps 1-2, "
+             "guard, refinement); *paper* is Steps 1-2 alone (`--no-guard`). Each is compared with every cheap "
+             f"placement ({', '.join(CHEAP)}; METIS when installed) on the same emulator: *slower* counts the "
+             "comparisons it loses, *worst* is its largest makespan / that placement's, *geomean* its makespan over "
+             "the best cheap placement's (below 1: faster than all of them).", "",
+             "| bandwidth | cases | ParDNN slower | ParDNN worst | ParDNN geomean | paper slower | paper worst "
+             "| paper geomean |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    totals = {"pardnn": [0, 0], "paper": [0, 0]}
+    for gbps in sorted({float(r["gbps"]) for r in rows}, reverse=True):
+        at = [r for r in rows if r["gbps"] == gbps]
+        cells = [f"{gbps:g} GB/s", str(len(at))]
+        for who in ("pardnn", "paper"):
+            ratios = [float(r[who]) / float(r[n]) for r in at for n in CHEAP if isinstance(r[n], float) and r[n] > 0]
+            best = [float(r[who]) / min(float(r[n]) for n in CHEAP if isinstance(r[n], float)) for r in at]
+            slower = sum(x > 1 + 1e-9 for x in ratios)
+            totals[who][0] += slower
+            totals[who][1] += len(ratios)
+            cells += [f"{slower} of {len(ratios)}", f"{max(ratios):.3f}",
+                      f"{math.exp(sum(math.log(x) for x in best) / len(best)):.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"ParDNN is slower than a cheap placement in {totals['pardnn'][0]} of {totals['pardnn'][1]} "
+                  f"comparisons (target 0); the paper's algorithm alone in {totals['paper'][0]} of "
+                  f"{totals['paper'][1]}.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("graphs", type=Path, help="directory of graph files (*.json.gz), e.g. out/graphs")
+    parser.add_argument("--devices", type=int, nargs="+", default=[2, 4, 8, 16])
+    parser.add_argument("--bandwidths", type=float, nargs="+", default=list(BANDWIDTHS_GBPS), help="GB/s")
+    parser.add_argument("--out", type=Path, default=HERE / "RESULTS.md", help="the results file (section 'sweep')")
+    args = parser.parse_args(argv)
+    paths = sorted(args.graphs.glob("*.json.gz"))
+    if not paths:
+        print(f"{args.graphs}: no *.json.gz graphs; run python -m jobs.paper --out {args.graphs} first",
+              file=sys.stderr)
+        return 1
+    started = time.perf_counter()
+    rows = measure(paths, args.devices, args.bandwidths)
+    command = "python -m benchmarks.sweep " + " ".join(sys.argv[1:] if argv is None else argv)
+    write_section(args.out, SECTION, render(rows, command.strip(), time.perf_counter() - started),
+                  "python -m benchmarks.sweep")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
