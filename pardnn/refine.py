@@ -17,8 +17,9 @@ tried in order of the time their link costs the chain (largest first; ties by th
 then the target), each judged by a full emulation: a move is accepted only if it lowers the makespan
 and, on a machine with memory limits, every device still fits. After an accepted move the chain is
 recomputed (first improvement, as in Kernighan–Lin / Fiduccia–Mattheyses passes, without their
-tentative uphill moves). The search stops at a local optimum (no move on the chain helps) or when
-its budget is spent.
+tentative uphill moves). When no move on the chain helps and the budget can afford a sweep of the
+whole neighbourhood (every unit to every other device: small graphs), that is searched too, in op
+order, first improvement. The search stops at a local optimum or when its budget is spent.
 
 Choices where nothing says what to do:
 
@@ -55,7 +56,7 @@ REFINE_SECONDS = 0.2  # the default budget (on the 200k-op benchmark graph: one 
 SECONDS_PER_MOVE = 2e-4
 SECONDS_PER_ELEMENT = 2.5e-7
 MAX_EVALUATIONS = 5_000
-TRANSFER, DEVICE = "transfer", "device"
+TRANSFER, DEVICE, NEIGHBOUR = "transfer", "device", "neighbour"
 
 
 @dataclass
@@ -173,6 +174,29 @@ def refine(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: 
     members_of = np.argsort(unit, kind="stable")
     bounds = np.searchsorted(unit[members_of], np.arange(first_op.size + 1))
     limits = machine.limits_bytes
+    units = int((first_op < graph.n).sum())  # unit ids of grouped ops' own slots are empty
+    # The whole neighbourhood (every unit to every other device) is searched too once the chain's
+    # moves are exhausted, but only when the budget could afford one full sweep of it.
+    whole = units * (machine.devices - 1) <= budget
+
+    def attempt(u: int, target: int, kind: str) -> bool:
+        members = members_of[bounds[u] : bounds[u + 1]]
+        source = int(out.placement[members[0]])
+        if source == target:
+            return False
+        trial = out.placement.copy()
+        trial[members] = target
+        out.evaluations += 1
+        trial_schedule = emulate(graph, machine, trial)
+        if not trial_schedule.makespan_us < out.schedule.makespan_us * (1 - 1e-12):
+            return False
+        trial_memory = track_memory(graph, machine, trial, trial_schedule) if machine.bounded else None
+        if trial_memory is not None and not (trial_memory.peak_bytes <= limits).all():
+            return False
+        out.moves.append((kind, int(first_op[u]), source, int(target)))
+        out.placement, out.schedule, out.memory = trial, trial_schedule, trial_memory
+        return True
+
     improved = True
     while improved and out.evaluations < budget:
         improved = False
@@ -180,23 +204,24 @@ def refine(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: 
         keep = max(16, 2 * (budget - out.evaluations))
         if len(links) > keep:  # the costliest links only (stable: ties keep chain order)
             links = [links[i] for i in np.argsort([-cost for *_, cost in links], kind="stable")[:keep]]
+        tried = set()
         for u, target in _candidates(graph, machine, out.placement, unit, first_op, links):
             if out.evaluations >= budget:
                 break
-            members = members_of[bounds[u] : bounds[u + 1]]
-            trial = out.placement.copy()
-            source = int(trial[members[0]])
-            trial[members] = target
-            out.evaluations += 1
-            trial_schedule = emulate(graph, machine, trial)
-            if not trial_schedule.makespan_us < out.schedule.makespan_us * (1 - 1e-12):
-                continue
-            trial_memory = track_memory(graph, machine, trial, trial_schedule) if machine.bounded else None
-            if trial_memory is not None and not (trial_memory.peak_bytes <= limits).all():
-                continue
+            tried.add((u, target))
             kind = next((k for k, b, a, _ in links if unit[a] == u or unit[b] == u), DEVICE)
-            out.moves.append((kind, int(first_op[u]), source, int(target)))
-            out.placement, out.schedule, out.memory = trial, trial_schedule, trial_memory
-            improved = True
-            break
+            if attempt(u, target, kind):
+                improved = True
+                break
+        if improved or not whole:
+            continue
+        for u in np.argsort(first_op, kind="stable")[:units].tolist():  # the whole neighbourhood, in op order
+            for target in range(machine.devices):
+                if out.evaluations >= budget:
+                    break
+                if (u, target) not in tried and attempt(u, target, NEIGHBOUR):
+                    improved = True
+                    break
+            if improved or out.evaluations >= budget:
+                break
     return out
