@@ -10,7 +10,10 @@ suite reads off whether its per-device peaks (which do not depend on the limit) 
 
 Comparisons are ratios within one run: the benchmark machines are shared and noisy, so seconds from
 different runs do not compare. Linear clustering is quadratic: it runs under a time budget per run
-(its report says when it stopped) and is skipped above a size, recorded as ``skipped (quadratic)``.
+(its report says when it stopped) and is skipped above a size, recorded as ``skipped (quadratic)``. The
+exact CP-SAT placer is exponential: it runs only on graphs of at most ``exact_max_ops`` ops (its own
+``max_ops``, so never on the suite's synthetic graphs), under ``exact_time_limit_s``, and is recorded as
+``skipped (size)`` above; ``python -m benchmarks.exact`` measures it on small graphs.
 
 The command line is timed too (:mod:`benchmarks.speed`); :mod:`benchmarks.report` writes the results.
 """
@@ -27,6 +30,7 @@ from typing import Any
 
 from benchmarks.speed import TARGET_DEVICES, TARGET_OPS, SpeedRow, speed
 from pardnn import partition
+from pardnn.baselines.exact import DEFAULT_MAX_OPS as EXACT_MAX_OPS
 from pardnn.errors import InfeasibleError, MissingDependencyError, PardnnError
 from pardnn.graph import CostGraph
 from pardnn.io import read_any_graph
@@ -41,12 +45,13 @@ Progress = Callable[[str], None]
 
 BASELINES = tuple(name for name in PLACERS if name != "pardnn")
 LABELS = {"pardnn": "ParDNN", "critical_path": "CP", "linear_clustering": "LC", "metis": "METIS",
-          "topological": "topological", "round_robin": "round robin", "single": "single"}
+          "topological": "topological", "round_robin": "round robin", "single": "single", "exact": "exact"}
 HEURISTICS = {"overflow": "I", "balance": "II"}
 SYNTHETIC = "synthetic"
 FILES = "graph files"
 OK, TIMEOUT, INFEASIBLE = "ok", "timeout", "infeasible"
 SKIPPED_QUADRATIC, SKIPPED_DEPENDENCY = "skipped (quadratic)", "skipped (missing dependency)"
+SKIPPED_SIZE = "skipped (size)"
 # Where `python -m jobs.paper` writes the graphs of the paper's models; the full suite runs them when
 # no graph file is named.
 MODEL_GRAPHS = Path("out/graphs")
@@ -63,6 +68,8 @@ class SuiteConfig:
     graph_files: tuple[Path, ...] = ()
     lc_budget_s: float = 60.0
     lc_max_ops: int = 200_000
+    exact_max_ops: int = EXACT_MAX_OPS
+    exact_time_limit_s: float = 10.0
     speed_ops: int = TARGET_OPS
     speed_devices: int = TARGET_DEVICES
     speed_repeats: int = 3
@@ -172,7 +179,11 @@ def _from_result(base: Run, result: Any, seconds: float, step1_makespan: float |
 def _run_baseline(base: Run, graph: CostGraph, machine: Machine, config: SuiteConfig, progress: Progress) -> Run:
     if base.placer == "linear_clustering" and graph.n > config.lc_max_ops:
         return dataclasses.replace(base, status=SKIPPED_QUADRATIC)
-    options = {"time_budget_s": config.lc_budget_s} if base.placer == "linear_clustering" else {}
+    if base.placer == "exact" and graph.n > config.exact_max_ops:
+        return dataclasses.replace(base, status=SKIPPED_SIZE)
+    options: dict[str, Any] = ({"time_budget_s": config.lc_budget_s} if base.placer == "linear_clustering" else
+                               {"time_limit_s": config.exact_time_limit_s, "max_ops": config.exact_max_ops}
+                               if base.placer == "exact" else {})
     start = time.perf_counter()
     try:
         result = PLACERS[base.placer](graph, machine, memory_heuristic=None, **options)
@@ -224,6 +235,8 @@ def _warm_up() -> None:
     """Load (or compile) every numba kernel first, so the smallest graph is not charged for it."""
     graph = dnn_graph(400, seed=1)
     for name in PLACERS:
+        if name == "exact":  # not numba, and exponential: a 400-op graph is beyond it
+            continue
         try:
             PLACERS[name](graph, Machine(2), memory_heuristic=None)
         except MissingDependencyError:

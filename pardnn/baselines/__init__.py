@@ -6,7 +6,8 @@ up by name). Every placer keeps
 colocation groups whole, is deterministic (byte-identical placements across runs; LC only when it
 finishes within its time budget) and reports through the same
 :class:`~pardnn.result.PartitionReport` as ParDNN, with ``stage_seconds`` holding ``placement``
-and ``evaluation``. None has a memory heuristic: ``memory_heuristic`` must be ``None``.
+and ``evaluation``. None has a memory heuristic: ``memory_heuristic`` must be ``None`` (``exact`` keeps
+residual bytes within the limits as a constraint of its model).
 
 ========================  ===========================================================  ====================
 name                      placer                                                       complexity
@@ -18,6 +19,7 @@ name                      placer                                                
 ``topological``           contiguous blocks of the topological order, equal compute     O(|V|)
 ``round_robin``           i-th op in topological order to device i mod K               O(|V|)
 ``single``                everything on device 0                                        O(|V|)
+``exact``                 CP-SAT optimum of placement + schedule (<= 60 ops; a bound)  exponential
 ========================  ===========================================================  ====================
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pardnn.baselines.critical_path import critical_path
+from pardnn.baselines.exact import GraphTooLargeError, exact
 from pardnn.baselines.linear_clustering import linear_clustering
 from pardnn.baselines.metis import MissingDependencyError, metis
 from pardnn.baselines.round_robin import round_robin
@@ -35,8 +38,10 @@ from pardnn.result import Result
 
 __all__ = [
     "BASELINES",
+    "GraphTooLargeError",
     "MissingDependencyError",
     "critical_path",
+    "exact",
     "linear_clustering",
     "metis",
     "round_robin",
@@ -51,4 +56,5 @@ BASELINES: dict[str, Callable[..., Result]] = {
     "topological": topological,
     "round_robin": round_robin,
     "single": single_device,
+    "exact": exact,
 }

@@ -208,6 +208,8 @@ def cmd_place(args: argparse.Namespace) -> int:
         heuristic = None
         if args.algorithm == "linear_clustering":
             options["time_budget_s"] = args.time_budget
+        elif args.algorithm == "exact":
+            options["time_limit_s"] = args.time_budget
     placer = get_placer(args.algorithm)
     try:
         result = placer(graph, machine, memory_heuristic=heuristic, progress=progress, **options)
@@ -239,7 +241,8 @@ def add_place(sub: Any) -> None:
                        help=f"placer: {PARDNN} (the paper; default) or a baseline to compare with: {baselines} "
                             "(see pardnn.baselines; metis needs pymetis, linear_clustering is quadratic)")
     place.add_argument("--time-budget", type=float, default=60.0,
-                       help="seconds linear_clustering may spend before it stops clustering (default: %(default)s)")
+                       help="seconds linear_clustering may spend before it stops clustering, or the exact placer's "
+                            "CP-SAT time limit (it reports the optimum or its proven bound) (default: %(default)s)")
     place.add_argument("--memory-heuristic", type=param_type("memory_heuristic"), default=None,
                        metavar=choices_metavar("memory_heuristic"),
                        help=f"{PLACEMENT['memory_heuristic'].help.replace('the memory limit', '--memory')}; "

@@ -1,0 +1,397 @@
+"""Exact placement and schedule of small graphs with CP-SAT: the optimum the heuristics are measured against.
+
+The emulator's machine (:mod:`pardnn.emulator`) as a constraint program for OR-Tools' CP-SAT (a
+lazy-clause-generation solver with LP relaxations; OR-Tools 9.9). On K devices it chooses
+
+- a device per op: booleans ``y[u, d]``, exactly one true per *unit* ``u`` (a colocation group, or an
+  op outside every group: :func:`pardnn.units.units_of`), so groups never split; reference ops reach
+  their variable's device through their group, as the data says (:class:`pardnn.graph.Kind`);
+- a start ``s_v`` per op; op ``v`` runs ``c_v`` as an optional interval on each device, present iff
+  it sits there, with no overlap on any device;
+- on every edge ``u -> v``: ``s_v >= s_u + c_u + comm(u, v) x_ab``, ``comm`` = ``machine.edge_comm_us``
+  (latency + bytes / bandwidth; transfers do not contend), ``x_ab`` a boolean equal to "the units
+  a of u and b of v sit on different devices" (clauses over ``y``);
+- when the machine is bounded, per device the residual bytes of its ops within ``machine.limits_bytes``;
+
+and minimises the makespan ``T >= s_v + c_v``. Redundant constraints (they cut no solution, tighten
+the relaxation): a cumulative of all ops of capacity K, every device's load ``<= T``. When the devices
+are interchangeable (no limit, or equal limits), units numbered in topological order of their first
+op may use device ``d > 0`` only if an earlier unit uses ``d - 1`` (value precedence), which removes
+the K! relabellings of every placement.
+
+**Why it bounds every placer from below.** For any placement, the emulator's FIFO schedule meets every
+constraint above (one op at a time per device; inputs from another device arrive ``comm`` after their
+producer ends), and a placement within memory keeps its residual bytes within the limits (the model
+drops Eq. 3's transient buffers: memory only removes placements). So the model's optimum ``T*``, and
+any bound CP-SAT proves on it, is at most the emulated makespan of every placement of every placer
+that fits memory on the same machine (of every placement, without limits): ``emulated / T*`` is an
+honest optimality gap. It overstates the gap of the *placement*: the emulator runs each device in
+order of readiness, the model in the best order, so even the exact placement may emulate above ``T*``.
+Of the placements of every solution the searches report and of the hint, the one the emulator runs
+fastest is returned (``details["chosen"]``; ``model_start_us``: the model's schedule of it).
+
+**Integer time.** Times are ticks of ``10^-e`` µs, ``e`` such that the horizon (total compute + total
+communication) is about 10^7 ticks; durations and communication costs are rounded *down*. Rounding
+every start of a real schedule down gives an integer schedule (``floor(a + b) >= floor(a) +
+floor(b)``), so the integer optimum is still ``<= T*``: ``objective_us`` and ``bound_us`` stay lower
+bounds of every emulated makespan, short of the real optimum by less than a tick per op and edge of
+a path (relative error about 10^-6). ``status == "optimal"`` means proven within 0.01 % of the model's
+optimum (CP-SAT's ``relative_gap_limit``): at finer resolution, closing the last ticks of a gap can
+take longer than the rest of the search.
+
+**Search and determinism.** Two single-worker CP-SAT searches, each from the best solution so far:
+without LP relaxation (it proves small instances fastest), then, if unproven, with it (the bound it
+proves is far tighter); each gets half of ``time_limit_s``, read as CP-SAT's *deterministic* time (a
+count of work, nominally about a second of one core; 1-5 wall seconds on our shared 2-core machine).
+One worker and a fixed seed make the same inputs give a byte-identical placement on any load,
+stopped or not. (A portfolio of workers is not reproducible, and its deterministic interleaved mode
+runs whole batches past a proof.) A wall-clock backstop of ``5 time_limit_s + 10`` s guards against
+a stalled machine (``details["wall_limit_hit"]``; then the placement may differ). The first search
+starts from a hint: the best, by the integer schedule of its emulated order, of the single-device,
+topological and critical-path placements within the residual limits.
+
+**Size.** Scheduling with communication delays on identical machines (P|prec, c_ij|C_max) is strongly
+NP-hard before placement is added; the model has K |V| optional intervals, K |U| + |V| + |E| variables
+and O(K |E|) clauses. Measured (``python -m benchmarks.exact --sizes``, 3 random DAGs per row, CCR 1, 10 s
+deterministic, 2 shared cores), proven optimal: 10 and 20 ops, K = 2 and 4, all in < 0.5 s wall;
+30 ops: K = 4 all in 0.2 s, K = 2 two of three (12 and 3 s); 50 ops: all (K = 4 in 1.2 s, K = 2 in
+about 12 s); 80 ops: four of six (9-30 s). On the 210 DAGs of 15-30 ops of ``python -m
+benchmarks.exact`` (CCR 0.1-100, K = 2-4, 5 s): 208 proven, median 0.04 s. So: routine up to about 30
+ops, often up to 50-80 with a longer limit; ``max_ops`` (default 60) refuses larger graphs.
+
+``details``: ``status`` (``optimal``; ``feasible``: the limit stopped a search that had a solution;
+``infeasible``: no placement keeps the residual bytes within the limits, and the placement returned
+does not fit; ``unknown``: no solution when the limit hit, the hint's placement is returned),
+``objective_us`` (the model's best makespan), ``bound_us`` (its proven lower bound), ``gap``,
+``solve_seconds`` (wall), ``deterministic_time``, ``time_limit_s``, ``timeout``, ``chosen``,
+``chosen_model_us``, ``model_start_us``, ``hint``, ``hint_us``, ``ticks_per_us``. K = 1 and the empty
+graph need no solver: the optimum is the total compute, which a single device runs without idling.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from pardnn.baselines._common import finish, reject_memory_heuristic
+from pardnn.baselines.critical_path import critical_path_placement
+from pardnn.baselines.topological import topological
+from pardnn.emulator import emulate
+from pardnn.errors import MissingDependencyError, PardnnError
+from pardnn.graph import CostGraph, Kind
+from pardnn.machine import Machine
+from pardnn.result import Progress, Result
+from pardnn.units import units_of
+
+__all__ = ["DEFAULT_MAX_OPS", "DEFAULT_TIME_LIMIT_S", "GraphTooLargeError", "exact"]
+
+DEFAULT_TIME_LIMIT_S = 10.0
+DEFAULT_MAX_OPS = 60
+SEED = 0
+# Two single-worker searches: without LP (fast proofs on small graphs), then, if unproven, with LP (the
+# bound); each from the best solution so far, for a share of the time limit.
+PHASES = ((0, 0.5), (1, 0.5))
+TICKS = 1e7  # the horizon in ticks, about
+RELATIVE_GAP = 1e-4  # "optimal": proven within 0.01 % of the model's optimum
+WALL_FACTOR, WALL_EXTRA_S = 5.0, 10.0  # the wall-clock backstop of the deterministic time limit
+
+Candidate = tuple[np.ndarray, list[int], str]  # placement, start ticks, label
+
+
+class GraphTooLargeError(PardnnError, ValueError):
+    """The graph has more ops than the exact solver is asked to take (``max_ops``)."""
+
+
+def _cp_model() -> Any:
+    try:
+        from ortools.sat.python import cp_model
+    except ImportError as exc:
+        raise MissingDependencyError(  # pandas 3 (which OR-Tools would pull) needs numpy 2, TensorFlow 2.15 numpy 1
+            "the exact placer needs OR-Tools: pip install ortools==9.9.3963 'pandas<3'") from exc
+    return cp_model
+
+
+def _list_schedule(graph: CostGraph, place: np.ndarray, order: list[int], dur: list[int], comm: list[int]) -> list[int]:
+    """Integer starts when the ops run in ``order`` (topological, and per device the run order), each as
+    early as its device and inputs allow: a schedule of the model."""
+    free = [0] * (int(place.max(initial=0)) + 1)
+    start = [0] * graph.n
+    for v in order:
+        t = free[place[v]]
+        for slot in range(graph.pred_ptr[v], graph.pred_ptr[v + 1]):
+            u = int(graph.pred[slot])
+            cut = comm[int(graph.pred_edge[slot])] if place[u] != place[v] else 0
+            t = max(t, start[u] + dur[u] + cut)
+        start[v] = t
+        free[place[v]] = t + dur[v]
+    return start
+
+
+def _canonical(place: np.ndarray, unit: np.ndarray, devices: int) -> np.ndarray:
+    """Devices renamed in order of first use by the units 0, 1, ... (the value-precedence order)."""
+    first = np.full(int(unit.max(initial=-1)) + 1, -1, np.int64)
+    first[unit] = place  # the members of a unit share its device
+    rename = np.full(devices, -1, np.int64)
+    for d in first.tolist():
+        if rename[d] < 0:
+            rename[d] = int((rename >= 0).sum())
+    rename[rename < 0] = np.arange(int((rename >= 0).sum()), devices)
+    return rename[place]
+
+
+def _hint(graph: CostGraph, machine: Machine, residual: np.ndarray, unit: np.ndarray, dur: list[int],
+          comm: list[int], symmetric: bool) -> Candidate | None:
+    """The single-device, topological or critical-path placement within the residual limits whose
+    emulated order gives the shortest integer schedule (ties in that order)."""
+    best: tuple[int, Candidate] | None = None
+    for name, place in (("single", np.zeros(graph.n, np.int64)),
+                        ("topological", np.array(topological(graph, machine).placement)),
+                        ("critical_path", critical_path_placement(graph, machine)[0])):
+        load = np.bincount(place, weights=residual, minlength=machine.devices)
+        if machine.bounded and (load > machine.limits_bytes).any():
+            continue
+        place = _canonical(place, unit, machine.devices) if symmetric else place
+        order = np.lexsort((graph.topo_rank, emulate(graph, machine, place).start_us)).tolist()
+        start = _list_schedule(graph, place, order, dur, comm)
+        length = max(s + d for s, d in zip(start, dur))
+        if best is None or length < best[0]:
+            best = (length, (place, start, name))
+    return None if best is None else best[1]
+
+
+def _solve(graph: CostGraph, machine: Machine, time_limit_s: float) -> dict[str, Any]:
+    cp_model = _cp_model()
+    n, k = graph.n, machine.devices
+    comm_us = machine.edge_comm_us(graph.edge_bytes)
+    horizon_us = float(graph.comp_us.sum() + comm_us.sum())
+    scale = 10.0 ** (math.floor(math.log10(TICKS / horizon_us)) if horizon_us > 0 else 0)
+    dur = [int(t) for t in np.floor(graph.comp_us * scale)]
+    comm = [int(t) for t in np.floor(comm_us * scale)]
+    horizon = sum(dur) + sum(comm)
+    rank: dict[int, int] = {}
+    for v in graph.topo_order.tolist():
+        rank.setdefault(int(units_of(graph)[v]), len(rank))
+    unit = np.array([rank[int(u)] for u in units_of(graph)], np.int64)  # units in topological order
+    count = len(rank)
+    residual = np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0).astype(np.int64)
+    unit_residual = np.bincount(unit, weights=residual, minlength=count).astype(np.int64).tolist()
+    limits = machine.limits_bytes
+    symmetric = not machine.bounded or bool((limits == limits[0]).all())
+
+    model = cp_model.CpModel()
+    y = [[model.new_bool_var(f"y{u}_{d}") for d in range(k)] for u in range(count)]
+    for row in y:
+        model.add_exactly_one(row)
+    start = [model.new_int_var(0, horizon, f"s{v}") for v in range(n)]
+    makespan = model.new_int_var(0, horizon, "T")
+    busy = [v for v in range(n) if dur[v] > 0]
+    for d in range(k):
+        model.add_no_overlap([model.new_optional_fixed_size_interval_var(start[v], dur[v], y[unit[v]][d], f"i{v}_{d}")
+                              for v in busy])
+        model.add(sum(dur[v] * y[unit[v]][d] for v in busy) <= makespan)
+        if machine.bounded and any(unit_residual):
+            model.add(sum(b * y[u][d] for u, b in enumerate(unit_residual) if b) <= int(limits[d]))
+    if busy:
+        model.add_cumulative([model.new_fixed_size_interval_var(start[v], dur[v], f"c{v}") for v in busy],
+                             [1] * len(busy), k)
+    apart: dict[tuple[int, int], Any] = {}
+    for e in range(graph.m):
+        u, v = int(graph.edge_src[e]), int(graph.edge_dst[e])
+        a, b = sorted((int(unit[u]), int(unit[v])))
+        if a == b or comm[e] == 0:
+            model.add(start[v] >= start[u] + dur[u])
+            continue
+        if (a, b) not in apart:
+            x = apart[a, b] = model.new_bool_var(f"x{a}_{b}")
+            for d in range(k):
+                model.add_bool_or([y[a][d].Not(), y[b][d], x])
+                model.add_bool_or([y[a][d].Not(), y[b][d].Not(), x.Not()])
+        model.add(start[v] >= start[u] + dur[u] + comm[e] * apart[a, b])
+    for v in range(n):
+        if graph.succ_ptr[v] == graph.succ_ptr[v + 1]:
+            model.add(makespan >= start[v] + dur[v])
+    used = [[model.new_bool_var(f"used{u}_{d}") for d in range(k)] for u in range(count)] if symmetric else []
+    for u, row in enumerate(used):  # used[u][d]: some unit <= u is on d; y[u][d] needs used[u - 1][d - 1]
+        for d in range(k):
+            if u == 0:
+                model.add(row[d] == y[0][d])
+                model.add(y[0][d] == int(d == 0))
+                continue
+            model.add_bool_or([row[d].Not(), used[u - 1][d], y[u][d]])
+            model.add_implication(used[u - 1][d], row[d])
+            model.add_implication(y[u][d], row[d])
+            if d > 0:
+                model.add_implication(y[u][d], used[u - 1][d - 1])
+    model.minimize(makespan)
+
+    def add_hint(device: np.ndarray, starts: list[int]) -> None:  # device per unit, start ticks per op
+        model.clear_hints()
+        for u in range(count):
+            for d in range(k):
+                model.add_hint(y[u][d], int(device[u] == d))
+                if used:
+                    model.add_hint(used[u][d], int((device[: u + 1] == d).any()))
+        for v in range(n):
+            model.add_hint(start[v], starts[v])
+        model.add_hint(makespan, max(s + t for s, t in zip(starts, dur)))
+        for (a, b), x in apart.items():
+            model.add_hint(x, int(device[a] != device[b]))
+
+    hint = _hint(graph, machine, residual, unit, dur, comm, symmetric)
+    if hint is not None:
+        device = np.zeros(count, np.int64)
+        device[unit] = hint[0]
+        add_hint(device, hint[1])
+    best: tuple[int, np.ndarray, list[int]] | None = None  # makespan, device per unit, starts (ticks)
+    bound, proven, infeasible, wall, dtime = 0, False, False, 0.0, 0.0
+    found: list[Candidate] = []  # every solution of both searches, in order
+    for lp_level, share in PHASES:
+        solver = cp_model.CpSolver()
+        params = solver.parameters
+        params.num_workers = 1
+        params.random_seed = SEED
+        params.linearization_level = lp_level
+        params.max_deterministic_time = share * time_limit_s
+        params.max_time_in_seconds = share * (WALL_FACTOR * time_limit_s + WALL_EXTRA_S)
+        params.relative_gap_limit = RELATIVE_GAP
+        t0 = time.perf_counter()
+        recorder = _recorder(cp_model, y, start)
+        code = solver.solve(model, recorder)
+        found += [(np.asarray(device, np.int64)[unit], starts, f"solution {len(found) + 1}")
+                  for device, starts in recorder.solutions]
+        wall += time.perf_counter() - t0
+        dtime += solver.response_proto.deterministic_time
+        if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE, cp_model.INFEASIBLE, cp_model.UNKNOWN):
+            raise RuntimeError(f"CP-SAT rejected the exact model: {solver.status_name(code)}")
+        infeasible = code == cp_model.INFEASIBLE
+        if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            bound = max(bound, int(solver.best_objective_bound))
+            value = int(solver.objective_value)
+            if best is None or value < best[0]:
+                device = np.array([next(d for d, lit in enumerate(row) if solver.boolean_value(lit)) for row in y])
+                best = (value, device, [int(solver.value(s)) for s in start])
+                add_hint(best[1], best[2])
+        elif code == cp_model.UNKNOWN:
+            bound = max(bound, int(solver.best_objective_bound))
+        proven = best is not None and best[0] - bound <= RELATIVE_GAP * best[0]
+        if infeasible or proven:
+            break
+    status = "infeasible" if infeasible else "optimal" if proven else "feasible" if best is not None else "unknown"
+    placement, starts, chosen = _pick(graph, machine, found + ([] if hint is None else
+                                                               [(hint[0], hint[1], f"hint ({hint[2]})")]), dur)
+    return {
+        "placement": placement, "status": status,
+        "objective_us": None if best is None else best[0] / scale,
+        "bound_us": None if infeasible else max(bound, 0) / scale,
+        "solve_seconds": wall, "timeout": status in ("feasible", "unknown"),
+        "wall_limit_hit": status in ("feasible", "unknown") and dtime < 0.99 * time_limit_s,
+        "deterministic_time": dtime, "chosen": chosen,
+        "chosen_model_us": None if starts is None else max(s + t for s, t in zip(starts, dur)) / scale,
+        "model_start_us": None if starts is None else [s / scale for s in starts],
+        "hint": None if hint is None else hint[2],
+        "hint_us": None if hint is None else max(s + t for s, t in zip(hint[1], dur)) / scale,
+        "ticks_per_us": scale, "units": count, "symmetry_breaking": symmetric,
+    }
+
+
+def _recorder(cp_model: Any, y: list[list[Any]], start: list[Any]) -> Any:
+    """A solution callback keeping every solution's device per unit and start ticks per op (a single
+    worker reports the same solutions in the same order on every run)."""
+
+    class Recorder(cp_model.CpSolverSolutionCallback):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.solutions: list[tuple[list[int], list[int]]] = []
+
+        def on_solution_callback(self) -> None:
+            device = [next(d for d, lit in enumerate(row) if self.boolean_value(lit)) for row in y]
+            self.solutions.append((device, [self.value(s) for s in start]))
+
+    return Recorder()
+
+
+def _pick(graph: CostGraph, machine: Machine, candidates: list[Candidate],
+          dur: list[int]) -> tuple[np.ndarray, list[int] | None, str]:
+    """The candidate with the least emulated makespan (the emulator's order of readiness can undo the
+    model's order), ties to the shorter model schedule, then to the later; without any, device 0."""
+    if not candidates:
+        return np.zeros(graph.n, np.int64), None, "device 0"
+    emulated: dict[bytes, float] = {}
+    for place, _, _ in candidates:
+        if place.tobytes() not in emulated:
+            emulated[place.tobytes()] = emulate(graph, machine, place).makespan_us
+    return min(reversed(candidates),
+               key=lambda c: (emulated[c[0].tobytes()], max(s + t for s, t in zip(c[1], dur))))
+
+
+def _trivial(graph: CostGraph, machine: Machine) -> dict[str, Any]:
+    """K = 1 or no op: everything on device 0, makespan = total compute (one device never idles)."""
+    residual = int(np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0).sum())
+    fits = not machine.bounded or residual <= int(machine.limits_bytes[0])
+    total = float(graph.comp_us.sum()) if fits else None
+    return {"placement": np.zeros(graph.n, np.int64), "status": "optimal" if fits else "infeasible",
+            "objective_us": total, "bound_us": total, "solve_seconds": 0.0, "timeout": False,
+            "wall_limit_hit": False, "deterministic_time": 0.0, "chosen": "device 0",
+            "chosen_model_us": total, "model_start_us": None, "hint": None, "hint_us": None, "ticks_per_us": None,
+            "units": int(np.unique(units_of(graph)).size), "symmetry_breaking": False}
+
+
+def exact(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = None,
+          progress: Progress | None = None, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+          max_ops: int = DEFAULT_MAX_OPS) -> Result:
+    """Place and schedule ``graph`` optimally on ``machine`` with CP-SAT (small graphs only).
+
+    Parameters
+    ----------
+    graph, machine:
+        What to place, and on what.
+    memory_heuristic:
+        Must be ``None`` (the signature is :func:`pardnn.partition`'s); residual memory is a constraint.
+    progress:
+        Called as ``progress(stage, done, total)``: ``solve``, then ``evaluation``.
+    time_limit_s:
+        CP-SAT's deterministic time limit (about seconds of one core); ``inf``: until proven.
+    max_ops:
+        Refuse graphs of more ops.
+
+    Returns
+    -------
+    Result
+        The best placement found (module notes); ``details`` as in the module notes.
+
+    Raises
+    ------
+    GraphTooLargeError
+        ``graph.n > max_ops``.
+    MissingDependencyError
+        OR-Tools is not installed (``pip install ortools==9.9.3963``) and K > 1.
+    ValueError
+        ``memory_heuristic`` is not ``None``, or ``time_limit_s`` is negative or NaN.
+
+    Examples
+    --------
+    Two independent 5-µs ops on 2 devices: one on each, ``details["objective_us"] == 5.0``, ``optimal``.
+    """
+    reject_memory_heuristic("exact", memory_heuristic)
+    if not time_limit_s >= 0:
+        raise ValueError(f"exact: time_limit_s = {time_limit_s!r} must be >= 0 seconds")
+    if graph.n > max_ops:
+        raise GraphTooLargeError(
+            f"the exact placer solves graphs of up to {max_ops} ops; {graph.name!r} has {graph.n:,}. Its time "
+            f"grows exponentially: raise the limit (max_ops=...) with a longer time limit (time_limit_s=..., "
+            f"--time-budget) to try anyway, or use --algorithm pardnn")
+    if progress is not None:
+        progress("solve", 0, 1)
+    t0 = time.perf_counter()
+    out = _trivial(graph, machine) if machine.devices == 1 or graph.n == 0 else _solve(graph, machine, time_limit_s)
+    placement = out.pop("placement")
+    if progress is not None:
+        progress("solve", 1, 1)
+    objective, bound = out["objective_us"], out["bound_us"]
+    out["gap"] = None if objective is None or bound is None else (objective - bound) / objective if objective else 0.0
+    out["time_limit_s"] = float(time_limit_s)
+    return finish(graph, machine, placement, algorithm="exact", placement_seconds=time.perf_counter() - t0,
+                  details=out, progress=progress)
