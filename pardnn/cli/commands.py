@@ -162,6 +162,7 @@ def format_report(report: Any) -> str:
     return "\n".join(lines)
 
 
+LC_TIME_BUDGET_S = 60.0
 PARDNN = PLACEMENT["algorithm"].default  # the paper's placer: the only one with memory heuristics
 
 
@@ -207,8 +208,8 @@ def cmd_place(args: argparse.Namespace) -> int:
                               f"{args.algorithm} has none (its report still says whether memory fits)")
         heuristic = None
         if args.algorithm == "linear_clustering":
-            options["time_budget_s"] = args.time_budget
-        elif args.algorithm == "exact":
+            options["time_budget_s"] = LC_TIME_BUDGET_S if args.time_budget is None else args.time_budget
+        elif args.algorithm == "exact" and args.time_budget is not None:
             options["time_limit_s"] = args.time_budget
     placer = get_placer(args.algorithm)
     try:
@@ -240,9 +241,10 @@ def add_place(sub: Any) -> None:
                        metavar=choices_metavar("algorithm"),
                        help=f"placer: {PARDNN} (the paper; default) or a baseline to compare with: {baselines} "
                             "(see pardnn.baselines; metis needs pymetis, linear_clustering is quadratic)")
-    place.add_argument("--time-budget", type=float, default=60.0,
-                       help="seconds linear_clustering may spend before it stops clustering, or the exact placer's "
-                            "CP-SAT time limit (it reports the optimum or its proven bound) (default: %(default)s)")
+    place.add_argument("--time-budget", type=float, default=None,
+                       help=f"seconds linear_clustering may spend before it stops clustering (default: "
+                            f"{LC_TIME_BUDGET_S:g}), or the exact placer's CP-SAT time limit in deterministic "
+                            "seconds (default: the placer's own; it reports the optimum or its proven bound)")
     place.add_argument("--memory-heuristic", type=param_type("memory_heuristic"), default=None,
                        metavar=choices_metavar("memory_heuristic"),
                        help=f"{PLACEMENT['memory_heuristic'].help.replace('the memory limit', '--memory')}; "
