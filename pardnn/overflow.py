@@ -71,6 +71,10 @@ class OverflowResult:
     moved_ops: int
     rounds: int
     moves: list[tuple[int, int, int]] = field(default_factory=list)  # (unit's first op, from, to)
+    # The emulation of the final placement (its last round), so callers need not emulate it again;
+    # None when the machine has no memory limit and nothing was emulated.
+    schedule: Schedule | None = None
+    memory: MemoryProfile | None = None
 
 
 def _potentials(graph: CostGraph, place: np.ndarray, memory: MemoryProfile, schedule: Schedule,
@@ -279,7 +283,7 @@ def handle_overflow(graph: CostGraph, machine: Machine, placement: np.ndarray, *
         memory = track_memory(graph, machine, place, schedule)
         over = np.flatnonzero(memory.peak_bytes > limits)
         if over.size == 0:
-            return OverflowResult(place, int(np.diff(units.ptr)[frozen].sum()), rounds, moves)
+            return OverflowResult(place, int(np.diff(units.ptr)[frozen].sum()), rounds, moves, schedule, memory)
         rounds += 1
         state = _Round.start(graph, machine, units, place, memory, schedule, residual)
         worst_first = over[np.argsort(-(memory.peak_bytes[over] - limits[over]), kind="stable")]

@@ -17,7 +17,7 @@ import numpy as np
 
 from pardnn.balance import balance_residuals, split_critical_path
 from pardnn.colocation import resolve_groups
-from pardnn.emulator import emulate
+from pardnn.emulator import Schedule, emulate
 from pardnn.errors import NoPlacementFoundError, PardnnError
 from pardnn.feasibility import check_feasible, infeasible_message
 from pardnn.graph import CostGraph
@@ -121,7 +121,8 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
         progress("mapping", 0, 1)
     mapping = map_clusters(graph, weight, clusters, k, ccr)
     groups = resolve_groups(graph, machine, mapping.placement, weight)
-    placement, schedule = groups.placement, groups.schedule
+    placement = groups.placement
+    schedule: Schedule | None = groups.schedule
     details.update(colocation_moved=groups.moved, colocation_rule=groups.rule)
     details.update(secondary_clusters=clusters.count - k, mapped_by_locality=mapping.mapped_by_locality,
                    mapped_by_balance=mapping.mapped_by_balance, lookahead_passes=mapping.passes)
@@ -145,16 +146,19 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
                 details["memory_heuristic_failed"] = str(exc)
             else:
                 placement, moved = handled.placement, handled.moved_ops
+                schedule, memory = handled.schedule, handled.memory  # its last round's emulation
                 details["overflow_rounds"] = handled.rounds
         else:
             balanced = balance_residuals(graph, machine, placement)
             placement, moved = balanced.placement, balanced.moved_ops
+            schedule, memory = None, None
             details["residual_units_moved"] = balanced.moved_units
         details.update(moved_ops=moved, moved_share=moved / graph.n if graph.n else 0.0)
         seconds["memory"] = time.perf_counter() - t3
         if failure is None:
-            schedule = emulate(graph, machine, placement)
-            memory = track_memory(graph, machine, placement, schedule)
+            if schedule is None or memory is None:
+                schedule = emulate(graph, machine, placement)
+                memory = track_memory(graph, machine, placement, schedule)
             details.update(peak_after_bytes=memory.peak_bytes.tolist(), makespan_after_us=schedule.makespan_us)
 
     if guarded:
