@@ -247,7 +247,8 @@ def _relieve(state: _Round, device: int, frozen: np.ndarray, moves: list[tuple[i
 
 
 def handle_overflow(graph: CostGraph, machine: Machine, placement: np.ndarray, *,
-                    progress: Callable[[int, int], None] | None = None) -> OverflowResult:
+                    progress: Callable[[int, int], None] | None = None,
+                    max_rounds: int | None = None) -> OverflowResult:
     """Memory heuristic I: move ops off overflowing devices until every device fits its limit.
 
     Parameters
@@ -258,6 +259,9 @@ def handle_overflow(graph: CostGraph, machine: Machine, placement: np.ndarray, *
         The Step 1 placement (colocation groups whole).
     progress:
         Called as ``progress(round, overflowing_devices)`` after each round.
+    max_rounds:
+        Give up (:class:`~pardnn.errors.NoPlacementFoundError`) when a device still overflows after
+        this many rounds; ``None``: no cap (the loop still ends after at most U rounds).
 
     Raises
     ------
@@ -284,17 +288,20 @@ def handle_overflow(graph: CostGraph, machine: Machine, placement: np.ndarray, *
         over = np.flatnonzero(memory.peak_bytes > limits)
         if over.size == 0:
             return OverflowResult(place, int(np.diff(units.ptr)[frozen].sum()), rounds, moves, schedule, memory)
-        rounds += 1
-        state = _Round.start(graph, machine, units, place, memory, schedule, residual)
-        worst_first = over[np.argsort(-(memory.peak_bytes[over] - limits[over]), kind="stable")]
-        moved = sum(_relieve(state, int(device), frozen, moves) for device in worst_first)
-        if progress is not None:
-            progress(rounds, int(over.size))
+        moved, capped = 0, rounds == max_rounds
+        if not capped:
+            rounds += 1
+            state = _Round.start(graph, machine, units, place, memory, schedule, residual)
+            worst_first = over[np.argsort(-(memory.peak_bytes[over] - limits[over]), kind="stable")]
+            moved = sum(_relieve(state, int(device), frozen, moves) for device in worst_first)
+            if progress is not None:
+                progress(rounds, int(over.size))
         if moved == 0:  # every round before this one froze at least one more unit: the loop ends
-            worst = int(worst_first[0])
+            worst = int(over[np.argmax(memory.peak_bytes[over] - limits[over])])
             moved_ops = int(np.diff(units.ptr)[frozen].sum())
+            why = (f"then stopped at its cap of {max_rounds} rounds" if capped else
+                   "the last moving none: at its peak no op left on it can move to a device with room")
             raise NoPlacementFoundError("no placement found: " + infeasible_message(
                 worst, int(memory.peak_bytes[worst]), int(limits[worst]), machine,
-                f" after memory heuristic I moved {moved_ops} ops in {rounds} round{'s' * (rounds != 1)}, the last "
-                f"moving none: at its peak no op left on it can move to a device with room (this is not a proof "
-                f"that no placement fits)"))
+                f" after memory heuristic I moved {moved_ops} ops in {rounds} round{'s' * (rounds != 1)}, {why} "
+                f"(this is not a proof that no placement fits)"))

@@ -167,7 +167,7 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
             progress("guard", 0, 1)
         kept = guard(graph, machine, placement, None if failure else schedule, memory, weight)
         if kept.winner is None and heuristic is not None:
-            kept = place_under_memory(graph, machine, kept, failure)
+            kept = place_under_memory(graph, machine, kept, failure, progress=report_progress("fallback"))
         details["guard"] = kept.details()
         seconds["guard"] = time.perf_counter() - t4
         if kept.winner is not None:

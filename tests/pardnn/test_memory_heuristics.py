@@ -143,6 +143,20 @@ def test_every_device_overflowing_at_its_own_peak_still_moves_units_without_resi
     assert evaluate(g, machine, result.placement).peak_memory_bytes == [90, 70]
 
 
+def test_a_round_cap_stops_the_heuristic_and_says_so():
+    """The graph above needs 2 rounds: capped at 1, the handler stops after round 1 (x moved) while
+    device 1 still overflows (110 B at t = 3), naming the cap; capped at 2 it fits as before."""
+    g = CostGraph(["r0", "x", "r1", "z", "y"], [0, 1, 0, 2, 1], [50, 60, 40, 0, 70], [], [],
+                  kind=["residual", "normal", "residual", "normal", "normal"])
+    machine = Machine(2, memory=100, **LINK)
+    start = np.array([0, 0, 1, 1, 1])
+    expected = (r"^no placement found: device 1 needs 110 B .* 10 B short after memory heuristic I moved 1 ops in "
+                r"1 round, then stopped at its cap of 1 rounds \(this is not a proof")
+    with pytest.raises(NoPlacementFoundError, match=expected):
+        handle_overflow(g, machine, start, max_rounds=1)
+    assert handle_overflow(g, machine, start, max_rounds=2).rounds == 2
+
+
 def test_the_cover_heap_follows_the_remaining_overflow():
     """Residuals B (60 B, 1 us), Y (35 B, 3 us), X (40 B, 3.5 us), W (10 B, 1.5 us) on device 0 (limit
     45 B; device 1 holds 200 B): overflow 145 - 45 = 100. Ratios c/a: B 0.017, Y 0.086, X 0.0875, W 0.15;
