@@ -19,6 +19,7 @@ the gap).
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -30,6 +31,7 @@ import numpy as np
 
 from benchmarks.report import machine_line, write_section
 from pardnn.baselines.exact import DEFAULT_MAX_OPS, exact
+from pardnn.emulator import emulate
 from pardnn.errors import MissingDependencyError
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
@@ -42,6 +44,7 @@ DEVICES = (2, 3, 4)
 BANDWIDTH, LATENCY = 1e9, 0.5
 TARGET_MEAN, TARGET_MAX = 1.05, 1.25
 SIZES = (10, 20, 30, 50, 80)
+ANNEAL_EVALUATIONS = 40_000  # per start, for the cases above the max target
 OTHERS = tuple(name for name in PLACERS if name != "exact")
 
 
@@ -64,6 +67,29 @@ def random_dag(n: int, ccr: float, machine: Machine, seed: int) -> CostGraph:
     return CostGraph([f"op{i}" for i in range(n)], comp, out, src, dst, name=f"dag{seed}")
 
 
+def anneal(graph: CostGraph, machine: Machine, starts: Sequence[np.ndarray], evaluations: int, seed: int) -> float:
+    """The shortest emulated makespan a seeded simulated annealing over placements reaches from each
+    start (moves of 1-2 random ops to random devices, temperature 5 % of the start's makespan, cooling
+    geometrically to 1 % of that over the run): a reference for how well *any* placement can do under
+    the emulator's FIFO scheduling, found by brute force rather than by ParDNN's search."""
+    rng = np.random.default_rng(seed)
+    best = math.inf
+    for start in starts:
+        current = np.array(start, dtype=np.int64)
+        makespan = emulate(graph, machine, current).makespan_us
+        best = min(best, makespan)
+        temperature, cooling = 0.05 * makespan, 0.01 ** (1 / evaluations)
+        for _ in range(evaluations):
+            trial = current.copy()
+            trial[rng.choice(graph.n, size=int(rng.integers(1, 3)), replace=False)] = rng.integers(machine.devices)
+            candidate = emulate(graph, machine, trial).makespan_us
+            if candidate < makespan or rng.random() < math.exp(-(candidate - makespan) / temperature):
+                current, makespan = trial, candidate
+                best = min(best, makespan)
+            temperature *= cooling
+    return best
+
+
 def run_case(index: int, seed: int, time_limit_s: float) -> dict[str, Any]:
     rng = np.random.default_rng([seed, index])
     n = int(rng.integers(15, 31))
@@ -74,14 +100,20 @@ def run_case(index: int, seed: int, time_limit_s: float) -> dict[str, Any]:
     solved = exact(graph, machine, time_limit_s=time_limit_s)
     details = solved.report.details
     makespans = {"exact": solved.report.evaluation.makespan_us}
+    placements = {"exact": np.asarray(solved.placement)}
     for name in OTHERS:
         try:
-            makespans[name] = PLACERS[name](graph, machine).report.evaluation.makespan_us
+            result = PLACERS[name](graph, machine)
         except MissingDependencyError:
-            pass
+            continue
+        makespans[name], placements[name] = result.report.evaluation.makespan_us, np.asarray(result.placement)
+    optimum = details["objective_us"]
+    annealed = None
+    if details["status"] == "optimal" and optimum and makespans["pardnn"] > TARGET_MAX * optimum:
+        annealed = anneal(graph, machine, [placements["exact"], placements["pardnn"]], ANNEAL_EVALUATIONS, index)
     return {"n": n, "k": k, "ccr": communication_ratio(graph, machine), "target": target,
-            "status": details["status"], "optimum": details["objective_us"], "bound": details["bound_us"],
-            "seconds": details["solve_seconds"], "makespans": makespans}
+            "status": details["status"], "optimum": optimum, "bound": details["bound_us"],
+            "seconds": details["solve_seconds"], "makespans": makespans, "annealed": annealed, "index": index}
 
 
 def _stats(values: Sequence[float]) -> tuple[str, str, str]:
@@ -133,6 +165,19 @@ def render_cases(cases: list[dict[str, Any]], seconds: float, command: str, time
                   "above the optimum (its row). Against the best emulated makespan any placer reached on the graph "
                   f"(the exact one included), ParDNN's ratio is mean {statistics.mean(best):.3f}, max "
                   f"{max(best):.3f}; ParDNN's is that best in {sum(r <= 1 + 1e-9 for r in best)} of {len(best)} cases."]
+    above = [c for c in optimal if c.get("annealed") is not None]
+    if above:
+        lines += ["", f"The cases above the max target, against {ANNEAL_EVALUATIONS:,} steps of simulated annealing "
+                  "over placements from the exact placement and from ParDNN's (`anneal`: brute force, the best "
+                  "placement it meets under the emulator's FIFO order): when the annealed ratio is as high as "
+                  "ParDNN's, no placement the search met runs faster under that order, and the gap left is "
+                  "scheduling, not placement.", "",
+                  "| case | ops | K | CCR | ParDNN / optimum | exact placement, run FIFO | annealed |",
+                  "|---:|---:|---:|---:|---:|---:|---:|"]
+        for c in sorted(above, key=lambda c: -c["makespans"]["pardnn"] / c["optimum"]):
+            lines.append(f"| {c['index']} | {c['n']} | {c['k']} | {c['ccr']:.1f} | "
+                         f"{c['makespans']['pardnn'] / c['optimum']:.3f} | "
+                         f"{c['makespans']['exact'] / c['optimum']:.3f} | {c['annealed'] / c['optimum']:.3f} |")
     open_cases = [c for c in cases if c["status"] != "optimal" and c["bound"]]
     if open_cases:
         upper = [c["makespans"]["pardnn"] / c["bound"] for c in open_cases]

@@ -93,3 +93,37 @@ def test_refine_never_slows_never_splits_a_group_and_is_deterministic(g, k, band
     assert first.placement.tobytes() == second.placement.tobytes()
     assert colocation_violations(g, first.placement) == []
     assert emulate(g, machine, first.placement).makespan_us == pytest.approx(first.schedule.makespan_us)
+
+
+def test_a_linked_pair_moves_together_when_no_single_move_helps():
+    """a -> b (1000 B) on device 1, b -> c (1000 B) and d -> c (2000 B) on device 0; 10 us each, 1 MB/s.
+    As placed: a 0-10, b 10-20, c waits for b's copy until 1020: 1030 us. Every single move is no
+    better: c to device 1 waits 2000 us for d's copy (2020), b to device 0 waits 1000 us for a's
+    (1030, not shorter), a to device 0 cuts a -> b (2030), d to device 1 leaves b -> c cut (1040).
+    Moving the linked pair {a, b} to device 0 cuts nothing: all four in a row, 40 us."""
+    g = CostGraph(["a", "b", "c", "d"], [10.0] * 4, [1000, 1000, 0, 2000], [0, 1, 3], [1, 2, 2], name="pair")
+    machine = Machine(2, **SLOW)
+    placement = np.array([1, 1, 0, 0])
+    schedule = emulate(g, machine, placement)
+    assert schedule.makespan_us == pytest.approx(1030.0)
+    for op in range(4):
+        single = placement.copy()
+        single[op] = 1 - single[op]
+        assert emulate(g, machine, single).makespan_us >= 1030.0 - 1e-9
+    out = refine(g, machine, placement, schedule, None, seconds=1.0)
+    assert out.placement.tolist() == [0, 0, 0, 0] and out.schedule.makespan_us == pytest.approx(40.0)
+    assert [kind for kind, *_ in out.moves] == ["pair"]
+
+
+@given(random_dags(max_ops=20), st.integers(2, 3), st.floats(0.6, 1.0))
+def test_the_deep_search_keeps_every_device_within_its_limit(g, k, share):
+    """Kicks and pair moves under memory limits: the answer fits wherever the start fitted."""
+    machine = Machine(k, bandwidth="1GB/s")
+    placement = partition(g, machine, guarded=False).placement
+    peaks = track_memory(g, machine, placement, emulate(g, machine, placement)).peak_bytes
+    limited = Machine(k, bandwidth="1GB/s", memory=max(1, int(peaks.max() / share)), reserve=0.0)
+    schedule = emulate(g, limited, placement)
+    memory = track_memory(g, limited, placement, schedule)
+    out = refine(g, limited, placement, schedule, memory, seconds=0.5)
+    assert out.schedule.makespan_us <= schedule.makespan_us
+    assert (out.memory.peak_bytes <= limited.limits_bytes).all()
