@@ -7,8 +7,10 @@ Each has an ``add_<name>(subparsers)`` that builds its parser and a ``cmd_<name>
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pardnn.errors import PardnnError
@@ -93,17 +95,33 @@ def format_evaluation(evaluation: Any) -> str:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    from pardnn.emulator import emulate
     from pardnn.io import read_placement
+    from pardnn.memory import track_memory
     from pardnn.simulate import evaluate
+    from pardnn.trace import chrome_trace, plot_memory, write_trace
 
+    for option, path in (("--trace", args.trace), ("--memory-plot", args.memory_plot)):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise PardnnError(f"{option} {path}: folder {Path(path).resolve().parent} does not exist; create it first")
     t0 = time.perf_counter()
     graph = read_graph(args.graph)
     placement = read_placement(args.placement, graph, devices=args.devices)
     devices = args.devices if args.devices is not None else int(placement.max(initial=0)) + 1
     machine = machine_from_args(args, graph, devices)
     t1 = time.perf_counter()
-    evaluation = evaluate(graph, machine, placement)
+    schedule = emulate(graph, machine, placement)
+    memory = track_memory(graph, machine, placement, schedule)
+    evaluation = evaluate(graph, machine, placement, schedule=schedule, memory=memory)
     t2 = time.perf_counter()
+    written = []
+    if args.trace:
+        write_trace(args.trace, chrome_trace(graph, machine, placement, schedule, memory))
+        written.append(f"trace {args.trace} ({machine.devices} device tracks)")
+    if args.memory_plot:
+        plot_memory(args.memory_plot, memory, machine, schedule.makespan_us,
+                    title=f"{graph.name}: memory per device over one emulated step")
+        written.append(f"memory plot {args.memory_plot}")
     if args.json:
         payload = evaluation.to_dict()
         payload["seconds"] = {"load": t1 - t0, "evaluate": t2 - t1}
@@ -112,6 +130,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(f"{graph.name}: {graph.n:,} ops on {machine.describe()}")
         print(format_evaluation(evaluation))
         print(f"time            load {t1 - t0:.2f} s, emulate + memory {t2 - t1:.2f} s")
+    for line in written:
+        print(f"wrote           {line}", file=sys.stderr if args.json else sys.stdout)
     return EXIT_OK
 
 
@@ -125,6 +145,12 @@ def add_simulate(sub: Any) -> None:
     simulate.add_argument("placement", help="placement file: 'op_name device' lines, or JSON {op_name: device}")
     add_machine_options(simulate, devices_required=False)
     simulate.add_argument("--json", action="store_true", help="print JSON")
+    simulate.add_argument("--trace", metavar="FILE.json",
+                          help="write the emulated step as a Chrome/Perfetto trace (open in https://ui.perfetto.dev "
+                               "or chrome://tracing): one track per device, transfers as flows, memory counters; "
+                               "FILE.json.gz is gzipped")
+    simulate.add_argument("--memory-plot", metavar="FILE.png",
+                          help="plot each device's memory over the step against its limit (needs matplotlib)")
     simulate.set_defaults(func=cmd_simulate)
 
 
