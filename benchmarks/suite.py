@@ -37,6 +37,7 @@ from pardnn.io import read_any_graph
 from pardnn.machine import Machine
 from pardnn.placers import PLACERS
 from pardnn.synthetic import dnn_graph
+from pardnn.warmup import warm_up
 
 __all__ = ["FULL", "QUICK", "BenchResults", "Progress", "Run", "SuiteConfig", "bench_graph", "graph_paths",
            "run_suite"]
@@ -231,24 +232,6 @@ def bench_graph(suite: str, graph: CostGraph, config: SuiteConfig, progress: Pro
     return runs
 
 
-def _warm_up() -> None:
-    """Load (or compile) every numba kernel first, so the smallest graph is not charged for it."""
-    graph = dnn_graph(400, seed=1)
-    for name in PLACERS:
-        if name == "exact":  # not numba, and exponential: a 400-op graph is beyond it
-            continue
-        try:
-            PLACERS[name](graph, Machine(2), memory_heuristic=None)
-        except MissingDependencyError:
-            pass
-    peaks = partition(graph, Machine(2), memory_heuristic=None).report.evaluation.peak_memory_bytes
-    for heuristic in HEURISTICS:
-        try:
-            partition(graph, Machine(2, memory=int(0.9 * sum(peaks) / 2), reserve=0.0), memory_heuristic=heuristic)
-        except InfeasibleError:
-            pass
-
-
 def graph_paths(items: Iterable[str | Path]) -> tuple[Path, ...]:
     """Graph files named by ``items``: files as given, directories expanded to their ``*.json(.gz)``.
 
@@ -276,7 +259,7 @@ def run_suite(config: SuiteConfig, progress: Progress = print) -> BenchResults:
     started = time.perf_counter()
     load_before = os.getloadavg()
     files = [read_any_graph(path) for path in config.graph_files]
-    _warm_up()  # also fills numba's on-disk cache, which the timed commands load
+    warm_up()  # also fills numba's on-disk cache, which the timed commands load
     rows, speed_graph = speed(config, progress) if config.speed_ops > 0 else ([], "")
     runs: list[Run] = []
     for ops in config.sizes:

@@ -6,6 +6,8 @@
 #   2. python -m pip install -e ".[dev,tf,dist]"   (from the repo root)
 #   3. scripts/install-horovod.sh                  (builds horovod 0.28.1; skips
 #      if a working build is already installed)
+#   4. pardnn warmup                                (compiles the numba kernels
+#      into their cache now, not inside the first placement or job)
 #
 # Usage: scripts/setup.sh [--no-horovod] [--no-apt]
 #   --no-horovod  skip step 3 (the horovod build)
@@ -34,7 +36,7 @@ for arg in "$@"; do
         --no-horovod) do_horovod=0 ;;
         --no-apt) do_apt=0 ;;
         -h | --help)
-            sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) die "unknown argument: $arg (see --help)" ;;
@@ -96,5 +98,9 @@ if [[ $do_horovod -eq 1 ]]; then
 else
     step "--no-horovod: skipping the horovod build"
 fi
+
+# ---- 4. numba kernels --------------------------------------------------------
+step "pardnn warmup  (numba kernels into their on-disk cache)"
+(cd "$ROOT" && "$PYTHON" -m pardnn warmup) || die "pardnn warmup failed (see above)"
 
 step "done"

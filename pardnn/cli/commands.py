@@ -341,10 +341,34 @@ def add_generate(sub: Any) -> None:
     generate.set_defaults(func=cmd_generate)
 
 
+# ------------------------------------------------------------------------------------ warmup
+def cmd_warmup(args: argparse.Namespace) -> int:
+    import numba
+
+    from pardnn.warmup import warm_up
+
+    seconds = warm_up()
+    where = numba.config.CACHE_DIR or "__pycache__ beside pardnn's modules"
+    print(f"numba kernels ready in {seconds:.1f} s (cache: {where})")
+    return EXIT_OK
+
+
+def add_warmup(sub: Any) -> None:
+    warmup = add_parser(sub, "warmup", help="compile the numba kernels into their cache now (once after install)",
+                        epilog=None,
+                        description="Compile every numba kernel pardnn can reach (emulator, memory tracker, "
+                                    "slicing, mapping, memory heuristics, baselines) into numba's on-disk cache, so "
+                                    "the first placement or the first pardnn-launch job does not pay for it (about "
+                                    "8 s on 2 cores, on every rank at once). scripts/setup.sh runs it; run it again "
+                                    "after upgrading pardnn or numba, or with NUMBA_CACHE_DIR set as your jobs set it.")
+    warmup.set_defaults(func=cmd_warmup)
+
+
 BUILTIN: dict[str, Callable[[Any], None]] = {
     "info": add_info,
     "simulate": add_simulate,
     "place": add_place,
     "convert": add_convert,
     "generate": add_generate,
+    "warmup": add_warmup,
 }

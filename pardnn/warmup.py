@@ -1,0 +1,53 @@
+"""Compile (or load) every numba kernel now, not inside the first placement or the first job.
+
+pardnn's sequential sweeps (emulator, memory tracker, slicing, LFLAM mapping, heuristics, baselines)
+are compiled by numba with ``cache=True``: the first call in a fresh install compiles them (about
+8 s on 2 cores; on a cluster every rank of the first job at once) and writes the machine code to
+numba's cache (``__pycache__`` beside the modules, or ``NUMBA_CACHE_DIR``), later processes load
+it (a second or two, for all of them). :func:`warm_up` runs every placer on a small synthetic graph, without and under
+both memory heuristics, so that every kernel a placement can reach is in the cache; ``pardnn
+warmup`` runs it from the command line, ``scripts/setup.sh`` at install time, and the launcher as
+its own ``compile`` phase before ``partition`` so the two are timed apart.
+
+Complexity: a few placements of a 150-op graph; the time is numba's compilation or cache loading.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from pardnn.errors import InfeasibleError, MissingDependencyError
+from pardnn.machine import Machine
+from pardnn.pipeline import MEMORY_HEURISTICS, partition
+from pardnn.placers import PLACERS
+from pardnn.synthetic import dnn_graph
+
+__all__ = ["warm_up"]
+
+# Placers that compile nothing worth caching (CP-SAT is not numba, and exponential on 150 ops).
+_SKIP = frozenset({"exact"})
+
+
+def warm_up(progress: Callable[[str], None] | None = None) -> float:
+    """Compile or load every numba kernel; returns the seconds it took (placements included)."""
+    started = time.perf_counter()
+    graph = dnn_graph(150, seed=1)
+    for name, placer in PLACERS.items():
+        if name in _SKIP:
+            continue
+        if progress is not None:
+            progress(name)
+        try:
+            placer(graph, Machine(2), memory_heuristic=None)
+        except MissingDependencyError:
+            pass
+    peaks = partition(graph, Machine(2), memory_heuristic=None).report.evaluation.peak_memory_bytes
+    for heuristic in MEMORY_HEURISTICS:
+        if progress is not None:
+            progress(f"memory heuristic {heuristic}")
+        try:
+            partition(graph, Machine(2, memory=int(0.9 * sum(peaks) / 2), reserve=0.0), memory_heuristic=heuristic)
+        except InfeasibleError:
+            pass
+    return time.perf_counter() - started
