@@ -1,12 +1,16 @@
 """Job files: what to train and how to place it, read from TOML and validated in one place.
 
 A job file has a top-level ``name`` (default: the file's stem) and the tables ``[model]`` (``type``
-and the model's hyperparameters), ``[train]``, ``[run]``, ``[placement]`` and ``[data]``. Every key
+and the model's hyperparameters, or ``entry = "module:function"`` and ``[model.args]`` for the
+user's own model), ``[train]``, ``[run]``, ``[placement]`` and ``[data]`` (``source`` and ``path``,
+or ``entry``). Every key
 is listed in :mod:`jobs.schema` with its type, default and allowed values (``[placement]`` is the
 shared schema :data:`pardnn.settings.PLACEMENT`, so the launcher and the ``pardnn`` command agree
 with job files on every default, range and choice); an unknown key, a value of
 the wrong type or out of range raises :class:`JobError` naming the file, the dotted key, the value
 and what is allowed. Precedence: ``overrides`` (the command line), then the file, then the defaults.
+An entry point is checked here in form only (``module:function``); :func:`jobs.build` imports and
+calls it (:mod:`jobs.entrypoints`, :mod:`jobs.usermodel`).
 
 This module does not import TensorFlow.
 """
@@ -19,7 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs.schema import DATASETS, MODEL_PARAMS, PLACEMENT, RUN, TOP, TRAIN, check_model, normalise, window_fits
+from jobs.schema import (
+    DATASETS,
+    ENTRY,
+    MODEL_PARAMS,
+    PLACEMENT,
+    RUN,
+    TOP,
+    TRAIN,
+    check_model,
+    is_entry,
+    normalise,
+    window_fits,
+)
 from pardnn.errors import PardnnError
 from pardnn.machine import parse_bytes
 from pardnn.settings import REQUIRED, Param
@@ -50,7 +66,10 @@ class JobError(PardnnError, ValueError):
 class Job:
     """A validated job: the model and its hyperparameters, training, run, placement and data settings.
 
-    ``model_params`` holds every key of the model's schema (defaults filled in; lists as tuples).
+    ``model`` is a zoo model type, or for the user's own model its ``[model] entry``
+    (``"mypkg.net:build"``, also :attr:`entry`). ``model_params`` holds every key of a zoo model's
+    schema (defaults filled in; lists as tuples), or the ``[model.args]`` of an entry. ``data`` is
+    ``{"source", "path", ...}``, or ``{"entry": "mypkg.net:batches"}`` (:attr:`data_entry`).
     Build it with :func:`load_job` or :func:`job_from_dict`.
     """
 
@@ -64,6 +83,7 @@ class Job:
     seed: int = TRAIN["seed"].default
     momentum: float = TRAIN["momentum"].default
     grad_clip: float = TRAIN["grad_clip"].default
+    loss: str = TRAIN["loss"].default
     iterations: int = RUN["iterations"].default
     window: tuple[int, int] = RUN["window"].default
     devices_per_node: int = PLACEMENT["devices_per_node"].default
@@ -84,10 +104,21 @@ class Job:
     def source(self) -> str:
         return self.path.as_posix() if self.path is not None else f"<job {self.name}>"
 
+    @property
+    def entry(self) -> str | None:
+        """The ``[model] entry`` of the user's own model (``None`` for a zoo model)."""
+        return self.model if ":" in self.model else None
+
+    @property
+    def data_entry(self) -> str | None:
+        """The ``[data] entry`` giving the batches (``None``: the zoo's data)."""
+        return self.data.get("entry")
+
     def describe(self) -> str:
         params = ", ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in self.model_params.items())
+        loss = f", loss {self.loss}" if self.entry else ""
         return (f"{self.name}: {self.model}({params}); batch {self.batch_size}, {self.optimizer} "
-                f"lr {self.learning_rate:g}; data {self.data['source']}")
+                f"lr {self.learning_rate:g}{loss}; data {self.data_entry or self.data.get('source')}")
 
 
 def preset_names() -> list[str]:
@@ -210,20 +241,11 @@ def job_from_dict(data: Mapping[str, Any], *, path: Path | None = None, name: st
     top = check.keys({k: v for k, v in raw.items() if k in TOP}, TOP, prefix="", where="the top level", skip=())
     job_name = top["name"] or name or (path.stem if path is not None else "job")
 
-    model_raw = raw.get("model")
-    if not isinstance(model_raw, dict):
-        raise JobError(f"{source}: missing table [model]: give type = " + " | ".join(repr(m) for m in MODEL_PARAMS))
-    model_type = model_raw.get("type", REQUIRED)
-    if model_type is REQUIRED:
-        raise JobError(f"{source}: missing key model.type: expected one of "
-                       + ", ".join(repr(m) for m in MODEL_PARAMS))
-    if model_type not in MODEL_PARAMS:
-        check.fail("model.type", model_type, "one of " + ", ".join(repr(m) for m in MODEL_PARAMS))
-    schema = MODEL_PARAMS[model_type]
-    params = check.keys(model_raw, schema, prefix="model.", where=f"[model] of type {model_type!r}", skip=("type",))
-    check_model(model_type, params, lambda key, value, expected: check.fail(f"model.{key}", value, expected))
-
+    model_type, params = _model(raw.get("model"), check)
     train = check.table(raw, "train", TRAIN)
+    if ":" not in model_type and "loss" in raw.get("train", {}):
+        check.fail("train.loss", raw["train"]["loss"], f"no train.loss: the zoo model {model_type!r} has its own "
+                   "loss (train.loss is for a [model] entry returning a tf.keras.Model)")
     run = check.table(raw, "run", RUN)
     start, end = run["window"]
     if not window_fits(run["window"], run["iterations"]):
@@ -236,9 +258,65 @@ def job_from_dict(data: Mapping[str, Any], *, path: Path | None = None, name: st
                data=data_section)
 
 
+_ZOO = ", ".join(repr(m) for m in MODEL_PARAMS)
+_EITHER = f"type = one of {_ZOO} (a zoo model), or entry = {ENTRY} (your own model)"
+
+
+def _model(raw: Any, check: _Validator) -> tuple[str, dict[str, Any]]:
+    """``(type, hyperparameters)`` of a zoo model, or ``(entry, args)`` of the user's own."""
+    if not isinstance(raw, dict):
+        raise JobError(f"{check.source}: missing table [model]: give type = " + " | ".join(map(repr, MODEL_PARAMS))
+                       + f" (a zoo model), or entry = {ENTRY} (your own model)")
+    if "type" in raw and "entry" in raw:
+        raise JobError(f"{check.source}: model.type = {_show(raw['type'])} and model.entry = "
+                       f"{_show(raw['entry'])}: expected one of them: {_EITHER}")
+    if "entry" in raw:
+        return _user_model(raw, check)
+    model_type = raw.get("type", REQUIRED)
+    if model_type is REQUIRED:
+        raise JobError(f"{check.source}: missing key model.type: expected one of {_ZOO} (a zoo model), "
+                       f"or give model.entry = {ENTRY} (your own model)")
+    if model_type not in MODEL_PARAMS:
+        check.fail("model.type", model_type, f"one of {_ZOO}; or [model] entry = {ENTRY} for your own model")
+    schema = MODEL_PARAMS[model_type]
+    params = check.keys(raw, schema, prefix="model.", where=f"[model] of type {model_type!r}", skip=("type",))
+    check_model(model_type, params, lambda key, value, expected: check.fail(f"model.{key}", value, expected))
+    return model_type, params
+
+
+def _user_model(raw: dict[str, Any], check: _Validator) -> tuple[str, dict[str, Any]]:
+    for key in raw:
+        if key not in ("entry", "args"):
+            raise JobError(f"{check.source}: unknown key model.{key}; [model] with entry allows: args, entry "
+                           "(your function's keyword arguments go in the table [model.args])")
+    entry, args = raw["entry"], raw.get("args", {})
+    if not is_entry(entry):
+        check.fail("model.entry", entry, f"{ENTRY}: a function returning a tf.keras.Model, or a step with loss "
+                   "and inputs")
+    if not isinstance(args, dict):
+        check.fail("model.args", args, "a table [model.args] of keyword arguments for the entry function")
+    if "batch_size" in args:
+        check.fail("model.args.batch_size", args["batch_size"], "no batch_size here: set train.batch_size (the "
+                   "function gets batch_size= when it takes a parameter of that name)")
+    return entry, dict(args)
+
+
 def _data(raw: Any, model: str, check: _Validator) -> dict[str, Any]:
     if not isinstance(raw, dict):
         check.fail("data", raw, "a table [data]")
+    if "entry" in raw:
+        others = sorted(set(raw) - {"entry"})
+        if others:
+            raise JobError(f"{check.source}: data.entry and data.{others[0]}: expected one of them: entry = "
+                           f"{ENTRY} giving the batches, or source (and path) of the zoo's data")
+        if not is_entry(raw["entry"]):
+            check.fail("data.entry", raw["entry"], f"{ENTRY}: a function fn(iteration, batch_size, rank, ranks) "
+                       "returning a batch")
+        return {"entry": raw["entry"]}
+    if ":" in model:
+        raise JobError(f"{check.source}: missing key data.entry: expected {ENTRY}, a function "
+                       "fn(iteration, batch_size, rank, ranks) giving the batches of model.entry = "
+                       f"{_show(model)}")
     sources = ["synthetic", *(name for name, (models, _) in DATASETS.items() if model in models)]
     source = raw.get("source", "synthetic")
     if source not in sources:

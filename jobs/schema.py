@@ -2,9 +2,10 @@
 
 ``TOP`` (the top level), ``TRAIN``, ``RUN``, ``PLACEMENT`` (taken from the shared schema
 :data:`pardnn.settings.PLACEMENT`, so job files, ``pardnn-launch`` and ``pardnn`` agree on defaults,
-ranges and choices), ``DATASETS`` (the ``[data]`` sources) and ``MODEL_PARAMS`` (each model's
-hyperparameters), plus :func:`check_model` for the rules between keys of one model and
-:func:`normalise` for the other spellings a key accepts. :mod:`jobs.config` reads job files with
+ranges and choices), ``DATASETS`` (the ``[data]`` sources), ``MODEL_PARAMS`` (each zoo model's
+hyperparameters) and ``ENTRY`` (the ``[model] entry`` / ``[data] entry`` of the user's own code,
+checked in form only by :func:`is_entry`), plus :func:`check_model` for the rules between keys of
+one model and :func:`normalise` for the other spellings a key accepts. :mod:`jobs.config` reads job files with
 them; :mod:`launcher.settings` checks its overrides with the same objects.
 
 This module does not import TensorFlow.
@@ -12,6 +13,7 @@ This module does not import TensorFlow.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -20,8 +22,8 @@ from pardnn.presets import preset
 from pardnn.settings import PLACEMENT as SHARED_PLACEMENT
 from pardnn.settings import REQUIRED, Param
 
-__all__ = ["DATASETS", "MODEL_PARAMS", "PLACEMENT", "PLACEMENT_KEYS", "RUN", "TOP", "TRAIN", "Param", "check_model",
-           "normalise", "window_fits"]
+__all__ = ["DATASETS", "ENTRY", "KERAS_LOSSES", "MODEL_PARAMS", "PLACEMENT", "PLACEMENT_KEYS", "RUN", "TOP", "TRAIN",
+           "Param", "check_model", "is_entry", "normalise", "window_fits"]
 
 _DERIVED = None  # default of a key whose value follows from others (documented per key)
 
@@ -41,6 +43,14 @@ def _choice(default: Any, *choices: str, help: str = "") -> Param:
 
 TOP: dict[str, Param] = {"name": Param("str", _DERIVED, help="job name (default: the file's stem)")}
 
+# The names tf.keras.losses.get accepts (Keras 2.15), aliases included: train.loss of a Keras model entry.
+KERAS_LOSSES = ("sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy",
+                "binary_focal_crossentropy", "categorical_focal_crossentropy", "mean_squared_error", "mse",
+                "mean_absolute_error", "mae", "mean_absolute_percentage_error", "mape",
+                "mean_squared_logarithmic_error", "msle", "huber", "log_cosh", "logcosh", "hinge", "squared_hinge",
+                "categorical_hinge", "kl_divergence", "kld", "kullback_leibler_divergence", "poisson",
+                "cosine_similarity")
+
 TRAIN: dict[str, Param] = {
     "batch_size": _int(help="samples per step on one node (the launcher may override it)"),
     "optimizer": _choice("adam", "adam", "momentum"),
@@ -48,7 +58,18 @@ TRAIN: dict[str, Param] = {
     "momentum": _float(0.9, 0.0, 1.0, help="momentum optimizer's momentum"),
     "grad_clip": _float(0.0, 0.0, help="clip gradients by their global norm; 0 = off"),
     "seed": _int(0, 0, help="graph-level random seed: weights, dropout and synthetic data"),
+    "loss": _choice("sparse_categorical_crossentropy", *KERAS_LOSSES,
+                    help="Keras loss of a [model] entry returning a tf.keras.Model (mean over the batch)"),
 }
+
+# [model] entry / [data] entry: the user's own code, "package.module:function" (imported by jobs.build).
+ENTRY = "'module:function' (e.g. 'mypkg.net:build')"
+_ENTRY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+def is_entry(value: object) -> bool:
+    """Whether ``value`` has the form of an entry point: ``"package.module:function"``."""
+    return isinstance(value, str) and _ENTRY.fullmatch(value) is not None
 
 RUN: dict[str, Param] = {
     "iterations": _int(150, 1, help="training iterations"),

@@ -3,7 +3,8 @@
 Costing a step (profile or estimate, then the memory limit) is :func:`jobs.costing.cost_graph`,
 re-exported here.
 
-``build(job)`` creates a fresh ``tf.Graph`` holding the model's forward pass, the gradients
+``build(job)`` creates a fresh ``tf.Graph`` holding the model's forward pass (a zoo model's, or the
+one the job's ``[model] entry`` function makes: :mod:`jobs.usermodel`), the gradients
 (``optimizer.compute_gradients``), an optional ``gradient_hook`` over them (the launcher's Horovod
 allreduce), optional clipping by global norm, and the optimizer update, plus the initializer.
 Nothing runs and no variable is allocated: a paper-size graph builds on a laptop.
@@ -32,6 +33,7 @@ from jobs.config import Job, JobError, load_job
 from jobs.costing import COSTS, cost_graph
 from jobs.data import batches
 from jobs.models import model_module
+from jobs.usermodel import build_net, entry_points, feeder
 from pardnn.graph import CostGraph
 
 v1 = tf.compat.v1
@@ -99,26 +101,37 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
         ``hook(grads_and_vars) -> grads_and_vars``, applied between ``compute_gradients`` and
         ``apply_gradients`` (e.g. Horovod's allreduce).
     shard:
-        ``(rank, ranks)``: which part of the data this data-parallel rank reads (default all).
+        ``(rank, ranks)``: which part of the data this data-parallel rank reads (default all); a
+        ``[data] entry`` gets them as its ``rank, ranks``. (``pardnn-launch`` keeps the default and
+        shards by iteration: node ``r`` of ``N`` reads batch ``i·N + r`` at its step ``i``.)
 
     Raises
     ------
     JobError
-        A batch size < 1, or the job's data files missing or malformed.
+        A batch size < 1, the job's data files missing or malformed, or its entry points (the user's
+        model and data functions) missing, failing or returning what they should not.
     """
     batch = job.batch_size if batch_size is None else batch_size
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise JobError(f"{job.source}: batch size {batch!r}: expected a whole number >= 1")
     started = time.perf_counter()
-    feed = batches(job, batch, shard=shard)
+    user = entry_points(job, batch, shard)  # the job's own model and data functions, if any
+    feed = batches(job, batch, shard=shard) if user is None or user.data is None else None
     graph = tf.Graph()
     with graph.as_default():
         tf.keras.utils.set_random_seed(job.seed)
-        net = model_module(job.model).build(dict(job.model_params), batch)
+        if user is not None and user.model is not None:
+            net = build_net(job, user, batch, graph)
+        else:
+            net = model_module(job.model).build(dict(job.model_params), batch)
         optimizer = _optimizer(job)
         trainable = v1.trainable_variables()
         grads_and_vars = _dense_gradients(optimizer.compute_gradients(net.loss, var_list=trainable))
         unused = [var.name for grad, var in grads_and_vars if grad is None]
+        if unused and job.entry is not None:
+            raise JobError(f"{job.source}: model.entry = {job.entry!r}: trainable variables without a gradient "
+                           f"from the loss: {', '.join(unused[:5])}; expected every trainable variable to take "
+                           "part in the loss (or create it with trainable=False)")
         if unused:
             raise AssertionError(f"model {job.model}: variables without a gradient: {unused[:5]}")
         if gradient_hook is not None:
@@ -132,6 +145,9 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
         init_op = v1.global_variables_initializer()
         variables = v1.global_variables()
     inputs = net.inputs
+    if feed is None:
+        assert user is not None
+        feed = feeder(job, user, inputs, batch)
 
     def feed_fn(iteration: int) -> dict[tf.Tensor, np.ndarray]:
         return {inputs[name]: value for name, value in feed(iteration).items()}

@@ -31,6 +31,8 @@ def batches(job: Job, batch_size: int | None = None, *, shard: tuple[int, int] =
     JobError
         ``[data] path`` missing or not in the dataset's format (names the file and what was expected).
     """
+    if job.data_entry is not None:
+        raise ValueError(f"{job.source}: data.entry: jobs.build reads it (it checks batches against the inputs)")
     batch = job.batch_size if batch_size is None else batch_size
     index, count = shard
     if not 0 <= index < count:
