@@ -3,6 +3,7 @@
 ::
 
     cost = pardnn.tf.profile(graph, [train_op, loss], feed_fn)     # or capture(...) / estimate(...)
+    cost, sizing = pardnn.tf.capture_with_report(graph, [train_op, loss])   # outputs per sizing rule
     result = pardnn.partition(cost, pardnn.Machine(4))
     pardnn.tf.apply(graph, result.placement, pardnn.tf.device_names(4), names=cost.names)
     session = tf.compat.v1.Session(graph=graph, config=pardnn.tf.session_config(4))
@@ -14,22 +15,27 @@ imported here by name, so ``pardnn.tf.profile`` is the function (its module is
 
 from pardnn.presets import PRESETS, DevicePreset, machine_for, preset
 from pardnn.tf.apply import ApplyReport, apply, device_names, session_config
-from pardnn.tf.capture import capture, colocation_groups, trace_step
-from pardnn.tf.estimate import OpCost, estimate, estimate_parts, op_cost, op_flops
+from pardnn.tf.capture import capture, capture_with_report, colocation_groups, trace_step
+from pardnn.tf.estimate import EstimateParts, OpCost, estimate, estimate_parts, estimate_with_report, op_cost, op_flops
 from pardnn.tf.profile import ProfileReport, profile, profile_with_report
+from pardnn.tf.sizing import SizingReport
 
 __all__ = [
     "PRESETS",
     "ApplyReport",
     "DevicePreset",
+    "EstimateParts",
     "OpCost",
     "ProfileReport",
+    "SizingReport",
     "apply",
     "capture",
+    "capture_with_report",
     "colocation_groups",
     "device_names",
     "estimate",
     "estimate_parts",
+    "estimate_with_report",
     "machine_for",
     "op_cost",
     "op_flops",

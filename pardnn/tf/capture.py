@@ -4,15 +4,18 @@
 ops reached are what ``Session.run(fetches)`` executes, so initializers, savers and summaries not
 fetched are left out. One node per op, named as the op.
 
-- **Edges.** A data edge carries its tensor's bytes (static shape × dtype size); an op reading two
-  outputs of one producer gets one edge with their sum. Control edges carry 0 bytes. Resource
-  handles, TensorLists (variant) and strings count 0 bytes: their static shape says nothing about
-  the data behind them. v1 while-loop back edges (``NextIteration`` → ``Merge``) are dropped so the
-  step is a DAG.
-- **Unknown dimensions** (a ``None`` batch) raise :class:`InvalidGraphError` naming the op and the
-  tensor, unless ``unknown_dim`` is given: every unknown dimension then counts as ``unknown_dim``
-  (the batch size, typically). An unknown *rank* cannot be sized this way and always raises here;
-  :func:`pardnn.tf.profile.profile` sizes such tensors from the trace instead.
+- **Edges.** A data edge carries its tensor's bytes; an op reading two outputs of one producer gets
+  one edge with their sum. Control edges carry 0 bytes. v1 while-loop back edges
+  (``NextIteration`` → ``Merge``) are dropped so the step is a DAG.
+- **Sizes** of outputs come from :func:`pardnn.tf.sizing.size_step`: static shape × dtype size, and
+  where the shape is not static (a reserve space of unknown rank, a ``Unique``'s data-dependent
+  length, a ``None`` batch) a documented rule per case; :func:`capture_with_report` returns how many
+  outputs each rule sized. Resource handles and strings count 0 bytes, TensorLists 0 unless they are
+  a loop's accumulators. Unknown dimensions no rule resolves count as ``unknown_dim`` (the batch
+  size) when it is given. A ``Placeholder`` of unknown batch without ``unknown_dim`` raises
+  :class:`InvalidGraphError` naming the op and the tensor, as nothing bounds it. ``strict=True``
+  turns the rules off: an unknown dimension without ``unknown_dim`` or an unknown rank that
+  something reads raises (:func:`pardnn.tf.profile.profile` sizes such tensors from the trace).
 - **Kinds.** Variables (``VarHandleOp``, ``VariableV2``, ``Variable``) are residual; their
   ``out_bytes`` and ``param_bytes`` are the variable's size from its ``shape`` attribute. Ops that
   mutate a variable (``Assign*``, ``ApplyAdam``, ``ResourceApply*``, ``ScatterUpdate``,
@@ -31,7 +34,6 @@ Capture is O(|V| + |E|) over the graph's ops and tensors.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,11 +43,10 @@ import tensorflow as tf
 
 from pardnn.errors import InvalidGraphError
 from pardnn.graph import CostGraph, Kind
+from pardnn.tf.sizing import VARIABLE_OPS, SizingReport, shape_bytes, size_step
 
-__all__ = ["VARIABLE_OPS", "Step", "capture", "colocation_groups", "cost_graph", "fetch_ops", "op_kind", "shape_bytes",
-           "static_sizes", "trace_step"]
-
-VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable"})
+__all__ = ["VARIABLE_OPS", "Step", "capture", "capture_with_report", "colocation_groups", "cost_graph", "fetch_ops",
+           "op_kind", "shape_bytes", "static_sizes", "trace_step"]
 
 _MUTATING_OPS = frozenset({
     "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
@@ -129,6 +130,7 @@ class Step:
 
     ``data_edges`` are ``(src, output slot, dst)`` index triples, ``control_edges`` ``(src, dst)``;
     both between ops of the step. ``groups`` maps op names of the whole graph to group labels.
+    ``fetched`` names the tensors fetched (the client reads them, so they are not unused).
     """
 
     graph: tf.Graph
@@ -137,6 +139,7 @@ class Step:
     data_edges: tuple[tuple[int, int, int], ...]
     control_edges: tuple[tuple[int, int], ...]
     groups: dict[str, str]
+    fetched: frozenset[str] = frozenset()
 
     @property
     def names(self) -> list[str]:
@@ -181,7 +184,9 @@ def trace_step(graph: tf.Graph, fetches: Any) -> Step:
                 continue
             data.append((index[tensor.op.name], tensor.value_index, dst))
         control.extend((index[src.name], dst) for src in op.control_inputs)
-    return Step(graph, ops, index, tuple(data), tuple(control), colocation_groups(graph))
+    fetched = frozenset(f.name for f in tf.nest.flatten(fetches) if isinstance(f, tf.Tensor)) | frozenset(
+        f for f in tf.nest.flatten(fetches) if isinstance(f, str) and ":" in f)
+    return Step(graph, ops, index, tuple(data), tuple(control), colocation_groups(graph), fetched)
 
 
 # Ops whose output aliases a buffer that is already counted: a resource variable's read returns
@@ -190,57 +195,15 @@ def trace_step(graph: tf.Graph, fetches: Any) -> Step:
 ALIASING_OPS = frozenset({"ReadVariableOp"})
 
 
-def shape_bytes(dims: Sequence[int | None] | None, item_size: int, unknown_dim: int | None) -> int | None:
-    """Bytes of a tensor of shape ``dims`` (``None`` = unknown rank); ``None`` when unknown remains."""
-    if item_size == 0:
-        return 0
-    if dims is None:
-        return None
-    if any(d is None for d in dims) and unknown_dim is None:
-        return None
-    sizes: list[int] = [int(unknown_dim if d is None else d) for d in dims]  # type: ignore[arg-type]
-    return item_size * math.prod(sizes)
+def static_sizes(step: Step, unknown_dim: int | None = None, *, strict: bool = True,
+                 loop_trips: int = 1) -> list[list[int | None]]:
+    """Bytes of every output of every op of ``step`` (:func:`pardnn.tf.sizing.size_step`).
 
-
-def _item_size(dtype: tf.DType) -> int:
-    return int(dtype.base_dtype.size)
-
-
-def _variable_bytes(op: tf.Operation, unknown_dim: int | None) -> int | None:
-    dtype = tf.as_dtype(op.get_attr("dtype"))
-    shape = tf.TensorShape(op.get_attr("shape"))
-    return shape_bytes(shape.as_list() if shape.rank is not None else None, _item_size(dtype), unknown_dim)
-
-
-def static_sizes(step: Step, unknown_dim: int | None = None, *, strict: bool = True) -> list[list[int | None]]:
-    """Bytes of every output of every op of ``step`` from static shapes.
-
-    With ``strict`` an unresolved size raises :class:`InvalidGraphError`; otherwise it is ``None``.
-    A variable op's entry is a one-element list: the variable's size.
+    With ``strict`` only static shapes and ``unknown_dim`` size an output, and an unresolved size
+    raises :class:`InvalidGraphError`; otherwise the sizing rules apply and a size no rule finds is
+    ``None``. A variable op's entry is a one-element list: the variable's size.
     """
-    sizes: list[list[int | None]] = []
-    for op in step.ops:
-        if op.type in VARIABLE_OPS:
-            size = _variable_bytes(op, unknown_dim)
-            if size is None and strict:
-                raise InvalidGraphError(
-                    f"op {op.name!r} ({op.type}): variable shape {tf.TensorShape(op.get_attr('shape'))} is not fully"
-                    " known; give the variable a static shape or pass unknown_dim=<batch size>")
-            sizes.append([size])
-            continue
-        row: list[int | None] = []
-        for tensor in op.outputs:
-            dims = tensor.shape.as_list() if tensor.shape.rank is not None else None
-            size = shape_bytes(dims, _item_size(tensor.dtype), unknown_dim)
-            if size is None and not tensor.consumers():
-                size = 0  # nothing reads it (e.g. FusedBatchNormV3's reserve_space_3): nothing to size
-            if size is None and strict:
-                hint = "unknown rank; set a static shape (tensor.set_shape)" if dims is None else \
-                    "pass unknown_dim=<batch size> or give the placeholder a static shape"
-                raise InvalidGraphError(
-                    f"op {op.name!r} ({op.type}): output {tensor.name!r} has shape {tensor.shape}, {hint}")
-            row.append(size)
-        sizes.append(row)
+    sizes, _ = size_step(step, unknown_dim, strict=strict, loop_trips=loop_trips, raise_unresolved=strict)
     return sizes
 
 
@@ -279,7 +242,16 @@ def cost_graph(step: Step, sizes: Sequence[Sequence[int | None]], comp_us: Itera
     )
 
 
-def capture(graph: tf.Graph, fetches: Any, *, unknown_dim: int | None = None, name: str = "tf-step") -> CostGraph:
+def capture_with_report(graph: tf.Graph, fetches: Any, *, unknown_dim: int | None = None, loop_trips: int = 1,
+                        strict: bool = False, name: str = "tf-step") -> tuple[CostGraph, SizingReport]:
+    """:func:`capture`, also returning the :class:`~pardnn.tf.sizing.SizingReport` (outputs per sizing rule)."""
+    step = trace_step(graph, fetches)
+    sizes, report = size_step(step, unknown_dim, strict=strict, loop_trips=loop_trips)
+    return cost_graph(step, sizes, name=name), report
+
+
+def capture(graph: tf.Graph, fetches: Any, *, unknown_dim: int | None = None, loop_trips: int = 1,
+            strict: bool = False, name: str = "tf-step") -> CostGraph:
     """The :class:`CostGraph` of the training step that runs ``fetches`` (``comp_us`` all 0).
 
     Parameters
@@ -289,21 +261,28 @@ def capture(graph: tf.Graph, fetches: Any, *, unknown_dim: int | None = None, na
     fetches:
         What one step runs, as for ``Session.run`` (e.g. ``[train_op, loss]``, or names).
     unknown_dim:
-        Size to assume for every unknown dimension (the batch size); default: unknown dims raise.
+        Size to assume for an unknown dimension no sizing rule resolves (the batch size); default:
+        such a dimension is bounded by the op's largest input, and raises where there is none (a
+        placeholder of unknown batch).
+    loop_trips:
+        Iterations assumed for a ``While`` whose trip count is not static (sizes its accumulators).
+    strict:
+        Size from static shapes and ``unknown_dim`` only, and raise on anything else (no sizing rules).
     name:
         The cost graph's name.
 
     Raises
     ------
     InvalidGraphError
-        A fetch not in the graph; an unknown dimension without ``unknown_dim``; an unknown rank; a
-        cycle other than a v1 while loop's back edge.
+        A fetch not in the graph; an output no rule can size (with ``strict``: an unknown dimension
+        without ``unknown_dim``, an unknown rank that something reads); a cycle other than a v1 while
+        loop's back edge.
 
     Examples
     --------
     >>> cost = capture(graph, [train_op, loss])                      # doctest: +SKIP
-    >>> cost.names[:2], cost.out_bytes[:2]                           # doctest: +SKIP
+    >>> cost, sizing = capture_with_report(graph, [train_op, loss])  # doctest: +SKIP
+    >>> sizing.counts["reserve"], sizing.summary()                   # doctest: +SKIP
     """
-    step = trace_step(graph, fetches)
-    return cost_graph(step, static_sizes(step, unknown_dim), name=name)
-
+    return capture_with_report(graph, fetches, unknown_dim=unknown_dim, loop_trips=loop_trips, strict=strict,
+                               name=name)[0]

@@ -16,6 +16,12 @@ with the rates of a :class:`~pardnn.presets.DevicePreset` (``v100-32gb``, ``a100
   ``DepthwiseConv2dNative`` and its gradients: ``2 × |out| × kernel area``.
 - Any other op: one FLOP per element of its largest input or output (elementwise ops, reductions).
 
+Shapes are static shapes where fully known; elsewhere the sizes :func:`pardnn.tf.sizing.size_step`
+gives by rule (the same the cost graph's ``out_bytes`` hold: a ``Unique``'s output bounded by its
+input, a reserve space per channel...), and ``unknown_dim`` for a MatMul's unknown inner dimension.
+Sizes count each dtype's own width: a ``mixed_float16`` graph's float16 activations 2 bytes per
+element, its float32 master weights and their updates 4.
+
 Bytes moved are the op's input plus output bytes (a handle moves none). An optimizer update
 (``ApplyAdam``, ``ResourceApplyAdam``...) also reads and writes each variable it updates (the
 variable and its slots, each the size of the gradient).
@@ -24,21 +30,26 @@ Functional ops are costed from their function bodies. A ``While`` costs ``trips 
 ``trips`` is the smaller of its ``maximum_iterations`` and of ``limit - start`` of a
 ``counter < limit`` test in its cond, where these are known statically (Keras RNNs loop to
 ``tf.shape(x)[0]``; their gradient loops run to the forward loop's final counter), else
-``loop_trips``. ``If``/``Case`` cost their most expensive branch, calls their function. Inside a
-body, a tensor of unknown shape counts 0 bytes and 0 FLOPs (the top level raises as capture does).
+``loop_trips`` (default 1, :class:`pardnn.tf.loops.LoopTrips`). ``If``/``Case`` cost their most
+expensive branch, calls their function. Inside a body, a tensor of unknown shape counts 0 bytes and 0
+FLOPs unless ``unknown_dim`` sizes it (bodies are not sized by rule). A loop's memory is its
+outputs', which include the TensorList accumulators it keeps for backprop (trips × element bytes,
+see :mod:`pardnn.tf.sizing`).
 
 Metadata-only ops (``Const``, ``Identity``, ``Reshape``, ``Shape``, ``ReadVariableOp``,
 ``VarHandleOp``, ``NoOp``, control-flow plumbing...) cost 0: they launch no kernel.
 
 Limits: no kernel efficiency (peak is an upper bound, so times are optimistic, most for small ops);
-no fusion, tensor cores or mixed precision; sparse and data-dependent ops are costed by their dense
-shapes; host-side ops are costed as if on the GPU. Relative costs are what the partitioner needs, and
+no fusion, and no tensor-core rate for float16 (its bytes are counted at 2, its FLOPs at the
+preset's one peak); data-dependent ops are costed at their upper bounds; host-side ops are costed as
+if on the GPU. Relative costs are what the partitioner needs, and
 :func:`pardnn.tf.profile.profile` measures real ones where the hardware is at hand.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,9 +59,14 @@ import tensorflow as tf
 from pardnn.batchscale import CostParts, largest_term
 from pardnn.graph import CostGraph, Kind
 from pardnn.presets import DevicePreset, preset
-from pardnn.tf.capture import cost_graph, op_kind, static_sizes, trace_step
+from pardnn.tf.capture import cost_graph, op_kind, trace_step
+from pardnn.tf.loops import LOOP_OPS, LoopTrips, function_graph
+from pardnn.tf.sizing import SizingReport, size_step
 
-__all__ = ["OpCost", "estimate", "estimate_parts", "op_bytes", "op_cost", "op_flop_terms", "op_flops"]
+__all__ = ["EstimateParts", "OpCost", "estimate", "estimate_parts", "estimate_with_report", "op_bytes", "op_cost",
+           "op_flop_terms", "op_flops"]
+
+Sizes = Mapping[str, int] | None  # tensor name → bytes, for top-level tensors sized by rule
 
 FREE_OPS = frozenset({
     "NoOp", "Const", "HostConst", "Identity", "IdentityN", "Placeholder", "PlaceholderWithDefault",
@@ -100,12 +116,24 @@ def _dims(tensor: tf.Tensor, unknown_dim: int | None) -> list[int] | None:
     return [int(d) for d in dims]
 
 
-def _elements(tensor: tf.Tensor, unknown_dim: int | None) -> int:
+def _dim(tensor: tf.Tensor, index: int, unknown_dim: int | None) -> int | None:
+    """One dimension of ``tensor`` (``unknown_dim`` if unknown), or ``None`` for an unknown rank."""
+    if tensor.shape.rank is None:
+        return None
+    value = tensor.shape.as_list()[index]
+    return unknown_dim if value is None else int(value)
+
+
+def _elements(tensor: tf.Tensor, unknown_dim: int | None, sizes: Sizes = None) -> int:
+    if sizes is not None and tensor.name in sizes and tensor.dtype.base_dtype.size > 0:
+        return sizes[tensor.name] // tensor.dtype.base_dtype.size
     dims = _dims(tensor, unknown_dim)
     return 0 if dims is None else math.prod(dims)
 
 
-def _bytes(tensor: tf.Tensor, unknown_dim: int | None) -> int:
+def _bytes(tensor: tf.Tensor, unknown_dim: int | None, sizes: Sizes = None) -> int:
+    if sizes is not None and tensor.name in sizes:
+        return sizes[tensor.name]
     return _elements(tensor, unknown_dim) * int(tensor.dtype.base_dtype.size)
 
 
@@ -113,12 +141,16 @@ def _tensor_at(op: tf.Operation, index: int) -> tf.Tensor:
     return op.outputs[0] if index < 0 else op.inputs[index]
 
 
-def op_flops(op: tf.Operation, *, unknown_dim: int | None = None) -> int:
-    """FLOPs of one execution of ``op`` (multiply-add = 2), from static shapes; 0 for free ops."""
-    return max(op_flop_terms(op, unknown_dim=unknown_dim), default=0)
+def op_flops(op: tf.Operation, *, unknown_dim: int | None = None, sizes: Sizes = None) -> int:
+    """FLOPs of one execution of ``op`` (multiply-add = 2), from static shapes; 0 for free ops.
+
+    ``sizes`` (tensor name → bytes) gives the sizes of tensors whose static shape is not known, as
+    :func:`pardnn.tf.sizing.size_step` found them; they replace the static shape wherever given.
+    """
+    return max(op_flop_terms(op, unknown_dim=unknown_dim, sizes=sizes), default=0)
 
 
-def op_flop_terms(op: tf.Operation, *, unknown_dim: int | None = None) -> list[int]:
+def op_flop_terms(op: tf.Operation, *, unknown_dim: int | None = None, sizes: Sizes = None) -> list[int]:
     """The candidates whose largest is :func:`op_flops`: one for MatMuls and convolutions, the element
     count of each input and output for the one-FLOP-per-element rule, none for free ops.
 
@@ -129,14 +161,11 @@ def op_flop_terms(op: tf.Operation, *, unknown_dim: int | None = None) -> list[i
     if op.type in FREE_OPS:
         return []
     if op.type in _MATMUL:
-        a = _dims(op.inputs[0], unknown_dim)
-        if a is None:
-            return [0]
         if op.type == "MatMul":
-            inner = a[0] if op.get_attr("transpose_a") else a[1]
+            inner = _dim(op.inputs[0], 0 if op.get_attr("transpose_a") else 1, unknown_dim)
         else:
-            inner = a[-2] if op.get_attr("adj_x") else a[-1]
-        return [2 * _elements(op.outputs[0], unknown_dim) * inner]
+            inner = _dim(op.inputs[0], -2 if op.get_attr("adj_x") else -1, unknown_dim)
+        return [2 * _elements(op.outputs[0], unknown_dim, sizes) * (inner or 0)]
     if op.type in _CONV or op.type in _DEPTHWISE:
         filter_index, work_index = _CONV.get(op.type) or _DEPTHWISE[op.type]
         kernel = _dims(_tensor_at(op, filter_index), unknown_dim)
@@ -144,104 +173,47 @@ def op_flop_terms(op: tf.Operation, *, unknown_dim: int | None = None) -> list[i
             return [0]
         # Filter layout [spatial..., in, out] (depthwise: [spatial..., in, multiplier]).
         per_element = math.prod(kernel[:-1] if op.type in _CONV else kernel[:-2])
-        return [2 * _elements(_tensor_at(op, work_index), unknown_dim) * per_element]
+        return [2 * _elements(_tensor_at(op, work_index), unknown_dim, sizes) * per_element]
     tensors = [t for t in list(op.inputs) + list(op.outputs) if t.dtype.base_dtype.size > 0]
-    return [_elements(t, unknown_dim) for t in tensors]
+    return [_elements(t, unknown_dim, sizes) for t in tensors]
 
 
-def op_bytes(op: tf.Operation, *, unknown_dim: int | None = None) -> int:
-    """Bytes ``op`` reads and writes in device memory, from static shapes; 0 for free ops."""
+def op_bytes(op: tf.Operation, *, unknown_dim: int | None = None, sizes: Sizes = None) -> int:
+    """Bytes ``op`` reads and writes in device memory, from static shapes (and ``sizes``, as for
+    :func:`op_flops`); 0 for free ops."""
     if op.type in FREE_OPS:
         return 0
-    moved = sum(_bytes(t, unknown_dim) for t in op.inputs) + sum(_bytes(t, unknown_dim) for t in op.outputs)
+    moved = sum(_bytes(t, unknown_dim, sizes) for t in list(op.inputs) + list(op.outputs))
     if op_kind(op.type) == Kind.REFERENCE:
         variables = sum(1 for t in op.inputs if t.dtype == tf.resource or t.dtype._is_ref_dtype)
-        largest = max((_bytes(t, unknown_dim) for t in op.inputs if t.dtype.base_dtype.size > 0), default=0)
+        largest = max((_bytes(t, unknown_dim, sizes) for t in op.inputs if t.dtype.base_dtype.size > 0), default=0)
         moved += 2 * variables * largest
     return moved
-
-
-def _function_graph(op: tf.Operation, name: str) -> Any:
-    graph: Any = op.graph
-    while graph is not None:
-        function = graph._get_function(name)
-        if function is not None:
-            return getattr(function, "graph", None)
-        graph = getattr(graph, "outer_graph", None)
-    return None
-
-
-def _static_int(tensor: tf.Tensor) -> int | None:
-    """The value of a scalar int known at graph construction (constants, shapes, ``shape[i]``)."""
-    value = tf.get_static_value(tensor)
-    op = tensor.op
-    if value is None and op.type == "StridedSlice" and not any(
-            op.get_attr(mask) for mask in ("ellipsis_mask", "new_axis_mask")):
-        # Keras RNNs take the number of time steps as ``tf.shape(inputs)[0]``.
-        vector, begin, end, strides = (tf.get_static_value(t) for t in op.inputs)
-        if all(v is not None and np.ndim(v) == 1 for v in (vector, begin, end, strides)) and len(begin) == 1:
-            if op.get_attr("shrink_axis_mask") & 1:
-                value = vector[begin[0]]
-    if value is None or np.size(value) != 1:
-        return None
-    return int(np.reshape(value, ()))
 
 
 class _Estimator:
     def __init__(self, spec: DevicePreset, unknown_dim: int | None, loop_trips: int) -> None:
         self.spec = spec
         self.unknown_dim = unknown_dim
-        self.loop_trips = loop_trips
+        self.trips = LoopTrips(loop_trips)
         self.function_us: dict[str, float] = {}
-        self.trips: dict[str, int] = {}
 
-    def cost(self, op: tf.Operation) -> OpCost:
+    def cost(self, op: tf.Operation, sizes: Sizes = None) -> OpCost:
         if op.type in _FUNCTION_ATTRS:
             return OpCost(0, 0, self._functional_us(op))
         if op.type in FREE_OPS:
             return OpCost(0, 0, 0.0)
-        flops = op_flops(op, unknown_dim=self.unknown_dim)
-        moved = op_bytes(op, unknown_dim=self.unknown_dim)
+        flops = op_flops(op, unknown_dim=self.unknown_dim, sizes=sizes)
+        moved = op_bytes(op, unknown_dim=self.unknown_dim, sizes=sizes)
         return OpCost(flops, moved, float(self.spec.kernel_us(flops, moved)))
 
     def _body_us(self, op: tf.Operation, name: str) -> float:
         if name not in self.function_us:
             self.function_us[name] = 0.0  # a recursive function costs its body once
-            body = _function_graph(op, name)
+            body = function_graph(op, name)
             self.function_us[name] = 0.0 if body is None else sum(self.cost(inner).us
                                                                   for inner in body.get_operations())
         return self.function_us[name]
-
-    def _trips(self, op: tf.Operation) -> int:
-        """Iterations of a ``While``: ``maximum_iterations`` and the ``counter < limit`` of its cond."""
-        if op.name in self.trips:
-            return self.trips[op.name]
-        self.trips[op.name] = self.loop_trips  # a loop bounded by itself
-        known: list[int] = []
-        cap = _static_int(op.inputs[1]) if len(op.inputs) > 1 else None
-        if cap is not None and cap >= 0:
-            known.append(cap)
-        cond = _function_graph(op, op.get_attr("cond").name)
-        if cond is not None:
-            slot = {t.name: k for k, t in enumerate(cond.inputs) if k < len(op.inputs)}
-            for inner in cond.get_operations():
-                if inner.type not in ("Less", "LessEqual"):
-                    continue
-                counter, limit = (slot.get(t.name) for t in inner.inputs)
-                if counter is None or limit is None:
-                    continue
-                start, stop = _static_int(op.inputs[counter]), self._bound(op.inputs[limit])
-                if start is not None and stop is not None:
-                    known.append(max(stop - start + (inner.type == "LessEqual"), 0))
-                    break
-        self.trips[op.name] = min(known) if known else self.loop_trips
-        return self.trips[op.name]
-
-    def _bound(self, tensor: tf.Tensor) -> int | None:
-        # A gradient loop runs as often as its forward loop, whose counter (output 0) it receives.
-        if tensor.op.type in ("While", "StatelessWhile") and tensor.value_index == 0:
-            return self._trips(tensor.op)
-        return _static_int(tensor)
 
     def _functional_us(self, op: tf.Operation) -> float:
         names: list[str] = []
@@ -249,46 +221,70 @@ class _Estimator:
             value = op.get_attr(attr)
             names.extend(f.name for f in (value if isinstance(value, list) else [value]))
         costs = [self._body_us(op, name) for name in names]
-        if op.type in ("While", "StatelessWhile"):
-            return self._trips(op) * sum(costs)
+        if op.type in LOOP_OPS:
+            return self.trips(op) * sum(costs)
         return max(costs, default=0.0) + (0.0 if op.type.endswith("PartitionedCall") else self.spec.launch_us)
 
 
 def op_cost(op: tf.Operation, device: str | DevicePreset = "v100-32gb", *, unknown_dim: int | None = None,
-            loop_trips: int = 1) -> OpCost:
-    """Estimated cost of one op on ``device`` (see the module docstring for the model)."""
-    return _Estimator(preset(device), unknown_dim, loop_trips).cost(op)
+            loop_trips: int = 1, sizes: Sizes = None) -> OpCost:
+    """Estimated cost of one op on ``device`` (see the module docstring for the model; ``sizes`` as
+    for :func:`op_flops`)."""
+    return _Estimator(preset(device), unknown_dim, loop_trips).cost(op, sizes)
+
+
+@dataclass(frozen=True)
+class EstimateParts(CostParts):
+    """:class:`~pardnn.batchscale.CostParts` with the :class:`~pardnn.tf.sizing.SizingReport` of its graph."""
+
+    sizing: SizingReport | None = None
 
 
 def estimate(graph: tf.Graph, fetches: Any, device: str | DevicePreset = "v100-32gb", *,
-             unknown_dim: int | None = None, loop_trips: int = 1, name: str = "tf-step") -> CostGraph:
+             unknown_dim: int | None = None, loop_trips: int = 1, strict: bool = False,
+             name: str = "tf-step") -> CostGraph:
     """The step's :class:`CostGraph` (as :func:`~pardnn.tf.capture.capture`) with roofline times.
 
     Parameters
     ----------
-    graph, fetches, unknown_dim, name:
+    graph, fetches, unknown_dim, strict, name:
         As for :func:`~pardnn.tf.capture.capture`.
     device:
         A preset name (``v100-32gb``, ``a100-80gb``, ``h100-80gb``) or a :class:`DevicePreset`.
     loop_trips:
-        Iterations assumed for a ``While`` whose ``maximum_iterations`` is not a constant.
+        Iterations assumed for a ``While`` whose trip count is not static (its time and its
+        accumulators' bytes).
 
     Notes
     -----
     O(|V| + |E|) plus the ops of each function body once.
     """
-    return estimate_parts(graph, fetches, device, unknown_dim=unknown_dim, loop_trips=loop_trips, name=name).graph
+    return estimate_parts(graph, fetches, device, unknown_dim=unknown_dim, loop_trips=loop_trips, strict=strict,
+                          name=name).graph
+
+
+def estimate_with_report(graph: tf.Graph, fetches: Any, device: str | DevicePreset = "v100-32gb", *,
+                         unknown_dim: int | None = None, loop_trips: int = 1, strict: bool = False,
+                         name: str = "tf-step") -> tuple[CostGraph, SizingReport]:
+    """:func:`estimate`, also returning the :class:`~pardnn.tf.sizing.SizingReport` (outputs per sizing rule)."""
+    parts = estimate_parts(graph, fetches, device, unknown_dim=unknown_dim, loop_trips=loop_trips, strict=strict,
+                           name=name)
+    assert parts.sizing is not None
+    return parts.graph, parts.sizing
 
 
 def estimate_parts(graph: tf.Graph, fetches: Any, device: str | DevicePreset = "v100-32gb", *,
-                   unknown_dim: int | None = None, loop_trips: int = 1, name: str = "tf-step") -> CostParts:
-    """:func:`estimate`, with each op's FLOPs and bytes moved beside the graph.
+                   unknown_dim: int | None = None, loop_trips: int = 1, strict: bool = False,
+                   name: str = "tf-step") -> EstimateParts:
+    """:func:`estimate`, with each op's FLOPs and bytes moved beside the graph, and ``.sizing``.
 
     What :class:`pardnn.batchscale.BatchScaling` needs to give the graph at other batch sizes
     without building it again. Arguments as for :func:`estimate`; ``.graph`` is what it returns.
+    Tensors sized by rule (not from a static shape) count those sizes in FLOPs and bytes moved too.
     """
     step = trace_step(graph, fetches)
-    sizes = static_sizes(step, unknown_dim)
+    sizes, sizing = size_step(step, unknown_dim, strict=strict, loop_trips=loop_trips)
+    by_rule = {name: size for name, size in sizing.sizes.items() if size is not None}
     spec = preset(device)
     estimator = _Estimator(spec, unknown_dim, loop_trips)
     kernel = np.array([op.type not in FREE_OPS and op.type not in _FUNCTION_ATTRS for op in step.ops], bool)
@@ -298,17 +294,18 @@ def estimate_parts(graph: tf.Graph, fetches: Any, device: str | DevicePreset = "
     other_us: list[float] = []
     for op, launches in zip(step.ops, kernel.tolist(), strict=True):
         if launches:
-            own = op_flop_terms(op, unknown_dim=unknown_dim)
+            own = op_flop_terms(op, unknown_dim=unknown_dim, sizes=by_rule)
             terms.extend(own)
             counts.append(len(own))
-            moved.append(op_bytes(op, unknown_dim=unknown_dim))
+            moved.append(op_bytes(op, unknown_dim=unknown_dim, sizes=by_rule))
             other_us.append(0.0)
         else:
             counts.append(0)
             moved.append(0)
-            other_us.append(estimator.cost(op).us)
+            other_us.append(estimator.cost(op, by_rule).us)
     flop_ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     flop_terms = np.array(terms, np.float64)
     moved_bytes = np.array(moved, np.float64)
     comp_us = np.where(kernel, spec.kernel_us(largest_term(flop_terms, flop_ptr), moved_bytes), other_us)
-    return CostParts(cost_graph(step, sizes, comp_us, name=name), flop_ptr, flop_terms, moved_bytes, kernel)
+    return EstimateParts(cost_graph(step, sizes, comp_us, name=name), flop_ptr, flop_terms, moved_bytes, kernel,
+                         sizing)

@@ -15,11 +15,14 @@ constant folding off (so the ops that run keep their graph names), traces the la
   ``_Recv`` and ``_Retval`` nodes are skipped.
 - **Sizes** come from the trace nodes named exactly as the op: each output's runtime shape × dtype
   size. They replace the static sizes, and fill the unknown ones (a ``None`` batch, an unknown
-  rank). Resource handles, TensorLists and strings stay 0 bytes as in capture. Variables keep the
+  rank). Outputs the trace does not size are sized as capture sizes them (static shape, else the
+  rules of :mod:`pardnn.tf.sizing`, which see the traced sizes of their inputs): resource handles
+  and strings 0 bytes, a loop's TensorList accumulators trips × element bytes. Variables keep the
   size of their ``shape`` attribute (the trace shows only their handle).
 
 Ops the trace never shows keep their static values (0 µs) and are listed in the
-:class:`ProfileReport`; tensors whose size is still unknown count 0 bytes and are listed too.
+:class:`ProfileReport`; tensors no rule sizes either count 0 bytes and are listed too (profiling
+never raises for a size).
 
 On GPUs the trace has the executor's view and per-stream kernel views of one op; the op's time per
 step is the largest of its views (its kernel time when the stream view has it). This path is not
@@ -40,7 +43,8 @@ import tensorflow as tf
 
 from pardnn.graph import CostGraph
 from pardnn.tf.apply import session_config
-from pardnn.tf.capture import VARIABLE_OPS, cost_graph, static_sizes, trace_step
+from pardnn.tf.capture import VARIABLE_OPS, cost_graph, trace_step
+from pardnn.tf.sizing import SizingReport, size_step
 
 __all__ = ["ProfileReport", "StepTrace", "owner_op", "parse_step_stats", "profile", "profile_with_report",
            "trimmed_mean"]
@@ -151,7 +155,8 @@ class ProfileReport:
     """What profiling saw: ops timed from the trace, ops it never showed, sizes left unknown.
 
     ``missing`` are op names (they kept 0 µs), ``unsized`` tensor or variable names (0 bytes),
-    ``unmatched_trace_nodes`` the last traced step's nodes that belong to no op of the graph.
+    ``unmatched_trace_nodes`` the last traced step's nodes that belong to no op of the graph,
+    ``sizing`` the outputs per sizing rule (``trace`` for those the trace sized).
     """
 
     steps: int
@@ -163,11 +168,13 @@ class ProfileReport:
     unsized: tuple[str, ...]
     unmatched_trace_nodes: int
     seconds: float
+    sizing: SizingReport | None = None
 
     def summary(self) -> str:
+        rules = f" ({self.sizing.summary()})" if self.sizing is not None else ""
         return (f"profiled {self.steps} steps after {self.warmup} warm-up: {self.timed} of {self.ops} ops timed, "
                 f"{len(self.missing)} not in the trace, {self.sized_from_trace} outputs sized from the trace, "
-                f"{len(self.unsized)} left unsized, {self.seconds:.1f} s")
+                f"{len(self.unsized)} left unsized{rules}, {self.seconds:.1f} s")
 
 
 def _default_init_ops(graph: tf.Graph) -> list[tf.Operation]:
@@ -178,7 +185,7 @@ def _default_init_ops(graph: tf.Graph) -> list[tf.Operation]:
 
 def profile_with_report(graph: tf.Graph, fetches: Any, feed_fn: FeedFn | None = None, *, steps: int = 10,
                         warmup: int = 2, devices: int = 1, kind: str = "cpu", trim: float = 0.2,
-                        unknown_dim: int | None = None, init_ops: Any = None,
+                        unknown_dim: int | None = None, loop_trips: int = 1, init_ops: Any = None,
                         name: str = "tf-step") -> tuple[CostGraph, ProfileReport]:
     """:func:`profile`, also returning its :class:`ProfileReport`."""
     if steps < 1 or warmup < 0:
@@ -212,25 +219,20 @@ def profile_with_report(graph: tf.Graph, fetches: Any, feed_fn: FeedFn | None = 
             comp[i] = trimmed_mean(samples, trim)
         else:
             missing.append(op.name)
-    sizes = static_sizes(step, unknown_dim, strict=False)
-    sized = 0
+    measured: dict[str, dict[int, int]] = {}
+    for trace in traces:
+        for op_name, slots in trace.sizes.items():
+            measured.setdefault(op_name, {}).update(slots)
+    sizes, sizing = size_step(step, unknown_dim, loop_trips=loop_trips, measured=measured, raise_unresolved=False)
     unsized: list[str] = []
     for i, op in enumerate(step.ops):
         if op.type in VARIABLE_OPS:
-            if sizes[i][0] is None:
-                unsized.append(op.name)
-            continue
-        measured: dict[int, int] = {}
-        for trace in traces:
-            measured.update(trace.sizes.get(op.name, {}))
-        for slot, tensor in enumerate(op.outputs):
-            if slot in measured and tensor.dtype.base_dtype.size > 0:
-                sizes[i][slot] = measured[slot]
-                sized += 1
-            elif sizes[i][slot] is None:
-                unsized.append(tensor.name)
-    report = ProfileReport(steps, warmup, len(step.ops), len(step.ops) - len(missing), tuple(missing), sized,
-                           tuple(unsized), traces[-1].unmatched, time.perf_counter() - started)
+            unsized.extend([op.name] if sizes[i][0] is None else [])
+        else:
+            unsized.extend(t.name for t, size in zip(op.outputs, sizes[i], strict=True) if size is None)
+    report = ProfileReport(steps, warmup, len(step.ops), len(step.ops) - len(missing), tuple(missing),
+                           sizing.counts["trace"], tuple(unsized), traces[-1].unmatched,
+                           time.perf_counter() - started, sizing)
     logger.info("%s", report.summary())
     if unsized:
         logger.warning("%d tensors have no static or traced size and count 0 bytes, e.g. %r",
@@ -240,7 +242,7 @@ def profile_with_report(graph: tf.Graph, fetches: Any, feed_fn: FeedFn | None = 
 
 def profile(graph: tf.Graph, fetches: Any, feed_fn: FeedFn | None = None, *, steps: int = 10, warmup: int = 2,
             devices: int = 1, kind: str = "cpu", trim: float = 0.2, unknown_dim: int | None = None,
-            init_ops: Any = None, name: str = "tf-step") -> CostGraph:
+            loop_trips: int = 1, init_ops: Any = None, name: str = "tf-step") -> CostGraph:
     """The step's :class:`CostGraph` with measured per-op times and output sizes.
 
     Parameters
@@ -256,8 +258,10 @@ def profile(graph: tf.Graph, fetches: Any, feed_fn: FeedFn | None = None, *, ste
         on devices the session lacks fall back to the first, as soft placement is on here).
     trim:
         Fraction of the traced steps dropped at each end before averaging an op's time.
-    unknown_dim:
-        Size of unknown dimensions the trace does not resolve (see capture).
+    unknown_dim, loop_trips:
+        For outputs the trace does not size, which are sized by rule as in
+        :func:`~pardnn.tf.capture.capture` (a TensorList, a loop's accumulators, an op the trace
+        shows only lowered).
     init_ops:
         What to run once before the steps; default the initializers of the graph's global and local
         variables; ``()`` for nothing.
@@ -268,5 +272,6 @@ def profile(graph: tf.Graph, fetches: Any, feed_fn: FeedFn | None = None, *, ste
     :func:`~pardnn.tf.apply.apply`. Logs a :class:`ProfileReport` summary at INFO.
     """
     cost, _ = profile_with_report(graph, fetches, feed_fn, steps=steps, warmup=warmup, devices=devices, kind=kind,
-                                  trim=trim, unknown_dim=unknown_dim, init_ops=init_ops, name=name)
+                                  trim=trim, unknown_dim=unknown_dim, loop_trips=loop_trips, init_ops=init_ops,
+                                  name=name)
     return cost

@@ -10,13 +10,12 @@ import numpy as np
 import tensorflow as tf
 
 
-@dataclass
-class Model:
+class Step:
+    """What every test model offers: the fetches of one training step and an initializer."""
+
     graph: tf.Graph
-    inputs: list[tf.Tensor]
-    loss: tf.Tensor
     train: tf.Operation
-    extra: dict[str, Any] = field(default_factory=dict)
+    loss: tf.Tensor
 
     @property
     def fetches(self) -> list[Any]:
@@ -25,6 +24,24 @@ class Model:
     def initializer(self) -> tf.Operation:
         with self.graph.as_default():
             return tf.compat.v1.global_variables_initializer()
+
+
+def sparse_rows() -> tf.Tensor:
+    """In the current graph: ids [4, 6] → ``unique`` → an unsorted segment sum ``summed`` of data
+    [24, 8] over the distinct ids (a data-dependent row count, at most 24)."""
+    ids = tf.compat.v1.placeholder(tf.int32, [4, 6], name="ids")
+    unique, idx = tf.unique(tf.reshape(ids, [-1]), name="unique")
+    data = tf.compat.v1.placeholder(tf.float32, [24, 8], name="data")
+    return tf.math.unsorted_segment_sum(data, idx, tf.shape(unique)[0], name="summed"), unique
+
+
+@dataclass
+class Model(Step):
+    graph: tf.Graph
+    inputs: list[tf.Tensor]
+    loss: tf.Tensor
+    train: tf.Operation
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def tiny(batch: int | None = 4) -> Model:

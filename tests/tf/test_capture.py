@@ -9,7 +9,7 @@ tf = pytest.importorskip("tensorflow")
 
 from pardnn.errors import InvalidGraphError  # noqa: E402
 from pardnn.graph import Kind  # noqa: E402
-from pardnn.tf import capture, colocation_groups  # noqa: E402
+from pardnn.tf import capture, capture_with_report, colocation_groups  # noqa: E402
 from pardnn.tf.capture import op_kind  # noqa: E402
 from tests.tf import models  # noqa: E402
 
@@ -206,3 +206,195 @@ def test_unused_output_of_unknown_rank_counts_nothing():
     cost = capture(graph, [loss])
     batch_norm = [i for i, op in enumerate(cost.ops) if op.startswith("FusedBatchNorm")]
     assert batch_norm and cost.out_bytes[batch_norm[0]] >= 2 * 4 * 4 * 3 * 4
+
+
+# Sizing rules (pardnn.tf.sizing), each on a small graph with the answer worked out by hand.
+
+
+def _sized(graph, fetches, **kwargs):
+    """``(bytes per op name, the SizingReport)`` of the step that runs ``fetches``."""
+    cost, sizing = capture_with_report(graph, fetches, **kwargs)
+    assert sum(sizing.counts.values()) == sum(len(graph.get_operation_by_name(n).outputs) for n in cost.names)
+    return dict(zip(cost.names, cost.out_bytes.tolist())), sizing
+
+
+def _batch_norm_graph():
+    """A training batch norm whose channel count is unknown statically: x [2, 4, 4, C=3]."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder_with_default(tf.ones([2, 4, 4, 3]), [2, 4, 4, None], name="x")
+        scale = tf.compat.v1.placeholder_with_default(tf.ones([3]), [None], name="scale")
+        offset = tf.compat.v1.placeholder_with_default(tf.zeros([3]), [None], name="offset")
+        y, _, _ = tf.compat.v1.nn.fused_batch_norm(x, scale, offset, is_training=True, name="bn")
+        loss = tf.reduce_sum(y, name="loss")
+        grads = tf.gradients(loss, [x, scale])
+    return graph, [loss, *grads]
+
+
+def test_batch_norm_reserve_is_per_channel_and_reserve_space_3_is_empty():
+    sizes, sizing = _sized(*_batch_norm_graph())
+    # x: 2*4*4*3 floats = 384 B (the bound of placeholder_with_default: its default's size). bn: y like x
+    # (384), batch mean, variance, reserve_space_1, _2: 3 floats each (48), reserve_space_3: 0.
+    assert sizes["x"] == sizes["scale"] * 32 == 384
+    assert sizes["bn"] == 384 + 4 * 3 * 4
+    assert sizing.rules["bn:0"] == "propagated"
+    assert [sizing.rules[f"bn:{k}"] for k in range(1, 6)] == ["reserve"] * 5
+    # Its gradient: x_backprop 384, scale and offset backprop 12 each, reserve_space_4/_5 0.
+    grad = next(n for n in sizes if n.endswith("FusedBatchNormGradV3"))
+    assert sizes[grad] == 384 + 2 * 12
+    assert sizing.counts["largest_input"] == 3  # x, scale and offset: bounded by their defaults
+    assert sizes["gradients/loss_grad/Tile"] == 384  # tiled to tf.shape(y): y's size
+
+
+def test_strict_keeps_the_old_errors():
+    graph, fetches = _batch_norm_graph()
+    with pytest.raises(InvalidGraphError, match=r"op 'x' \(PlaceholderWithDefault\): output 'x:0' has shape "
+                                                r"\(2, 4, 4, None\), pass unknown_dim"):
+        capture(graph, fetches, strict=True)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [2, 4, 4, 3], name="x")
+        y, _, _ = tf.compat.v1.nn.fused_batch_norm(x, tf.ones([3]), tf.zeros([3]), is_training=True, name="bn")
+        grads = tf.gradients(tf.reduce_sum(y), x)
+    with pytest.raises(InvalidGraphError, match=r"op 'bn' \(FusedBatchNormV3\): output 'bn:5' has shape <unknown>, "
+                                                r"unknown rank; set a static shape"):
+        capture(graph, grads, strict=True)
+    sizes, sizing = _sized(graph, grads)
+    assert sizes["bn"] == 2 * 4 * 4 * 3 * 4 + 4 * 3 * 4 and sizing.tensors("reserve") == ["bn:5"]
+
+
+def _sparse_graph():
+    graph = tf.Graph()
+    with graph.as_default():
+        summed, unique = models.sparse_rows()
+        scaled = tf.multiply(summed, 0.5, name="scaled")
+        projected = tf.matmul(scaled, tf.compat.v1.placeholder(tf.float32, [8, 16]), name="projected")
+        rows = tf.gather(tf.compat.v1.placeholder(tf.float32, [50, 4], name="table"), unique, name="rows")
+        mask = tf.compat.v1.placeholder(tf.bool, [4, 6], name="mask")
+        where = tf.where(mask, name="where")
+        picked = tf.boolean_mask(tf.compat.v1.placeholder(tf.float32, [4, 6, 3]), mask, name="picked")
+        pieces = tf.dynamic_partition(tf.compat.v1.placeholder(tf.float32, [10]),
+                                      tf.compat.v1.placeholder(tf.int32, [10]), 2, name="pieces")
+        axes = tf.compat.v1.placeholder(tf.int32, [1], name="axes")
+        reduced = tf.reduce_sum(tf.compat.v1.placeholder(tf.float32, [4, 5]), axis=axes, name="reduced")
+    return graph, [projected, rows, where, picked, pieces, reduced]
+
+
+def test_data_dependent_outputs_are_bounded_by_their_inputs():
+    sizes, sizing = _sized(*_sparse_graph())
+    # 24 ids: at most 24 distinct (int32) and the static idx [24]; the segment sum of [24, 8] floats has
+    # at most 24 rows; what follows keeps that bound (24 rows of 8, then of 16).
+    assert sizes["unique"] == 24 * 4 + 24 * 4
+    assert sizes["summed"] == sizes["scaled"] == 24 * 8 * 4
+    assert sizes["projected"] == 24 * 16 * 4
+    assert sizing.rules["scaled:0"] == sizing.rules["projected:0"] == "propagated"
+    assert sizes["rows"] == 24 * 4 * 4  # gather: 24 ids × a row of 4
+    assert sizes["where"] == 24 * 2 * 8  # ≤ 24 true cells, 2 int64 coordinates each
+    # boolean_mask: Where over the 24 flattened cells, squeezed, then a gather of rows of 3.
+    assert (sizes["picked/Where"], sizes["picked/Squeeze"], sizes["picked/GatherV2"]) == (24 * 8, 24 * 8, 24 * 3 * 4)
+    assert sizes["pieces"] == 2 * 10 * 4  # each piece ≤ the 10 elements
+    assert sizes["reduced"] == 4 * 5 * 4  # axes known only at run time: ≤ the input
+    assert sizing.counts["data_dependent"] == 9 and sizing.counts["propagated"] == 3
+    assert sizing.counts["static"] + 12 == sum(sizing.counts.values())
+
+
+def test_strict_data_dependent_needs_unknown_dim_as_before():
+    graph, fetches = _sparse_graph()
+    with pytest.raises(InvalidGraphError, match=r"op 'unique' \(Unique\): output 'unique:0' has shape \(None,\)"):
+        capture(graph, fetches, strict=True)
+    cost = capture(graph, fetches, strict=True, unknown_dim=3)
+    assert cost.out_bytes[cost.index["unique"]] == 3 * 4 + 24 * 4  # the batch guess, as before the rules
+
+
+def test_unknown_rank_and_unresolved_dims_are_bounded_by_the_largest_input():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [2, 3], name="x")
+        any_rank = tf.compat.v1.placeholder_with_default(x, None, name="any_rank")
+        any_rows = tf.compat.v1.placeholder_with_default(x, [None, 3], name="any_rows")
+        out = [tf.multiply(any_rank, 2.0, name="twice"), tf.reduce_sum(any_rows)]
+    sizes, sizing = _sized(graph, out)
+    assert sizes["any_rank"] == sizes["any_rows"] == sizes["twice"] == 2 * 3 * 4
+    assert sizing.tensors("largest_input") == ["any_rank:0", "any_rows:0", "twice:0"]
+    # unknown_dim takes precedence over the bound for unknown dimensions (not for an unknown rank).
+    sizes, sizing = _sized(graph, out, unknown_dim=5)
+    assert (sizes["any_rank"], sizes["any_rows"]) == (2 * 3 * 4, 5 * 3 * 4)
+    assert sizing.rules["any_rows:0"] == "unknown_dim"
+
+
+def test_reshape_keeps_its_elements_and_what_follows_propagates_them():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+        flat = tf.reshape(x, [-1], name="flat")  # shape (None,): 3 × batch elements, not batch
+        doubled = tf.multiply(flat, 2.0, name="doubled")
+        loss = tf.reduce_sum(doubled, name="loss")
+    with pytest.raises(InvalidGraphError, match=r"op 'x' \(Placeholder\): output 'x:0' has shape \(None, 3\)"):
+        capture(graph, loss)
+    sizes, sizing = _sized(graph, loss, unknown_dim=4)
+    assert sizes["x"] == 4 * 3 * 4 and sizing.rules["x:0"] == "unknown_dim"
+    assert sizes["flat"] == sizes["doubled"] == 12 * 4
+    assert (sizing.rules["flat:0"], sizing.rules["doubled:0"]) == ("reshape", "propagated")
+    strict = capture(graph, loss, unknown_dim=4, strict=True)
+    assert strict.out_bytes[strict.index["flat"]] == 4 * 4  # the batch guess: 4 elements
+
+
+def _loop_graph(limit=None):
+    """``v ← v × w`` five times (or ``limit`` times, fed), writing each v [3, 4] to a TensorArray."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [3, 4], name="x")
+        w = tf.Variable(0.5, name="w")
+        stop = 5 if limit is None else tf.compat.v1.placeholder(tf.int32, [], name="limit")
+
+        def body(i, v, array):
+            v = v * w
+            return i + 1, v, array.write(i, v)
+
+        _, v, array = tf.while_loop(lambda i, v, array: i < stop, body,
+                                    [0, x, tf.TensorArray(tf.float32, size=5)], name="loop")
+        loss = tf.reduce_sum(array.stack()) + tf.reduce_sum(v)
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train")
+    return graph, [train, loss]
+
+
+def test_while_loop_holds_its_accumulators_for_backprop():
+    sizes, sizing = _sized(*_loop_graph())
+    # Outputs: loop counter, maximum iterations, i (int32 scalars: 12 B), v [3, 4] (48), the resource
+    # w (0) and four lists growing by one element per trip, 5 trips: the TensorArray of v (5 × 48) and
+    # what the gradient loop needs, i, w and v at each step (5 × 4, 5 × 4, 5 × 48).
+    assert sizes["loop"] == 12 + 48 + 0 + 5 * 48 + 5 * 4 + 5 * 4 + 5 * 48
+    assert [name.split(":")[0] for name in sizing.tensors("loop_accumulator")].count("loop") == 4
+    # With a limit fed at run time (one more int32 loop variable) the trip count is loop_trips: 1 unless given.
+    graph, fetches = _loop_graph(limit=True)
+    one, _ = _sized(graph, fetches)
+    seven, _ = _sized(graph, fetches, loop_trips=7)
+    assert one["loop"] == 16 + 48 + (48 + 4 + 4 + 48)
+    assert seven["loop"] == 16 + 48 + 7 * (48 + 4 + 4 + 48)
+
+
+def test_cudnn_rnn_reserve_holds_the_gates_of_every_step():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [5, 2, 3], name="x")  # time, batch, features
+        state = tf.zeros([1, 2, 4])
+        out = tf.raw_ops.CudnnRNN(input=x, input_h=state, input_c=state, params=tf.zeros([160]), rnn_mode="lstm",
+                                  is_training=True, name="rnn")
+        loss = tf.reduce_sum(out[0]) + tf.reduce_sum(out[3])
+    sizes, sizing = _sized(graph, loss)
+    # output [5, 2, 4] = 160 B, output_h and output_c 32 B each, reserve: 4 LSTM gates × 160 B.
+    assert sizes["rnn"] == 160 + 32 + 32 + 4 * 160
+    assert sizing.rules["rnn:3"] == "reserve"
+
+
+def test_mixed_precision_counts_each_dtype_at_its_width():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 8], name="x")
+        w = tf.compat.v1.get_variable("w", [8, 16], use_resource=True)
+        half = tf.matmul(tf.cast(x, tf.float16, name="x16"), tf.cast(w, tf.float16, name="w16"), name="mm")
+        loss = tf.reduce_sum(tf.cast(half, tf.float32), name="loss")
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train")
+    sizes, _ = _sized(graph, [train, loss])
+    assert (sizes["w"], sizes["x16"], sizes["w16"], sizes["mm"]) == (8 * 16 * 4, 4 * 8 * 2, 8 * 16 * 2, 4 * 16 * 2)
+    assert sizes["gradients/w16_grad/Cast"] == 8 * 16 * 4  # the float32 gradient of the float32 weights

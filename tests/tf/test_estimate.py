@@ -7,8 +7,19 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from pardnn.errors import InvalidMachineError  # noqa: E402
-from pardnn.tf import PRESETS, capture, estimate, machine_for, op_cost, op_flops  # noqa: E402
+from pardnn.errors import InvalidGraphError, InvalidMachineError  # noqa: E402
+from pardnn.tf import (  # noqa: E402
+    PRESETS,
+    EstimateParts,
+    capture,
+    capture_with_report,
+    estimate,
+    estimate_parts,
+    estimate_with_report,
+    machine_for,
+    op_cost,
+    op_flops,
+)
 from pardnn.tf.estimate import op_bytes  # noqa: E402
 from tests.tf import models  # noqa: E402
 
@@ -175,3 +186,32 @@ def test_presets_build_machines():
         "v100-32gb": (15.7e12, 900e9), "a100-80gb": (19.5e12, 2039e9), "h100-80gb": (67e12, 3350e9)}
     with pytest.raises(InvalidMachineError, match="unknown device preset 'tpu'"):
         machine_for("tpu", 4)
+
+
+def _sparse_step():
+    graph = tf.Graph()
+    with graph.as_default():
+        summed, _ = models.sparse_rows()
+        projected = tf.matmul(summed, tf.compat.v1.placeholder(tf.float32, [8, 16], name="w"), name="projected")
+    return graph, projected
+
+
+def test_estimate_costs_rule_sized_tensors_at_their_bounds():
+    graph, fetch = _sparse_step()
+    parts = estimate_parts(graph, fetch, "a100")
+    cost, sizing = estimate_with_report(graph, fetch, "a100")
+    assert isinstance(parts, EstimateParts) and parts.sizing == sizing == capture_with_report(graph, fetch)[1]
+    assert sizing.counts["data_dependent"] == 2 and sizing.counts["propagated"] == 1
+    flops = dict(zip(cost.names, parts.flops.tolist()))
+    moved = dict(zip(cost.names, parts.moved_bytes.tolist()))
+    # At most 24 distinct ids: the segment sum has ≤ 24 rows of 8, the MatMul ≤ 24 × 16 outputs of 8 terms.
+    assert flops["projected"] == 2 * 24 * 16 * 8
+    assert moved["projected"] == 24 * 8 * 4 + 8 * 16 * 4 + 24 * 16 * 4
+    assert flops["summed"] == 24 * 8  # one FLOP per element of its largest tensor
+    assert cost.comp_us[cost.index["projected"]] == pytest.approx(
+        max(2 * 24 * 16 * 8 / 19.5e12, (768 + 512 + 1536) / 2039e9) * 1e6 + 5.0)
+    sizes = {"projected:0": 24 * 16 * 4}
+    op = graph.get_operation_by_name("projected")
+    assert op_flops(op) == 0 and op_flops(op, sizes=sizes) == 2 * 24 * 16 * 8  # without sizes: unknown rows
+    with pytest.raises(InvalidGraphError, match=r"op 'unique' \(Unique\): output 'unique:0' has shape \(None,\)"):
+        estimate(graph, fetch, strict=True)
