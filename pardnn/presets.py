@@ -12,7 +12,14 @@ preset        FP32 peak    HBM          memory  GPU-to-GPU, per direction
 v100-32gb     15.7 TFLOP/s 900 GB/s     32 GiB  150 GB/s: 6 NVLink2 links × 25 GB/s (NVSwitch, DGX-2)
 a100-80gb     19.5 TFLOP/s 2039 GB/s    80 GiB  300 GB/s: NVLink3, 12 links × 25 GB/s (DGX A100)
 h100-80gb     67 TFLOP/s   3350 GB/s    80 GiB  450 GB/s: NVLink4, 18 links × 25 GB/s (DGX H100)
+cpu-2core     0.14 TFLOP/s 19 GB/s      24 GiB  19 GB/s: logical devices share one memory
 ============  ===========  ===========  ======  ===========================================
+
+``cpu-2core`` is this project's test machine (2 cores of an AMD EPYC, 24 GiB), for comparing
+estimates with profiles where no GPU is: TensorFlow 2.15's FP32 matmul rate and elementwise
+bandwidth on one logical CPU device, measured by ``python -m benchmarks.estimate_vs_profile
+--calibrate`` (best of 5 runs of a 2048² matmul and a 32 Mi-element add); a copy between logical CPU
+devices is a memory copy, so its link is the memory bandwidth, with 5 µs latency and 2 µs per op.
 
 The V100 row is the paper's machine (DGX-2, 16 × Tesla V100-SXM3-32GB over NVSwitch); 15.7 TFLOP/s
 is the datasheet figure for V100 SXM. Two figures are model parameters, not datasheet numbers:
@@ -66,6 +73,8 @@ PRESETS: dict[str, DevicePreset] = {
         DevicePreset("v100-32gb", "Tesla V100-SXM3-32GB, NVSwitch (DGX-2)", 15.7e12, 900e9, 32 * _GIB, 150e9),
         DevicePreset("a100-80gb", "A100-SXM4-80GB, NVLink3 (DGX A100)", 19.5e12, 2039e9, 80 * _GIB, 300e9),
         DevicePreset("h100-80gb", "H100-SXM5-80GB, NVLink4 (DGX H100)", 67e12, 3350e9, 80 * _GIB, 450e9),
+        DevicePreset("cpu-2core", "2 cores of an AMD EPYC, TensorFlow CPU kernels (this project's test machine)",
+                     1.4e11, 19e9, 24 * _GIB, 19e9, latency_us=5.0, launch_us=2.0),
     )
 }
 
