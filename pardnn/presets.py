@@ -19,7 +19,8 @@ cpu-2core     0.14 TFLOP/s 19 GB/s      24 GiB  19 GB/s: logical devices share o
 estimates with profiles where no GPU is: TensorFlow 2.15's FP32 matmul rate and elementwise
 bandwidth on one logical CPU device, measured by ``python -m benchmarks.estimate_vs_profile
 --calibrate`` (best of 5 runs of a 2048² matmul and a 32 Mi-element add); a copy between logical CPU
-devices is a memory copy, so its link is the memory bandwidth, with 5 µs latency and 2 µs per op.
+devices is a memory copy, so its link is the memory bandwidth, with 5 µs latency; 1 µs per op is the
+traced time of a scalar add (the floor of every profiled op time).
 
 The V100 row is the paper's machine (DGX-2, 16 × Tesla V100-SXM3-32GB over NVSwitch); 15.7 TFLOP/s
 is the datasheet figure for V100 SXM. Two figures are model parameters, not datasheet numbers:
@@ -74,7 +75,7 @@ PRESETS: dict[str, DevicePreset] = {
         DevicePreset("a100-80gb", "A100-SXM4-80GB, NVLink3 (DGX A100)", 19.5e12, 2039e9, 80 * _GIB, 300e9),
         DevicePreset("h100-80gb", "H100-SXM5-80GB, NVLink4 (DGX H100)", 67e12, 3350e9, 80 * _GIB, 450e9),
         DevicePreset("cpu-2core", "2 cores of an AMD EPYC, TensorFlow CPU kernels (this project's test machine)",
-                     1.4e11, 19e9, 24 * _GIB, 19e9, latency_us=5.0, launch_us=2.0),
+                     1.4e11, 19e9, 24 * _GIB, 19e9, latency_us=5.0, launch_us=1.0),
     )
 }
 
