@@ -86,6 +86,7 @@ class Job:
     loss: str = TRAIN["loss"].default
     iterations: int = RUN["iterations"].default
     window: tuple[int, int] = RUN["window"].default
+    stall_timeout: float | None = RUN["stall_timeout"].default
     devices_per_node: int = PLACEMENT["devices_per_node"].default
     memory: str | None = PLACEMENT["memory"].default
     reserve: float = PLACEMENT["reserve"].default

@@ -21,6 +21,7 @@ from pardnn.errors import InvalidMachineError
 from pardnn.presets import preset
 from pardnn.settings import PLACEMENT as SHARED_PLACEMENT
 from pardnn.settings import REQUIRED, Param
+from pardnn.settings import RUN as SHARED_RUN
 
 __all__ = ["DATASETS", "ENTRY", "KERAS_LOSSES", "MODEL_PARAMS", "PLACEMENT", "PLACEMENT_KEYS", "RUN", "TOP", "TRAIN",
            "Param", "check_model", "is_entry", "normalise", "window_fits"]
@@ -74,6 +75,7 @@ def is_entry(value: object) -> bool:
 RUN: dict[str, Param] = {
     "iterations": _int(150, 1, help="training iterations"),
     "window": Param("int_pair", (100, 150), help="measured iterations [start, end): inclusive start, exclusive end"),
+    **SHARED_RUN,
 }
 
 # The [placement] table: the keys of the shared schema (pardnn.settings.PLACEMENT) a job file has.

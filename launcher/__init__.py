@@ -10,7 +10,8 @@ arguments override the job file as the command-line options do.
 """
 
 from launcher.core import run
-from launcher.errors import LaunchError, Terminated
+from launcher.errors import Inconsistent, Interrupted, LaunchError, Stalled, Stopped, Terminated
 from launcher.settings import Settings, resolve
 
-__all__ = ["LaunchError", "Settings", "Terminated", "resolve", "run"]
+__all__ = ["Inconsistent", "Interrupted", "LaunchError", "Settings", "Stalled", "Stopped", "Terminated", "resolve",
+           "run"]

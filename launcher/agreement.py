@@ -7,21 +7,35 @@ check that they captured the same graph (:func:`graph_digest`), then share costs
 allreduce gives every rank the same result), then partition, then compare placement digests
 (:func:`placement_digest` of the placement file's text). A mismatch is an
 :class:`~launcher.failure.AgreedError` naming the nodes on each side, found by all ranks at once.
+
+After training the replicas must hold the same weights. Only what data parallelism keeps equal is
+compared (:func:`agreed_variables`): the trainable variables and the optimizer's state (its slots,
+such as Adam's moments, and the non-slot variables its update ops read, such as Adam's beta powers).
+Batch-norm moving statistics and other non-trainable state follow each node's own data, so they
+differ between nodes by design. A mismatch (:func:`check_variables`) names the nodes on each side
+and the first variable, in name order, whose values differ.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from launcher.errors import AgreedError
+from launcher.errors import AgreedError, Inconsistent
 from launcher.topology import Topology
 from pardnn.graph import CostGraph
 
-__all__ = ["average_costs", "check_agreement", "graph_digest", "placement_digest", "variables_digest"]
+__all__ = ["agreed_variables", "average_costs", "check_agreement", "check_variables", "graph_digest",
+           "placement_digest", "variable_digests", "variables_digest"]
+
+# The optimizers' update kernels: ApplyAdam, ResourceApplyAdam, ResourceSparseApplyMomentum, ...
+_APPLY = re.compile(r"(Resource)?(Sparse)?Apply[A-Z]\w*")
+_VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable"})
+_READS = frozenset({"ReadVariableOp", "Identity"})
 
 
 def _hash_arrays(*parts: Any) -> str:
@@ -55,6 +69,46 @@ def variables_digest(named_values: Sequence[tuple[str, np.ndarray]]) -> str:
         array = np.asarray(value)
         parts += [name, array.shape, array]
     return _hash_arrays(*parts)
+
+
+def variable_digests(named_values: Sequence[tuple[str, np.ndarray]]) -> dict[str, str]:
+    """SHA-256 of each variable's value (dtype, shape and bytes), by name."""
+    return {name: _hash_arrays(np.asarray(value).shape, np.asarray(value)) for name, value in named_values}
+
+
+def agreed_variables(graph: Any, variables: Sequence[Any]) -> list[Any]:
+    """Of ``variables``, those every replica must hold equal: trainable ones and the optimizer's state.
+
+    The optimizer's state is found from the graph (no TensorFlow import): every variable whose
+    handle, reference or read value is an input of an ``*Apply*`` update op. Order is kept.
+    """
+    by_op = {v.op.name: v for v in variables}
+    wanted = {v.op.name for v in graph.get_collection("trainable_variables")} & by_op.keys()
+    for op in graph.get_operations():
+        if not _APPLY.fullmatch(op.type):
+            continue
+        for tensor in op.inputs:
+            source = tensor.op
+            if source.type in _READS and source.inputs:
+                source = source.inputs[0].op
+            if source.type in _VARIABLE_OPS and source.name in by_op:
+                wanted.add(source.name)
+    return [v for v in variables if v.op.name in wanted]
+
+
+def check_variables(nodes: Sequence[str], digests: Sequence[Mapping[str, str]]) -> None:
+    """Raise :class:`Inconsistent` unless every node holds the same values (``digests``: per node, by name)."""
+    names = sorted(set().union(*(d.keys() for d in digests)))
+    for name in names:
+        groups: dict[str | None, list[str]] = {}
+        for node, values in zip(nodes, digests, strict=True):
+            groups.setdefault(values.get(name), []).append(node)
+        if len(groups) > 1:
+            sides = " | ".join(", ".join(members) for members in groups.values())
+            raise Inconsistent(
+                f"the replicas differ after training (nodes {sides}): first differing variable {name!r} of "
+                f"{len(names)} compared (trainable weights and optimizer state); data parallelism did not keep "
+                "them equal: check that every node runs the same versions and that Horovod averaged every gradient")
 
 
 def check_agreement(nodes: Sequence[str], values: Sequence[str], what: str, hint: str) -> None:

@@ -7,9 +7,15 @@ agree.
 Run it with one task per node: ``srun --ntasks-per-node=1 pardnn-launch JOB`` or
 ``mpirun --map-by ppr:1:node pardnn-launch JOB``; on one machine without a launcher it is one node.
 
-Exit codes: 0 success; 1 error (bad job file or setting, a failure on any rank; one line on
-stderr naming the rank); 2 bad command line; 3 infeasible (no placement meets memory);
-143 stopped by SIGTERM (the collector's files hold what was measured); 130 interrupted (Ctrl-C).
+Exit codes: 0 success; 1 error (bad job file or setting, a failure on any rank, replicas that
+ended with different weights; one line on stderr); 2 bad command line; 3 infeasible (no placement
+meets memory); 4 stalled (no iteration on any rank within the stall timeout); 143 stopped by
+SIGTERM or SIGUSR1 (a time limit; every rank's files hold what was measured); 130 interrupted (Ctrl-C).
+
+The first thing :func:`main` does is start the console tee (:mod:`launcher.console`): from then on
+everything the process prints also goes to its ``rank-<r>.log``, and the console shows rank 0's
+progress and every rank's warnings and errors. An error every rank finds (a bad command line, job
+file, setting or output folder) is printed by rank 0 alone.
 """
 
 from __future__ import annotations
@@ -18,11 +24,12 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from jobs.schema import PLACEMENT, RUN, TRAIN
+from launcher import console
 from launcher.core import run
-from launcher.env import EMULATE_NODES
+from launcher.env import EMULATE_NODES, launch_rank
 from launcher.failure import exit_code
 from launcher.settings import LAUNCHER_DEFAULTS, OVERRIDABLE, SCHEMA, parse_window
 
@@ -30,9 +37,10 @@ __all__ = ["build_parser", "main"]
 
 EPILOG = f"""\
 precedence: command line, then the job file, then defaults.
-outputs: OUT/<run id>/{{rank-<r>.jsonl, placement.txt, summary.json}} and a row in OUT/results.csv.
+outputs: OUT/<run id>/{{rank-<r>.jsonl, rank-<r>.log, figures-<r>.json, heartbeat-<r>.json, placement.txt,
+  summary.json, status.json}} and a row in OUT/results.csv.
 testing on one machine: {EMULATE_NODES}=1 mpirun -np 2 pardnn-launch JOB (each rank stands for a node).
-exit codes: 0 ok, 1 error, 2 bad command line, 3 infeasible, 143 SIGTERM.
+exit codes: 0 ok, 1 error, 2 bad command line, 3 infeasible, 4 stalled, 130 interrupted, 143 SIGTERM/SIGUSR1.
 """
 
 
@@ -45,6 +53,16 @@ def _window(text: str) -> str:
 
 
 _TABLE = {**dict.fromkeys(TRAIN, "train"), **dict.fromkeys(RUN, "run"), **dict.fromkeys(PLACEMENT, "placement")}
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every rank parses the same command line: only the launcher's rank 0 prints its usage errors."""
+
+    def error(self, message: str) -> NoReturn:
+        if launch_rank() in (None, 0):
+            self.print_usage(sys.stderr)
+            self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2)
 _TYPES = {"int": int, "float": float}
 
 
@@ -67,12 +85,12 @@ def _option(group: argparse._ArgumentGroup, name: str, text: str | None = None, 
         extra.setdefault("choices", param.choices)
     default = f"; default {_shown(param.default)}" if show_default and not param.required else ""
     extra.setdefault("type", _TYPES.get(param.kind, str))
-    group.add_argument(f"--{name.replace('_', '-')}", help=f"{text} (job file: [{_TABLE[name]}] {name}{default})",
-                       **extra)
+    where = f"job file: [{_TABLE[name]}] {name}" if name in _TABLE else "not in job files yet"
+    group.add_argument(f"--{name.replace('_', '-')}", help=f"{text} ({where}{default})", **extra)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="pardnn-launch", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Place a job's training graph across each node's devices with ParDNN and train it "
                     "across nodes with Horovod (one MPI rank per node).")
@@ -84,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_group.add_argument("--out", help=f"output directory (default {LAUNCHER_DEFAULTS['out']})")
     run_group.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                            help="no progress bar")
+    _option(run_group, "stall_timeout", show_default=False, metavar="SECONDS")
     placement = parser.add_argument_group("placement")
     _option(placement, "devices_per_node", "devices per node: the first K GPUs, or K logical CPU devices without GPUs",
             metavar="K")
@@ -98,14 +117,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Format(logging.Formatter):
+    """``pardnn-launch: message``; from WARNING up ``warning:`` or ``error:`` follows the name (the console
+    filter reads it)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if record.levelno >= logging.ERROR:
+            return f"pardnn-launch: error: {text}"
+        if record.levelno >= logging.WARNING:
+            return f"pardnn-launch: warning: {text}"
+        return f"pardnn-launch: {text}"
+
+
 def _configure_logging(verbose: bool) -> None:
-    level = logging.DEBUG if verbose else logging.INFO
-    logging.basicConfig(level=level, format="pardnn-launch: %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Format("%(message)s"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
     for noisy in ("tensorflow", "absl", "numba", "h5py", "matplotlib"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    console.start(launch_rank())
     args = build_parser().parse_args(argv)
     _configure_logging(args.verbose)
     overrides = {name: getattr(args, name) for name in OVERRIDABLE}

@@ -4,7 +4,8 @@ Each rank records events: phases (``build``, ``profile``/``estimate``, ``partiti
 ``build_hooked``, ``initialize``, ``train``: wall seconds), every training iteration (wall seconds of
 its ``Session.run``, the loss, the memory seen so far), and the host's CPU and memory over the
 measured window. :meth:`Collector.flush` writes them all to ``rank-<r>.jsonl`` atomically, every
-``flush_every`` seconds during training, at the end, on an error and on SIGTERM.
+``flush_every`` seconds during training, when the measured window ends, at the end, on an error and
+on a stop signal or a stall.
 
 Throughput (:func:`window_throughput`) is taken over the window of iterations ``[start, end)``
 (100-150 by default, as in the paper): samples (and tokens) per step times steps, over the summed
@@ -121,6 +122,9 @@ class Collector:
         self._window: tuple[int, int] | None = None
         self._window_marks: dict[str, Any] = {}
         self.host_window: dict[str, Any] = {}
+        self._progress = 0
+        self._phase = "start"
+        self._final = False
         self.event("start", **host_sample())
 
     # ------------------------------------------------------------------ recording
@@ -128,11 +132,19 @@ class Collector:
         record = {"event": kind, "t": round(self._clock() - self._started, 6), **self.identity, **fields}
         with self._lock:
             self._records.append(record)
+            self._progress += 1
+
+    def progress(self) -> tuple[int, int, str]:
+        """``(events so far, iterations completed, current phase)``: what the stall watchdog watches."""
+        return self._progress, len(self.step_seconds), self._phase
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Time the block as phase ``name`` (its seconds are recorded even if the block raises)."""
         start = self._clock()
+        with self._lock:
+            self._phase = name
+            self._progress += 1
         try:
             yield
         finally:
@@ -184,18 +196,22 @@ class Collector:
         self.host_window = stats
         self.event("host_window", **stats)
 
-    def iteration(self, index: int, seconds: float, loss: float | None = None) -> None:
-        """Record iteration ``index``: its wall seconds and loss; samples memory; flushes periodically."""
+    def iteration(self, index: int, seconds: float, loss: float | None = None) -> bool:
+        """Record iteration ``index``: its wall seconds and loss; samples memory; flushes periodically
+        (and at the end of the measured window): returns whether it flushed."""
         self._sample_memory()
         self.step_seconds.append(seconds)
         if loss is not None:
             self.losses.append(float(loss))
         self.event("iteration", index=index, seconds=seconds, loss=None if loss is None else float(loss),
                    rss_bytes=process_rss_bytes())
-        if self._window is not None and index + 1 == self._window[1]:
+        window_closed = self._window is not None and index + 1 == self._window[1]
+        if window_closed:
             self._close_window()
-        if self.path is not None and self._clock() - self._last_flush >= self._flush_every:
+        if self.path is not None and (window_closed or self._clock() - self._last_flush >= self._flush_every):
             self.flush("running")
+            return True
+        return False
 
     # ------------------------------------------------------------------ results
     def memory(self) -> dict[str, Any]:
@@ -217,10 +233,14 @@ class Collector:
         }
 
     def flush(self, status: str, message: str | None = None) -> None:
-        """Write every record so far, then a ``status`` record, to :attr:`path` atomically."""
+        """Write every record so far, then a ``status`` record, to :attr:`path` atomically. After a final
+        status (anything but ``running``), a periodic ``running`` flush does not overwrite it."""
         if self.path is None:
             return
         with self._lock:
+            if status == "running" and self._final:
+                return
+            self._final = status != "running"
             records = [*self._records, {"event": "status", "t": round(self._clock() - self._started, 6),
                                         **self.identity, "status": status, "message": message}]
             write_json_lines(self.path, records)

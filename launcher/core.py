@@ -2,6 +2,10 @@
 
 Per node (one MPI rank per node, :mod:`launcher.topology`):
 
+0. **set up**: read the job and settings and check the output folder (before Horovod and
+   TensorFlow load); ranks agree on the outcome, so an error every rank finds is printed once;
+   rank 0 makes the run directory; each rank starts its log, heartbeat and stall watchdog
+   (:mod:`launcher.console`, :mod:`launcher.heartbeat`);
 1. **build** the job's graph (``jobs.build``, no hook) on the node's devices (:mod:`launcher.devices`);
 2. **profile** a few steps or **estimate** costs (:func:`jobs.costing.cost_graph`, which also
    attaches the memory limit); nodes check they built the same graph and average their costs
@@ -15,11 +19,14 @@ Per node (one MPI rank per node, :mod:`launcher.topology`):
 5. **initialize** variables and broadcast rank 0's values; **train** for ``iterations`` steps,
    each node feeding its own share of the data (iteration ``i`` on node ``r`` of ``N`` reads batch
    ``i·N + r``), recording every step (:mod:`launcher.collector`);
-6. gather every node's figures on rank 0, which writes ``summary.json`` and a row of ``results.csv``.
+6. compare the replicas' weights and optimizer state (a mismatch fails the run); rank 0 gathers
+   every node's figures and writes ``summary.json``, ``status.json`` and a row of ``results.csv``.
 
-Outputs go to ``<out>/<run id>/``: ``rank-<r>.jsonl`` (every rank), ``placement.txt`` and
-``summary.json`` (rank 0); ``<out>/results.csv`` collects one row per run for sweeps. Failures end
-every rank within seconds (:mod:`launcher.failure`).
+Outputs go to ``<out>/<run id>/`` (:mod:`launcher.state`): per rank ``rank-<r>.jsonl``,
+``rank-<r>.log``, ``figures-<r>.json``, ``heartbeat-<r>.json``; from rank 0 ``placement.txt``,
+``summary.json`` and ``status.json``; ``<out>/results.csv`` collects one row per run for sweeps.
+Failures end every rank within seconds (:mod:`launcher.failure`); stop signals and stalls end it
+with every live rank's files written (:mod:`launcher.ending`).
 """
 
 from __future__ import annotations
@@ -33,16 +40,26 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from launcher.agreement import average_costs, check_agreement, placement_digest, variables_digest
+from launcher import console
+from launcher.agreement import (
+    agreed_variables,
+    average_costs,
+    check_agreement,
+    check_variables,
+    placement_digest,
+    variable_digests,
+    variables_digest,
+)
 from launcher.collector import Collector
 from launcher.dataparallel import GradientAverager, broadcast_op, find_horovod, init_horovod
-from launcher.env import slurm_context
-from launcher.errors import AgreedError, LaunchError
-from launcher.failure import StopGuard, exit_code, fail
-from launcher.files import append_csv_row, write_json, write_text
+from launcher.env import launch_size
+from launcher.errors import AgreedError, LaunchError, Stopped
+from launcher.failure import exit_code, fail, shared
+from launcher.files import check_output_folder, write_text
 from launcher.progress import progress
 from launcher.settings import Settings, resolve
-from launcher.summary import RESULTS_COLUMNS, results_row, summarize
+from launcher.signals import StopGuard
+from launcher.state import RESULTS_FILE, SUMMARY_FILE, RunState
 from launcher.topology import Topology, discover
 from pardnn.errors import PardnnError
 
@@ -50,9 +67,8 @@ __all__ = ["RESULTS_FILE", "SUMMARY_FILE", "load_job", "run"]
 
 logger = logging.getLogger("launcher")
 
-SUMMARY_FILE = "summary.json"
-RESULTS_FILE = "results.csv"
 PLACEMENT_FILE = "placement.txt"
+LOG_FILE = "rank-{rank}.log"
 
 BuildFn = Callable[..., Any]
 
@@ -76,75 +92,82 @@ def load_job(job: Any) -> Any:
     return _zoo("load_job")(job)
 
 
+def _agree(topology: Topology, what: str, error: PardnnError | None) -> None:
+    """Raise an :class:`AgreedError` on every rank if ``error`` happened on any (collective).
+
+    The same message from every node is given once; different ones are named by node.
+    """
+    outcome = None if error is None else (str(error), exit_code(error))
+    outcomes = topology.allgather(outcome)
+    failed = [(node, o) for node, o in zip(topology.nodes, outcomes, strict=True) if o is not None]
+    if not failed:
+        return
+    code = max(o[1] for _, o in failed)
+    messages: dict[str, list[str]] = {}
+    for node, (message, _) in failed:
+        messages.setdefault(message, []).append(node)
+    if len(messages) == 1 and len(failed) == topology.size:
+        raise AgreedError(failed[0][1][0], code)
+    raise AgreedError(f"{what} failed on " + "; ".join(f"node {', '.join(nodes)}: {message}"
+                                                       for message, nodes in messages.items()), code)
+
+
 def _together(topology: Topology, what: str, action: Callable[[], Any]) -> Any:
     """Run ``action`` on every node; if it raises a PardnnError anywhere, raise it everywhere (collective)."""
     try:
-        result, outcome = action(), None
-    except PardnnError as error:
-        result, outcome = None, (str(error), exit_code(error))
-    outcomes = topology.allgather(outcome)
-    failed = [(node, o) for node, o in zip(topology.nodes, outcomes, strict=True) if o is not None]
-    if failed:
-        code = max(o[1] for _, o in failed)
-        if topology.size == 1:
-            raise AgreedError(failed[0][1][0], code)
-        raise AgreedError(f"{what} failed on " + "; ".join(f"node {node}: {o[0]}" for node, o in failed), code)
+        result, error = action(), None
+    except PardnnError as caught:
+        result, error = None, caught
+    _agree(topology, what, error)
     return result
 
 
+def _read_settings(job: Any, overrides: dict[str, Any]) -> tuple[Any, Settings | None, PardnnError | None]:
+    """The job and its settings, the output folder checked; or the error (ranks agree on it next)."""
+    try:
+        job = load_job(job)
+        settings = resolve(job, overrides)
+        check_output_folder(settings.out)
+    except PardnnError as error:
+        return job, None, error
+    return job, settings, None
+
+
 def _run_directory(topology: Topology, settings: Settings, job_name: str) -> Path:
-    """``<out>/<job>-n<N>-k<K>-b<B>-<UTC time>``, made by rank 0 and shared (collective)."""
-    name = None
+    """``<out>/<job>-n<N>-k<K>-b<B>-<UTC time>``, made by rank 0, shared, checked writable everywhere (collective)."""
+    made: tuple[str | None, str | None] = (None, None)
     if topology.is_root:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         base = f"{job_name}-n{topology.size}-k{settings.devices_per_node}-b{settings.batch_size}-{stamp}"
-        settings.out.mkdir(parents=True, exist_ok=True)
+        made = (None, f"cannot make a run folder under {settings.out}: {base}-* all exist")
         for attempt in range(1, 1000):
             candidate = settings.out / (base if attempt == 1 else f"{base}-{attempt}")
             try:
                 candidate.mkdir()
             except FileExistsError:
                 continue
-            name = candidate.name
+            except OSError as error:
+                made = (None, f"--out {settings.out}: cannot create the run folder {candidate.name} "
+                              f"({error.strerror or error}); pass --out a folder you can write to")
+                break
+            made = (candidate.name, None)
             break
-        else:
-            raise LaunchError(f"cannot make a run directory under {settings.out}: {base}-* all exist")
-    return settings.out / topology.bcast(name)
+    name, problem = topology.bcast(made)
+    if problem is not None:
+        raise AgreedError(problem)
+    directory = settings.out / name
+    _together(topology, "making the run folder", lambda: check_output_folder(directory))
+    return directory
 
 
-@dataclasses.dataclass
-class _Run:
-    """What the run knows so far; the flush callback writes from it at any moment."""
-
-    job: Any
-    settings: Settings
-    topology: Topology
-    directory: Path
-    collector: Collector
-    devices: dict[str, Any] = dataclasses.field(default_factory=dict)
-    placement: dict[str, Any] = dataclasses.field(default_factory=dict)
-    samples_per_step: int = 0
-    tokens_per_step: int | None = None
-    training: bool = False
-
-    def node_figures(self) -> dict[str, Any]:
-        figures = self.collector.node_summary(self.settings.window, self.samples_per_step, self.tokens_per_step)
-        figures["placement_sha256"] = self.placement.get("sha256")
-        return figures
-
-    def write_summary(self, status: str, nodes: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
-        summary = summarize(status=status, job=self.job, settings=self.settings.to_dict(), nodes=nodes,
-                            devices=self.devices, placement=self.placement,
-                            extra={"run_dir": str(self.directory), "emulated_nodes": self.topology.emulated,
-                                   "slurm": slurm_context(), **extra})
-        write_json(self.directory / SUMMARY_FILE, summary)
-        return summary
-
-    def flush(self, status: str, message: str | None = None) -> None:
-        """Write this rank's records; rank 0 also writes a summary of what it has if training began."""
-        self.collector.flush(status, message)
-        if status != "complete" and self.training and self.topology.is_root:
-            self.write_summary(status, [self.node_figures()], {"message": message, "partial": True})
+def _attach_log(path: Path, topology: Topology) -> logging.Handler | None:
+    """This rank's log file: the console tee's when running under ``pardnn-launch``, else a logging handler."""
+    if console.attach(path, topology.rank, topology.node, topology.size > 1):
+        return None
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    return handler
 
 
 def run(job: Any, *, build: BuildFn | None = None, **overrides: Any) -> dict[str, Any]:
@@ -160,7 +183,7 @@ def run(job: Any, *, build: BuildFn | None = None, **overrides: Any) -> dict[str
         Settings that take precedence over the job file (see :mod:`launcher.settings`):
         ``devices_per_node``, ``iterations``, ``window`` (``"100:150"`` or a pair), ``out``,
         ``memory``, ``costs``, ``batch_size``, ``reserve``, ``memory_heuristic``, ``device_preset``,
-        ``profile_steps``, ``progress``. ``None`` means not given.
+        ``profile_steps``, ``progress``, ``stall_timeout``. ``None`` means not given.
 
     Returns
     -------
@@ -170,34 +193,59 @@ def run(job: Any, *, build: BuildFn | None = None, **overrides: Any) -> dict[str
     Raises
     ------
     PardnnError
-        A bad job or setting, an infeasible placement, nodes that disagree (reported on stderr
-        first). An error on one rank of several ends every rank with ``MPI_Abort`` instead.
+        A bad job or setting, an infeasible placement, nodes that disagree or whose replicas ended
+        different (reported on stderr first), a stop signal or a stall (:class:`~launcher.errors.Stopped`).
+        An error on one rank of several ends every rank with ``MPI_Abort`` instead.
     """
     topology: Topology | None = None
-    state: _Run | None = None
+    state: RunState | None = None
+    handler: logging.Handler | None = None
     try:
-        job = load_job(job)
-        settings = resolve(job, overrides)
+        job, settings, error = _read_settings(job, overrides)
+        if error is not None and (launch_size() or 1) == 1:
+            raise error  # not started by mpirun or srun: no peer to agree with
         topology = discover()
+        _agree(topology, "setting up", error)  # an error every rank finds is raised everywhere, printed once
+        assert settings is not None
         topology.check()
-        if not topology.is_root and logger.level == logging.NOTSET:
-            logger.setLevel(logging.WARNING)  # rank 0 speaks for the job
-        build = build or _zoo("build")
-        hvd = _together(topology, "loading Horovod", lambda: find_horovod(topology.size))  # type: ignore[union-attr]
-        if hvd is not None:
-            init_horovod(hvd, topology.size)
         directory = _run_directory(topology, settings, str(getattr(job, "name", "job")))
-        collector = Collector(directory / f"rank-{topology.rank}.jsonl",
-                              {"rank": topology.rank, "node": topology.node})
-        state = _Run(job, settings, topology, directory, collector)
-        with StopGuard(state.flush) as guard:
+        handler = _attach_log(directory / LOG_FILE.format(rank=topology.rank), topology)
+        collector = Collector(directory / f"rank-{topology.rank}.jsonl", {"rank": topology.rank, "node": topology.node})
+        state = RunState(job, settings, topology, directory, collector)
+        if topology.is_root:
+            state.write_status("running", None, None)
+        state.start_watch()
+        build = build or _zoo("build")
+        with StopGuard(state.stop, exit_now=state.exit_now) as guard:
+            hvd = _together(topology, "loading Horovod", lambda: find_horovod(topology.size))  # type: ignore[union-attr]
+            if hvd is not None:
+                init_horovod(hvd, topology.size)
             return _run_node(state, build, hvd, guard)
     except BaseException as error:
-        fail(error, topology, state.flush if state is not None else None)
+        _end(error, topology, state)
         raise
+    finally:
+        if handler is not None:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
 
 
-def _run_node(state: _Run, build: BuildFn, hvd: Any, guard: StopGuard) -> dict[str, Any]:
+def _end(error: BaseException, topology: Topology | None, state: RunState | None) -> None:
+    """Report ``error`` once, write the files, and end the other ranks as the error requires."""
+    multi = topology is not None and topology.size > 1
+    speaker = not (multi and shared(error)) or topology.is_root  # type: ignore[union-attr]
+    flush = None
+    if state is not None:
+        if state.finisher is not None:
+            state.finisher.wait()  # a stop signal's files are being written in the signal watcher's thread
+        def flush(status: str, message: str) -> None:
+            state.flush(status, message, speaker=speaker, exit_code=exit_code(error))
+    fail(error, topology, flush, reported=state is not None and state.reported)
+    if multi and isinstance(error, Stopped):
+        RunState.exit_now(exit_code(error))  # peers may be gone: MPI's and Horovod's shutdown would wait
+
+
+def _run_node(state: RunState, build: BuildFn, hvd: Any, guard: StopGuard) -> dict[str, Any]:
     settings, topology, collector = state.settings, state.topology, state.collector
     with collector.phase("import"):
         import tensorflow as tf
@@ -255,35 +303,54 @@ def _run_node(state: _Run, build: BuildFn, hvd: Any, guard: StopGuard) -> dict[s
     state.placement["apply"] = dataclasses.asdict(applied)
     guard.check()
 
-    variables_sha = _train(state, trained, broadcast, devices, guard, tf, ptf)
+    digests = _train(state, trained, broadcast, devices, guard, tf, ptf)
+    return _finish(state, digests)
 
+
+def _finish(state: RunState, digests: dict[str, str]) -> dict[str, Any]:
+    """After the last iteration: compare the replicas, gather the figures, write the run's files (collective)."""
+    topology, settings = state.topology, state.settings
+    state.end_watch("finishing", final=False)
     figures = state.node_figures()
-    figures["variables_sha256"] = variables_sha
+    figures["variables_sha256"] = variables_digest(sorted(digests.items()))
+    every = topology.allgather(digests)
     nodes = topology.gather(figures)
+    try:
+        check_variables(topology.nodes, every)
+        status, problem = "complete", None
+    except AgreedError as error:
+        status, problem = error.status, error
+    state.write_figures(status, figures)
     summary = figures
     if topology.is_root:
         assert nodes is not None
         consistency = {
             "placement_sha256_equal": len({n["placement_sha256"] for n in nodes}) == 1,
             "variables_sha256_equal": len({n["variables_sha256"] for n in nodes}) == 1,
+            "variables_compared": len(digests),
         }
-        summary = state.write_summary("complete", nodes, {"consistency": consistency})
-        finished = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        append_csv_row(settings.out / RESULTS_FILE, RESULTS_COLUMNS, results_row(summary, finished, state.directory))
-        throughput = summary["throughput"]
-        logger.info("throughput over iterations %d-%d: %.1f samples/s%s (%s)", *settings.window,
-                    throughput["samples_per_s"],
-                    "" if throughput["tokens_per_s"] is None else f", {throughput['tokens_per_s']:.1f} tokens/s",
-                    state.directory / SUMMARY_FILE)
-    collector.flush("complete")
+        summary = state.write_summary(status, nodes, {"consistency": consistency})
+        if problem is None:
+            state.write_status(status, None, 0)
+            throughput = summary["throughput"]
+            logger.info("throughput over iterations %d-%d: %.1f samples/s%s (%s)", *settings.window,
+                        throughput["samples_per_s"],
+                        "" if throughput["tokens_per_s"] is None else f", {throughput['tokens_per_s']:.1f} tokens/s",
+                        state.directory / SUMMARY_FILE)
+    if problem is not None:
+        raise problem
+    state.collector.flush(status)
+    state.end_watch(status)
     return summary
 
 
-def _train(state: _Run, trained: Any, broadcast: Any, devices: Any, guard: StopGuard, tf: Any, ptf: Any) -> str:
-    """Initialise, broadcast, run the iterations; the digest of the variables' final values."""
+def _train(state: RunState, trained: Any, broadcast: Any, devices: Any, guard: StopGuard, tf: Any,
+           ptf: Any) -> dict[str, str]:
+    """Initialise, broadcast, run the iterations; the digests of the variables every replica must agree on."""
     settings, topology, collector = state.settings, state.topology, state.collector
     config = ptf.session_config(devices.count, devices.kind)
     step = {"step": trained.fetches, "loss": trained.loss}
+    compared = agreed_variables(trained.graph, trained.variables)
     with tf.compat.v1.Session(graph=trained.graph, config=config) as session:
         with collector.phase("initialize"):
             session.run(trained.init_op)
@@ -293,6 +360,7 @@ def _train(state: _Run, trained: Any, broadcast: Any, devices: Any, guard: StopG
         probe, source = devices.memory_probe()
         collector.watch_memory(probe, source, settings.window)
         state.training = True
+        state.flush_rank("running", None)
         bar = progress(settings.iterations, str(state.job.name), settings.progress and topology.is_root)
         try:
             with collector.phase("train"):
@@ -302,9 +370,10 @@ def _train(state: _Run, trained: Any, broadcast: Any, devices: Any, guard: StopG
                     collector.before_iteration(index)
                     start = time.perf_counter()
                     out = session.run(step, feed_dict=feed)
-                    collector.iteration(index, time.perf_counter() - start, float(out["loss"]))
+                    if collector.iteration(index, time.perf_counter() - start, float(out["loss"])):
+                        state.write_figures("running")
                     bar.update(1)
         finally:
             bar.close()
-        values = session.run(list(trained.variables))
-    return variables_digest([(v.name, value) for v, value in zip(trained.variables, values, strict=True)])
+        values = session.run(compared)
+    return variable_digests([(v.name, value) for v, value in zip(compared, values, strict=True)])

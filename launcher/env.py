@@ -4,6 +4,10 @@
 rank stands for a node of its own, so ``mpirun -np 2`` on one machine runs two "nodes" (each with
 its own K logical CPU devices). On a real cluster leave it unset: ranks sharing a node are then an
 error, because one rank must drive all of a node's devices.
+
+:func:`launch_rank` and :func:`launch_size` read the rank and size the process launcher (``mpirun``,
+``srun``, PMIx or PMI) put in the environment, so the launcher knows them before MPI starts: the
+console filter and the printing of errors that every rank finds need them that early.
 """
 
 from __future__ import annotations
@@ -11,12 +15,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-__all__ = ["EMULATE_NODES", "SLURM_VARIABLES", "emulate_nodes", "slurm_context"]
+__all__ = ["EMULATE_NODES", "SLURM_VARIABLES", "emulate_nodes", "launch_rank", "launch_size", "slurm_context"]
 
 EMULATE_NODES = "PARDNN_EMULATE_NODES"
 # Recorded in the summary so a result can be traced back to its allocation.
 SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_JOB_NODELIST", "SLURM_NNODES", "SLURM_CLUSTER_NAME")
 
+# Rank and size variables of Open MPI, PMIx (srun --mpi=pmix), PMI (MPICH, Intel MPI) and Slurm, in that order.
+RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
+SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
 
@@ -30,3 +37,22 @@ def slurm_context(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The Slurm variables of this allocation that are set (empty outside Slurm)."""
     environ = os.environ if environ is None else environ
     return {name: environ[name] for name in SLURM_VARIABLES if name in environ}
+
+
+def _first_int(names: tuple[str, ...], environ: Mapping[str, str] | None) -> int | None:
+    environ = os.environ if environ is None else environ
+    for name in names:
+        value = environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def launch_rank(environ: Mapping[str, str] | None = None) -> int | None:
+    """This process's rank as its launcher set it (``None`` outside ``mpirun``/``srun``)."""
+    return _first_int(RANK_VARIABLES, environ)
+
+
+def launch_size(environ: Mapping[str, str] | None = None) -> int | None:
+    """The number of processes the launcher started (``None`` outside ``mpirun``/``srun``)."""
+    return _first_int(SIZE_VARIABLES, environ)

@@ -4,6 +4,14 @@ Writers go to a temporary file in the destination's directory and ``os.replace``
 POSIX within one file system), so a run killed mid-write (Slurm's time limit) leaves the previous
 version, never a truncated one. ``append_csv_row`` also takes an exclusive ``flock`` on a lock file
 beside the CSV, so runs of a sweep that finish together do not lose each other's rows.
+
+Files get the permissions of an ordinary ``open``: 0666 less the process's umask (``mkstemp`` alone
+would leave every result 0600, unreadable to the rest of a group sharing a results folder). The
+umask is read from ``/proc/self/status`` where the kernel shows it, else by setting and restoring
+it once, under a lock, and kept: ``os.umask`` can only be read by changing it.
+
+:func:`check_output_folder` runs before anything expensive starts: a folder that cannot be made or
+written is one line naming it, not a traceback from deep inside the run.
 """
 
 from __future__ import annotations
@@ -14,11 +22,62 @@ import io
 import json
 import os
 import tempfile
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["append_csv_row", "write_json", "write_json_lines", "write_text"]
+from launcher.errors import LaunchError
+
+__all__ = ["append_csv_row", "check_output_folder", "file_mode", "read_umask", "write_json", "write_json_lines",
+           "write_text"]
+
+_UMASK_LOCK = threading.Lock()
+_umask: int | None = None
+
+
+def read_umask() -> int:
+    """The process's umask, read without leaving it changed (cached after the first call)."""
+    global _umask
+    with _UMASK_LOCK:
+        if _umask is None:
+            _umask = _umask_from_proc()
+            if _umask is None:
+                _umask = os.umask(0o022)
+                os.umask(_umask)
+        return _umask
+
+
+def _umask_from_proc() -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def file_mode() -> int:
+    """The mode ``open()`` would give a new file: 0666 less the umask."""
+    return 0o666 & ~read_umask()
+
+
+def check_output_folder(folder: Path, option: str = "--out") -> None:
+    """Make ``folder`` (and parents) unless it exists, and check this process can write in it.
+
+    Raises :class:`~launcher.errors.LaunchError` (one line: the folder, what failed, what to do).
+    """
+    hint = f"pass {option} a folder you can write to"
+    if folder.exists() and not folder.is_dir():
+        raise LaunchError(f"{option} {folder}: exists and is not a folder; {hint}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise LaunchError(f"{option} {folder}: cannot create the folder ({error.strerror or error}); {hint}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise LaunchError(f"{option} {folder}: the folder is not writable by this user; {hint}")
 
 
 def write_text(path: Path, text: str) -> None:
@@ -26,6 +85,7 @@ def write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, file_mode())  # mkstemp makes 0600; results are shared like any other file
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
             handle.flush()

@@ -1,9 +1,12 @@
 """``pardnn-report DIR...``: tables and plots of throughput against GPUs, batch size and nodes.
 
 Reads ``results.csv`` of each ``DIR`` (the ``--out`` of ``pardnn-launch``; a CSV file path also
-works), keeps complete runs, takes the median over repeated runs of one configuration, and writes
-``report.md`` (the tables, also printed) and PNG plots (matplotlib, Agg backend) into ``--out``
-(default ``DIR/report`` of the first ``DIR``):
+works), and merges the per-rank ``figures-<r>.json`` of every run folder under ``DIR`` that has no
+row there (a run whose rank 0 was killed before it wrote one; :func:`recover_rows`). It keeps the
+runs whose measured window is complete on every node (complete runs, and runs stopped by a time
+limit or a stall after the window), takes the median over repeated runs of one configuration, and
+writes ``report.md`` (the tables, also printed) and PNG plots (matplotlib, Agg backend) into
+``--out`` (default ``DIR/report`` of the first ``DIR``):
 
 - ``<job>-devices.png``: samples/s against devices per node, one line per batch size (one node count);
 - ``<job>-batch.png``: samples/s against batch size per node, one line per devices per node;
@@ -17,16 +20,21 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
+import json
 import statistics
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from launcher.ending import FIGURES_FILE, merge_figures
 from launcher.errors import LaunchError
 from launcher.files import write_text
+from launcher.summary import RESULTS_COLUMNS
 
-__all__ = ["Result", "main", "read_results", "tables"]
+__all__ = ["Result", "main", "read_results", "recover_rows", "tables"]
 
 RESULTS_FILE = "results.csv"
 _NEEDED = ("job", "status", "nodes", "devices_per_node", "batch_size", "samples_per_s")
@@ -46,15 +54,16 @@ class Result:
 
 
 def read_results(lines: Iterable[str], source: str = "results.csv") -> list[Result]:
-    """Complete runs from the lines of a ``results.csv``; bad rows raise naming ``source`` and the line."""
+    """Runs whose window is complete, from the lines of a ``results.csv``; a bad row raises naming ``source``
+    and the line."""
     reader = csv.DictReader(lines)
     missing = [c for c in _NEEDED if c not in (reader.fieldnames or [])]
     if missing:
         raise LaunchError(f"{source}: not a pardnn-launch results file (no column {', '.join(missing)})")
     rows = []
     for line, row in enumerate(reader, start=2):
-        if row["status"] != "complete":
-            continue
+        if (row["status"] != "complete" and row.get("window_complete") != "true") or not row["samples_per_s"]:
+            continue  # no throughput over the whole window on every node
         try:
             rows.append(Result(row["job"], int(row["nodes"]), int(row["devices_per_node"]), int(row["batch_size"]),
                                float(row["samples_per_s"]),
@@ -63,6 +72,49 @@ def read_results(lines: Iterable[str], source: str = "results.csv") -> list[Resu
         except (TypeError, ValueError) as error:
             raise LaunchError(f"{source}, line {line}: {error}") from None
     return rows
+
+
+def recover_rows(directory: Path, known: set[str]) -> list[dict[str, object]]:
+    """``results.csv`` rows merged from the figures files of run folders under ``directory`` whose
+    name is not in ``known`` (the folders ``results.csv`` has rows for)."""
+    rows: list[dict[str, object]] = []
+    for folder in sorted(p for p in directory.iterdir() if p.is_dir() and p.name not in known):
+        found = _figures(folder)
+        if not found:
+            continue
+        run = found[0]["run"]
+        figures, absent = merge_figures(folder, int(run["nodes"]))
+        statuses = [f["figures_status"] for f in figures]
+        ended = [s for s in statuses if s != "running"]
+        whole = not absent and all(f["throughput"]["complete"] for f in figures)
+        rates = [f["throughput"]["samples_per_s"] for f in figures]
+        tokens = [f["throughput"]["tokens_per_s"] for f in figures]
+        rows.append({**{k: run.get(k) for k in ("job", "model", "nodes", "devices_per_node", "device_kind",
+                                               "batch_size", "iterations", "costs", "memory", "run_dir")},
+                     "status": max(set(ended), key=ended.count) if ended else "running",
+                     "window": "{}:{}".format(*run["window"]),
+                     "samples_per_s": sum(rates) if whole else None,
+                     "tokens_per_s": sum(tokens) if whole and None not in tokens else None,
+                     "window_complete": str(whole).lower()})
+    return rows
+
+
+def _figures(folder: Path) -> list[dict[str, Any]]:
+    out = []
+    for path in sorted(folder.glob(FIGURES_FILE.format(rank="*"))):
+        try:
+            out.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+    return [f for f in out if isinstance(f, dict) and isinstance(f.get("run"), dict)]
+
+
+def _as_lines(rows: list[dict[str, object]]) -> list[str]:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(RESULTS_COLUMNS), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows([{k: "" if v is None else v for k, v in row.items()} for row in rows])
+    return out.getvalue().splitlines()
 
 
 def _median(results: Sequence[Result], key: tuple[int, int, int]) -> float | None:
@@ -173,13 +225,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for directory in args.dirs:
             path = _results_file(directory)
-            try:
-                text = path.read_text(encoding="utf-8")
-            except OSError as error:
-                raise LaunchError(f"{path}: cannot read ({error.strerror})") from None
-            results += read_results(text.splitlines(), str(path))
+            known: set[str] = set()
+            if path.exists() or not directory.is_dir():
+                try:
+                    text = path.read_text(encoding="utf-8")
+                except OSError as error:
+                    raise LaunchError(f"{path}: cannot read ({error.strerror})") from None
+                results += read_results(text.splitlines(), str(path))
+                known = {Path(row.get("run_dir") or "").name for row in csv.DictReader(text.splitlines())}
+            if directory.is_dir():
+                recovered = recover_rows(directory, known)
+                if recovered:
+                    print(f"pardnn-report: {directory}: {len(recovered)} run(s) without a results.csv row, merged "
+                          "from their per-rank figures files", file=sys.stderr)
+                    results += read_results(_as_lines(recovered), f"{directory} (per-rank files)")
         if not results:
-            raise LaunchError(f"no complete runs in {', '.join(str(_results_file(d)) for d in args.dirs)}")
+            where = ", ".join(str(_results_file(d)) for d in args.dirs)
+            raise LaunchError(f"no runs with a complete window in {where}")
     except LaunchError as error:
         print(f"pardnn-report: error: {error}", file=sys.stderr)
         return 1

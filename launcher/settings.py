@@ -4,8 +4,10 @@
 ``launcher.run(job, iterations=50)`` fail the same way. Every setting a job file also has is checked
 by the job schema's own :class:`~pardnn.settings.Param` (:data:`SCHEMA`: ``[train] batch_size``,
 ``[run]`` and ``[placement]`` of :mod:`jobs.schema`, the last being the shared
-:data:`pardnn.settings.PLACEMENT`), so defaults, ranges and choices are written once; only ``out``
-and ``progress`` are the launcher's own. Each value remembers where it came from
+:data:`pardnn.settings.PLACEMENT`, and the shared :data:`pardnn.settings.RUN`: ``stall_timeout``),
+so defaults, ranges and choices are written once; only ``out`` and ``progress`` are the launcher's
+own. ``stall_timeout`` is read from the job when the job has it (``[run] stall_timeout`` once the
+job schema takes the shared key). Each value remembers where it came from
 (``Settings.sources``), and error messages say so: a window from the job file that no longer fits
 iterations given on the command line names both.
 """
@@ -19,12 +21,13 @@ from typing import Any
 from jobs.schema import PLACEMENT, RUN, TRAIN, normalise, window_fits
 from launcher.errors import LaunchError
 from pardnn.machine import parse_bytes
+from pardnn.settings import RUN as SHARED_RUN
 from pardnn.settings import Param
 
 __all__ = ["DEFAULTS", "OVERRIDABLE", "SCHEMA", "Settings", "parse_window", "resolve"]
 
 # Settings a job file has (the Job field of the same name), checked by the job schema's Param.
-SCHEMA: dict[str, Param] = {"batch_size": TRAIN["batch_size"], **RUN, **PLACEMENT}
+SCHEMA: dict[str, Param] = {"batch_size": TRAIN["batch_size"], **SHARED_RUN, **RUN, **PLACEMENT}
 # Settings of the launcher only (command line or keyword arguments).
 LAUNCHER_DEFAULTS: dict[str, Any] = {"out": Path("runs"), "progress": True}
 # Used when neither the command line nor the job sets a value (the job file's own defaults,
@@ -52,6 +55,7 @@ class Settings:
     device_preset: str
     profile_steps: int
     progress: bool
+    stall_timeout: float | None
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
@@ -79,6 +83,8 @@ def _checked(name: str, value: Any, origin: str) -> Any:
     """``value`` as ``SCHEMA[name]`` accepts it: text (the command line) parsed, other values checked."""
     param = SCHEMA[name]
     value = normalise(name, value)
+    if value is None and param.default is None:
+        return None  # unset, and the key has no fixed default (memory: unlimited; stall_timeout: derived)
     try:
         return param.parse(value) if isinstance(value, str) else param.check(value)
     except ValueError:

@@ -1,7 +1,9 @@
 """The run's summary (``summary.json``, rank 0) and its row in ``results.csv`` for sweeps.
 
 Global throughput is the sum over nodes of each node's throughput over the window: the nodes train
-in lockstep (every step ends with an allreduce), so each node's rate is one replica's share.
+in lockstep (every step ends with an allreduce), so each node's rate is one replica's share. A run
+that ended early may lack some nodes' figures (``nodes_missing``); its global figures are then
+``None``, and ``window_complete`` says whether every node measured the whole window.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ FORMAT = "pardnn-launch-summary"
 RESULTS_COLUMNS = (
     "finished_utc", "job", "model", "status", "nodes", "devices_per_node", "device_kind", "batch_size",
     "global_batch_size", "iterations", "window", "samples_per_s", "tokens_per_s", "samples_per_s_per_node",
-    "step_ms_median", "simulated_makespan_us", "costs", "memory", "placement_sha256", "run_dir",
+    "step_ms_median", "simulated_makespan_us", "costs", "memory", "placement_sha256", "run_dir", "window_complete",
 )
 
 
@@ -50,10 +52,14 @@ def _sum(values: Sequence[float | None]) -> float | None:
 
 
 def summarize(*, status: str, job: Any, settings: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
-              devices: Mapping[str, Any], placement: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    """The summary document. ``nodes`` are the nodes' :meth:`Collector.node_summary` figures, by rank."""
+              devices: Mapping[str, Any], placement: Mapping[str, Any], extra: Mapping[str, Any],
+              node_count: int | None = None) -> dict[str, Any]:
+    """The summary document. ``nodes`` are the nodes' :meth:`Collector.node_summary` figures, by rank;
+    ``node_count`` the run's nodes (default: as many as figures), more when some figures are missing."""
+    count = len(nodes) if node_count is None else node_count
     rates = [n["throughput"]["samples_per_s"] for n in nodes]
     tokens = [n["throughput"]["tokens_per_s"] for n in nodes]
+    whole = len(nodes) == count
     batch = settings["batch_size"]
     return {
         "format": FORMAT,
@@ -61,18 +67,18 @@ def summarize(*, status: str, job: Any, settings: Mapping[str, Any], nodes: Sequ
         "status": status,
         "job": job_dict(job),
         "settings": dict(settings),
-        "nodes": len(nodes),
+        "nodes": count,
         "devices_per_node": devices["count"],
         "device_kind": devices["kind"],
         "device_names": list(devices["names"]),
         "batch_size": batch,
-        "global_batch_size": batch * len(nodes),
+        "global_batch_size": batch * count,
         "window": list(settings["window"]),
         "throughput": {
-            "samples_per_s": _sum(rates),
-            "tokens_per_s": _sum(tokens),
+            "samples_per_s": _sum(rates) if whole else None,
+            "tokens_per_s": _sum(tokens) if whole else None,
             "per_node_samples_per_s": rates,
-            "complete": all(n["throughput"]["complete"] for n in nodes),
+            "complete": whole and all(n["throughput"]["complete"] for n in nodes),
         },
         "per_node": list(nodes),
         "placement": dict(placement),
@@ -110,4 +116,5 @@ def results_row(summary: Mapping[str, Any], finished_utc: str, run_dir: Path) ->
         "memory": summary["settings"]["memory"] or "unlimited",
         "placement_sha256": summary["placement"].get("sha256"),
         "run_dir": str(run_dir),
+        "window_complete": str(bool(throughput["complete"])).lower(),
     }

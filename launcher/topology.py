@@ -124,6 +124,6 @@ def discover() -> Topology:
     finally:
         local.Free()
     names = [f"{h}#{r}" if emulated else h for r, h in enumerate(comm.allgather(node_leader))]
-    if emulated and size > 1:
+    if emulated and size > 1 and rank == 0:
         logger.warning("%s=1: each of the %d ranks stands for a node (testing only)", EMULATE_NODES, size)
     return Topology(rank, size, tuple(names), emulated, comm if size > 1 else None)

@@ -25,7 +25,7 @@ from pardnn.pipeline import MEMORY_HEURISTICS
 from pardnn.placers import PLACERS
 from pardnn.presets import PRESETS
 
-__all__ = ["ALGORITHMS", "HEURISTIC_CHOICES", "PLACEMENT", "REQUIRED", "UNLIMITED", "Param"]
+__all__ = ["ALGORITHMS", "HEURISTIC_CHOICES", "PLACEMENT", "REQUIRED", "RUN", "UNLIMITED", "Param"]
 
 REQUIRED: Any = object()  # default of a key the user must give
 UNLIMITED = ("", "none", "unlimited")  # spellings of "no memory limit" for a ``size`` key
@@ -171,4 +171,13 @@ PLACEMENT: dict[str, Param] = {
     "bandwidth": Param("str", f"{DEFAULT_BANDWIDTH_BPS / 1e9:g}GB/s",
                        help="interconnect bandwidth between two devices"),
     "latency": Param("str", f"{DEFAULT_LATENCY_US:g}us", help="latency per transfer"),
+}
+
+
+# How pardnn-launch watches a run: [run] keys a job file may set (jobs/schema.py's RUN adds them to its
+# own), the launcher's options and keyword arguments. None: derived from the measured step time.
+RUN: dict[str, Param] = {
+    "stall_timeout": Param("float", None, 0.0,
+                           help="seconds without a completed iteration on any rank before the run ends as stalled; "
+                                "unset: max(60, 20 x median step time); 0: never"),
 }

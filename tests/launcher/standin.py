@@ -1,8 +1,11 @@
 """A stand-in for the model zoo (``jobs``), implementing the jobs contract with a tiny dense model.
 
 The launcher's tests run against it where they need things the real zoo does not offer: a model
-small enough for 160 iterations in seconds on 2 cores, and a job that fails on purpose
-(``fail_at``: the rank given by ``fail_rank`` raises while feeding that iteration).
+small enough for 160 iterations in seconds on 2 cores, a job that fails on purpose (``fail_at``:
+the rank given by ``fail_rank`` raises while feeding that iteration), and one whose replicas drift
+apart (``skew_rank``: that rank applies its updates with twice the learning rate). Like batch norm,
+the model keeps per-replica state: ``input_mean``, a non-trainable moving mean of each node's own
+inputs, which differs between nodes by design.
 
 Run under mpirun: ``python -m tests.launcher.standin --out DIR [--fail-at I] [launcher settings]``.
 """
@@ -43,6 +46,7 @@ class Job:
     costs: str = "profile"
     device_preset: str = "v100-32gb"
     profile_steps: int = 3
+    stall_timeout: float | None = None
     data: dict[str, Any] = field(default_factory=dict)
 
 
@@ -88,15 +92,20 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: Any = None) ->
                     hidden = tf.nn.relu(hidden)
             width_in = width
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=hidden), name="loss")
-        optimizer = (tf.compat.v1.train.AdamOptimizer(job.learning_rate) if job.optimizer == "adam"
-                     else tf.compat.v1.train.MomentumOptimizer(job.learning_rate, 0.9))
+        input_mean = tf.compat.v1.get_variable("input_mean", [params["features"]], trainable=False,
+                                               initializer=tf.zeros_initializer(), use_resource=True)
+        update_mean = input_mean.assign_sub(0.1 * (input_mean - tf.reduce_mean(x, axis=0))).op
+        rank = os.environ.get("OMPI_COMM_WORLD_RANK", "0")
+        rate = job.learning_rate * (2 if str(job.data.get("skew_rank")) == rank and gradient_hook else 1)
+        optimizer = (tf.compat.v1.train.AdamOptimizer(rate) if job.optimizer == "adam"
+                     else tf.compat.v1.train.MomentumOptimizer(rate, 0.9))
         grads_and_vars = optimizer.compute_gradients(loss)
         if gradient_hook is not None:
             grads_and_vars = gradient_hook(grads_and_vars)
         if params.get("clip"):  # as jobs/ does: clip_by_global_norm colocates each clipped gradient with it
             clipped, _ = tf.clip_by_global_norm([g for g, _ in grads_and_vars], params["clip"])
             grads_and_vars = list(zip(clipped, [v for _, v in grads_and_vars], strict=True))
-        train_op = optimizer.apply_gradients(grads_and_vars, name="train")
+        train_op = tf.group(optimizer.apply_gradients(grads_and_vars, name="apply"), update_mean, name="train")
         init_op = tf.compat.v1.global_variables_initializer()
         variables = tf.compat.v1.global_variables()
 
@@ -116,16 +125,23 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: Any = None) ->
 
 def main(argv: list[str] | None = None) -> int:
     import launcher
+    from launcher import console
     from launcher.cli import _configure_logging
+    from launcher.env import launch_rank
     from launcher.failure import exit_code
+
+    console.start(launch_rank())  # as pardnn-launch does: rank-<r>.log and the filtered console
 
     parser = argparse.ArgumentParser(prog="standin")
     parser.add_argument("--out", required=True)
     parser.add_argument("--fail-at", type=int)
+    parser.add_argument("--skew-rank", type=int)
     parser.add_argument("--settings", default="{}", help="JSON object of launcher settings")
     args = parser.parse_args(argv)
     _configure_logging(False)
-    data = {} if args.fail_at is None else {"fail_at": args.fail_at, "fail_rank": 1}
+    data: dict[str, Any] = {} if args.fail_at is None else {"fail_at": args.fail_at, "fail_rank": 1}
+    if args.skew_rank is not None:
+        data["skew_rank"] = args.skew_rank
     try:
         launcher.run(Job(data=data), build=build, out=args.out, **json.loads(args.settings))
     except BaseException as error:

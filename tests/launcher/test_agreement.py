@@ -5,8 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from launcher.agreement import average_costs, check_agreement, graph_digest, placement_digest, variables_digest
-from launcher.errors import AgreedError
+from launcher.agreement import (
+    agreed_variables,
+    average_costs,
+    check_agreement,
+    check_variables,
+    graph_digest,
+    placement_digest,
+    variable_digests,
+    variables_digest,
+)
+from launcher.errors import AgreedError, Inconsistent
 from launcher.topology import single_node
 from pardnn.graph import CostGraph
 
@@ -91,3 +100,36 @@ def test_average_costs_keeps_memory_limit_and_group_labels():
     assert averaged.group_names == mine.group_names and averaged.colocation.tolist() == mine.colocation.tolist()
     assert averaged.name == mine.name and averaged.names == mine.names
     assert graph_digest(averaged) == graph_digest(mine)
+
+
+def test_check_variables_names_the_nodes_and_the_first_differing_variable():
+    same = variable_digests([("w:0", np.ones(3)), ("w/Adam:0", np.zeros(3))])
+    check_variables(["n0", "n1"], [same, dict(same)])
+    drifted = {**same, "w:0": variable_digests([("w:0", np.ones(3) * 2)])["w:0"]}
+    with pytest.raises(Inconsistent) as caught:
+        check_variables(["n0", "n1", "n2"], [same, drifted, same])
+    message = str(caught.value)
+    assert "nodes n0, n2 | n1" in message and "first differing variable 'w:0' of 2 compared" in message
+    assert caught.value.status == "inconsistent" and "\n" not in message
+
+
+def test_variable_digests_see_dtype_and_shape():
+    digests = variable_digests([("a", np.zeros(4, np.float32)), ("b", np.zeros(4, np.float64)),
+                                ("c", np.zeros((2, 2), np.float32))])
+    assert len(set(digests.values())) == 3
+
+
+@pytest.mark.tf
+def test_agreed_variables_are_the_weights_and_the_optimizer_state_not_per_replica_statistics():
+    from tests.launcher.standin import Job, build
+
+    for optimizer in ("adam", "momentum"):
+        trained = build(Job(optimizer=optimizer))
+        names = sorted(v.op.name for v in agreed_variables(trained.graph, trained.variables))
+        every = sorted(v.op.name for v in trained.variables)
+        assert "input_mean" in every and "input_mean" not in names  # a moving statistic of each node's inputs
+        kernels = [f"dense{i}/{part}" for i in range(3) for part in ("bias", "kernel")]
+        slots = {"adam": [f"{k}/Adam{suffix}" for k in kernels for suffix in ("", "_1")],
+                 "momentum": [f"{k}/Momentum" for k in kernels]}[optimizer]
+        powers = ["beta1_power", "beta2_power"] if optimizer == "adam" else []
+        assert names == sorted(kernels + slots + powers)

@@ -52,6 +52,26 @@ def test_window_outside_the_iterations_is_one_line(tmp_path):
     assert "window 100:150 (command line)" in line and "iterations = 20 (command line)" in line
 
 
+def test_an_output_folder_that_cannot_be_made_is_one_line_before_tensorflow_loads(tmp_path):
+    (tmp_path / "taken").write_text("a file, not a folder")
+    program = ("import sys; from launcher.cli import main; code = main(sys.argv[1:]); "
+               "print('tensorflow' in sys.modules, 'horovod' in sys.modules, code)")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env.pop("PARDNN_EMULATE_NODES", None)
+    proc = subprocess.run([sys.executable, "-c", program, "word-rnn-tiny", "--out", str(tmp_path / "taken" / "runs")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    line = _one_error_line(proc)
+    assert f"--out {tmp_path / 'taken' / 'runs'}: cannot create the folder (Not a directory)" in line
+    assert proc.stdout.split() == ["False", "False", "1"]
+
+
+def test_a_bad_command_line_is_printed_by_the_launchers_rank_0_only():
+    env = {**os.environ, "OMPI_COMM_WORLD_RANK": "1"}
+    proc = subprocess.run([sys.executable, "-m", "launcher.cli", "trn-tiny", "--window", "soon"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (2, "")
+
+
 def test_bad_option_is_exit_2():
     proc = _launch("trn-tiny", "--window", "soon")
     assert proc.returncode == 2
@@ -60,9 +80,11 @@ def test_bad_option_is_exit_2():
 
 def test_parser_maps_options_to_settings():
     args = build_parser().parse_args(["job.toml", "--devices-per-node", "8", "--iterations", "160", "--window",
-                                      "100:150", "--memory", "32GiB", "--costs", "estimate", "--no-progress"])
+                                      "100:150", "--memory", "32GiB", "--costs", "estimate", "--no-progress",
+                                      "--stall-timeout", "20"])
     assert (args.devices_per_node, args.iterations, args.window, args.memory, args.costs, args.progress) == (
         8, 160, "100:150", "32GiB", "estimate", False)
+    assert args.stall_timeout == 20.0
     assert build_parser().parse_args(["job.toml"]).progress is None  # not given: the job file or default decides
 
 

@@ -74,3 +74,13 @@ def test_collector_flushes_periodically(tmp_path):
     clock.now = 11.0
     collector.iteration(1, 0.1)
     assert json.loads(path.read_text().splitlines()[-1])["status"] == "running"
+
+
+def test_a_final_status_is_not_overwritten_by_a_periodic_flush(tmp_path):
+    path = tmp_path / "rank-0.jsonl"
+    collector = Collector(path, {"rank": 0}, flush_every=0.0)
+    collector.flush("time_limit", "stopped by SIGTERM")  # the signal watcher's thread
+    collector.iteration(0, 0.1)  # the main thread, one step later: its periodic flush must not undo it
+    assert json.loads(path.read_text().splitlines()[-1])["status"] == "time_limit"
+    collector.flush("complete")
+    assert json.loads(path.read_text().splitlines()[-1])["status"] == "complete"

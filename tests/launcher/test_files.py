@@ -1,11 +1,22 @@
-"""Atomic writes and the locked results.csv append."""
+"""Atomic writes that honour the umask, the locked results.csv append, and the output folder check."""
 
 from __future__ import annotations
 
 import csv
+import os
+import stat
+import subprocess
+import sys
+import textwrap
 import threading
+from pathlib import Path
 
-from launcher.files import append_csv_row, write_json, write_text
+import pytest
+
+from launcher.errors import LaunchError
+from launcher.files import append_csv_row, check_output_folder, file_mode, read_umask, write_json, write_text
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_write_text_replaces_whole_and_leaves_no_temp(tmp_path):
@@ -42,3 +53,39 @@ def test_append_csv_row_from_many_threads_loses_nothing(tmp_path):
     for thread in threads:
         thread.join()
     assert sorted(int(r["i"]) for r in csv.DictReader(path.read_text().splitlines())) == list(range(20))
+
+
+def _mode(path):
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_files_get_the_mode_open_would_give(tmp_path):
+    write_text(tmp_path / "a.txt", "x")
+    append_csv_row(tmp_path / "results.csv", ["a"], {"a": 1})
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert read_umask() == umask and file_mode() == 0o666 & ~umask
+    assert _mode(tmp_path / "a.txt") == _mode(tmp_path / "results.csv") == 0o666 & ~umask
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o027, 0o640), (0o002, 0o664), (0o077, 0o600)])
+def test_files_follow_the_process_umask(tmp_path, umask, mode):
+    program = textwrap.dedent(f"""
+        import os, sys
+        from pathlib import Path
+        os.umask({umask:#o})
+        from launcher.files import write_json
+        write_json(Path(sys.argv[1]), {{"a": 1}})
+    """)
+    subprocess.run([sys.executable, "-c", program, str(tmp_path / "s.json")], cwd=ROOT, check=True, timeout=60)
+    assert _mode(tmp_path / "s.json") == mode
+
+
+def test_output_folder_is_made_or_refused_in_one_line(tmp_path):
+    check_output_folder(tmp_path / "new" / "runs")
+    assert (tmp_path / "new" / "runs").is_dir()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(LaunchError, match=r"^--out .*file: exists and is not a folder; pass --out a folder"):
+        check_output_folder(tmp_path / "file")
+    with pytest.raises(LaunchError, match=r"^--out .*file/runs: cannot create the folder \(Not a directory\)"):
+        check_output_folder(tmp_path / "file" / "runs")

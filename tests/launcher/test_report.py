@@ -1,19 +1,21 @@
-"""pardnn-report: results.csv lines in, tables (by hand) and PNG plots out."""
+"""pardnn-report: results.csv lines and per-rank figures files in, tables (by hand) and PNG plots out."""
 
 from __future__ import annotations
 
 import pytest
 
+from launcher.ending import write_figures
 from launcher.errors import LaunchError
-from launcher.report import main, read_results, tables
+from launcher.report import main, read_results, recover_rows, tables
 from launcher.summary import RESULTS_COLUMNS
 
 HEADER = ",".join(RESULTS_COLUMNS)
 
 
-def _row(job: str, nodes: int, devices: int, batch: int, rate: float, status: str = "complete") -> str:
+def _row(job: str, nodes: int, devices: int, batch: int, rate: float, status: str = "complete",
+         window_complete: str = "") -> str:
     values = {"job": job, "status": status, "nodes": nodes, "devices_per_node": devices, "batch_size": batch,
-              "samples_per_s": rate, "device_kind": "gpu"}
+              "samples_per_s": rate, "device_kind": "gpu", "window_complete": window_complete}
     return ",".join(str(values.get(column, "")) for column in RESULTS_COLUMNS)
 
 
@@ -56,3 +58,39 @@ def test_main_writes_report_and_plots(tmp_path, capsys):
 def test_main_without_results_is_one_line(tmp_path, capsys):
     assert main([str(tmp_path)]) == 1
     assert capsys.readouterr().err.startswith("pardnn-report: error: ")
+
+
+def test_runs_stopped_after_a_complete_window_count():
+    lines = [HEADER, _row("trn", 1, 1, 1, 10.0, status="time_limit", window_complete="true"),
+             _row("trn", 1, 1, 1, 99.0, status="stalled", window_complete="false")]
+    assert [(r.samples_per_s) for r in read_results(lines)] == [10.0]
+
+
+def _figures(folder, rank, nodes, rate, status, complete=True):
+    run = {"job": "trn", "model": "transformer", "nodes": nodes, "devices_per_node": 2, "device_kind": "gpu",
+           "batch_size": 8, "iterations": 200, "window": [100, 150], "costs": "profile", "memory": None,
+           "run_dir": str(folder)}
+    figures = {"rank": rank, "throughput": {"samples_per_s": rate, "tokens_per_s": None, "complete": complete}}
+    folder.mkdir(exist_ok=True)
+    write_figures(folder, rank, status, run, figures)
+
+
+def test_runs_without_a_row_are_merged_from_their_per_rank_files(tmp_path, capsys):
+    listed = tmp_path / "listed"  # has a row: not merged again
+    _figures(listed, 0, 2, 1000.0, "complete")
+    _figures(listed, 1, 2, 1000.0, "complete")
+    row = _row("trn", 2, 2, 8, 70.0).split(",")
+    row[RESULTS_COLUMNS.index("run_dir")] = str(listed)
+    (tmp_path / "results.csv").write_text("\n".join([HEADER, ",".join(row)]) + "\n")
+    killed = tmp_path / "killed"  # rank 0 killed before its row; both nodes measured the window
+    _figures(killed, 0, 2, 40.0, "running")
+    _figures(killed, 1, 2, 50.0, "time_limit")
+    partial = tmp_path / "partial"  # rank 1 never wrote figures: no throughput for the run
+    _figures(partial, 0, 2, 40.0, "stalled")
+    rows = recover_rows(tmp_path, {"listed"})
+    assert [(r["run_dir"], r["status"], r["samples_per_s"], r["window_complete"]) for r in rows] == [
+        (str(killed), "time_limit", 90.0, "true"), (str(partial), "stalled", None, "false")]
+    assert main([str(tmp_path), "--no-plots"]) == 0
+    out, err = capsys.readouterr()
+    assert "2 run(s) without a results.csv row" in err
+    assert "| 2 | 80.0 |" in out  # devices 2, batch 8: the median of 70 (results.csv) and 90 (merged)

@@ -72,8 +72,9 @@ def test_settings_use_the_job_schemas_params():
     from launcher.settings import SCHEMA
     from pardnn import settings
 
-    assert SCHEMA == {"batch_size": TRAIN["batch_size"], **RUN, **PLACEMENT}
+    assert SCHEMA == {"batch_size": TRAIN["batch_size"], **settings.RUN, **RUN, **PLACEMENT}
     assert all(SCHEMA[key] is settings.PLACEMENT[key] for key in PLACEMENT)
+    assert SCHEMA["stall_timeout"] is settings.RUN["stall_timeout"]
     assert {key: DEFAULTS[key] for key in PLACEMENT} == {key: param.default for key, param in PLACEMENT.items()}
     assert resolve(Job(), {"reserve": 0.995}).reserve == 0.995  # [0, 1), as job files and the Machine
 
@@ -98,3 +99,13 @@ def test_parse_window(text, window):
 def test_parse_window_rejects_bad_text(text):
     with pytest.raises(LaunchError, match="window"):
         parse_window(text)
+
+
+def test_stall_timeout_unset_given_or_from_the_job():
+    assert resolve(Job()).stall_timeout is None  # derived from the measured step time
+    assert resolve(Job(), {"stall_timeout": "20"}).stall_timeout == 20.0
+    assert resolve(Job(), {"stall_timeout": 0}).stall_timeout == 0.0  # never
+    settings = resolve(Job(stall_timeout=90))  # a job file's [run] stall_timeout
+    assert (settings.stall_timeout, settings.sources["stall_timeout"]) == (90.0, "job file")
+    with pytest.raises(LaunchError, match=r"stall_timeout \(command line\): '-1': expected a number >= 0"):
+        resolve(Job(), {"stall_timeout": "-1"})

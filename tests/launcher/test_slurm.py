@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -63,7 +65,8 @@ def test_script_passes_shellcheck(script):
 @pytest.mark.parametrize("script", ["pardnn.sbatch", "pardnn-mpirun.sbatch"])
 def test_sbatch_directives_ask_for_whole_dgx2_nodes_one_task_each(script):
     directives = _directives(SLURM / script)
-    for wanted in ("--ntasks-per-node=1", "--gres=gpu:16", "--exclusive", "--signal=TERM@120"):
+    # B: the early signal goes to the batch shell only; its trap passes it on (see the next test).
+    for wanted in ("--ntasks-per-node=1", "--gres=gpu:16", "--exclusive", "--signal=B:TERM@120"):
         assert wanted in directives
     assert any(d.startswith("--nodes=") for d in directives)
 
@@ -148,3 +151,39 @@ def test_paper_job_list_is_well_formed(fake_bin):
     subprocess.run(["bash", str(SLURM / "sweep.sh"), "--max-nodes", "2"], env=env, check=True, capture_output=True)
     calls = _calls(record)
     assert len(calls) == 5 * (5 + 1) + 5 * (3 + 1)  # use-case 1: 5 GPU counts; use-case 2: 3; plus 2 nodes each
+
+
+LONG_STEP = """#!/usr/bin/env python3
+import os, signal, sys, time
+def stop(signum, frame):
+    with open(os.environ["RECORD"], "a") as out:
+        out.write(signal.Signals(signum).name + "\\n")
+    sys.exit(143)  # what pardnn-launch (and so srun, or mpirun after SIGUSR1) exits with after a time limit
+for name in ("SIGTERM", "SIGUSR1"):
+    signal.signal(getattr(signal, name), stop)
+open(os.environ["READY"], "w").close()
+time.sleep(60)
+sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize(("script", "step"), [("pardnn.sbatch", "srun"), ("pardnn-mpirun.sbatch", "mpirun")])
+def test_the_batch_scripts_pass_slurms_early_sigterm_on_to_the_ranks(fake_bin, tmp_path, script, step):
+    """--signal=B:TERM@120 signals the batch shell: its trap passes the signal on to the step as SIGUSR1, which
+    srun and mpirun forward to every task (SIGTERM would make srun kill the tasks, and mpirun kill the ranks and
+    exit 1), and the script exits with the step's code."""
+    env, record = fake_bin
+    (tmp_path / "bin" / step).write_text(LONG_STEP)
+    ready = tmp_path / "ready"
+    env.update(READY=str(ready), SLURM_JOB_NUM_NODES="2", SLURM_NTASKS_PER_NODE="1")
+    proc = subprocess.Popen(["bash", str(SLURM / script), "trn"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.exists(), proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 143, stderr
+    assert record.read_text().split() == ["SIGUSR1"]
+    assert f"{script}: SIGTERM: forwarding it to the" in stderr

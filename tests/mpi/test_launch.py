@@ -9,6 +9,7 @@ import csv
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -42,12 +43,11 @@ def _require_stack() -> str:
     return mpirun
 
 
-def mpirun_launch(program: list[str], *, ranks: int = 2, emulate: bool = True, timeout: float = 150,
-                  cwd: Path = ROOT) -> tuple[subprocess.CompletedProcess[str], float]:
-    """Run ``program`` on ``ranks`` ranks of this machine; returns the process and its wall seconds."""
-    mpirun = _require_stack()
+def _environment(emulate: bool, tf_log_level: str | None = "2") -> tuple[dict[str, str], list[str]]:
     env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    if tf_log_level is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = tf_log_level
     # Containers often forbid the cross-memory-attach that Open MPI's shared-memory transport uses.
     env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
     env.pop("PARDNN_EMULATE_NODES", None)
@@ -55,10 +55,58 @@ def mpirun_launch(program: list[str], *, ranks: int = 2, emulate: bool = True, t
     if emulate:
         env["PARDNN_EMULATE_NODES"] = "1"
         forward = ["-x", "PARDNN_EMULATE_NODES"]
+    return env, forward
+
+
+def mpirun_launch(program: list[str], *, ranks: int = 2, emulate: bool = True, timeout: float = 150,
+                  cwd: Path = ROOT, tf_log_level: str | None = "2") -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run ``program`` on ``ranks`` ranks of this machine; returns the process and its wall seconds.
+
+    ``tf_log_level``: ``TF_CPP_MIN_LOG_LEVEL`` (``None``: unset, TensorFlow's INFO lines are printed).
+    """
+    mpirun = _require_stack()
+    env, forward = _environment(emulate, tf_log_level)
     argv = [mpirun, *MPIRUN_FLAGS, *forward, "-np", str(ranks), *program]
     started = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
     return proc, time.monotonic() - started
+
+
+def mpirun_start(program: list[str]) -> subprocess.Popen[str]:
+    """Start ``program`` on two emulated nodes under mpirun, in the background."""
+    mpirun = _require_stack()
+    env, forward = _environment(True)
+    return subprocess.Popen([mpirun, *MPIRUN_FLAGS, *forward, "-np", "2", *program], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_iteration(out: Path, proc: subprocess.Popen[str], iteration: int, timeout: float = 150) -> Path:
+    """The run folder once both ranks' heartbeats show ``iteration`` done (fails if the run ends first)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        beats = [json.loads(p.read_text() or "{}") for p in out.glob("*/heartbeat-*.json")]
+        if len(beats) == 2 and all((b.get("iteration") or 0) >= iteration for b in beats):
+            return next(out.glob("*/heartbeat-0.json")).parent
+        time.sleep(0.5)
+    proc.kill()
+    pytest.fail(f"the run did not reach iteration {iteration}:\n" + "\n".join(proc.communicate()))
+
+
+def heartbeat(run_dir: Path, rank: int) -> dict[str, Any]:
+    return json.loads((run_dir / f"heartbeat-{rank}.json").read_text())
+
+
+def assert_valid_rank_files(run_dir: Path, rank: int) -> list[dict[str, Any]]:
+    """A rank's files are *valid* when each is whole: every line of ``rank-<r>.jsonl`` parses and the last
+    is a status record, ``figures-<r>.json`` and ``heartbeat-<r>.json`` parse and name the rank, and the
+    log exists. (Atomic replacement guarantees it even for a rank killed or stopped mid-run.)"""
+    records = _records(run_dir / f"rank-{rank}.jsonl")
+    assert records[-1]["event"] == "status" and records[-1]["rank"] == rank
+    figures = json.loads((run_dir / f"figures-{rank}.json").read_text())
+    assert figures["rank"] == rank and figures["figures"]["iterations_run"] > 0
+    assert heartbeat(run_dir, rank)["rank"] == rank
+    assert (run_dir / f"rank-{rank}.log").exists()
+    return records
 
 
 def _output(proc: subprocess.CompletedProcess[str]) -> str:
@@ -74,8 +122,9 @@ STANDIN = [sys.executable, "-m", "tests.launcher.standin"]
 
 
 def test_two_nodes_train_a_tiny_job_in_lockstep(tmp_path):
+    # As the README runs it: TensorFlow's own log level, so its INFO lines are printed (into the logs only).
     proc, seconds = mpirun_launch([*LAUNCH, TINY_JOB, "--iterations", "160", "--window", "100:150",
-                                   "--devices-per-node", "2", "--out", str(tmp_path)])
+                                   "--devices-per-node", "2", "--out", str(tmp_path)], tf_log_level=None)
     assert proc.returncode == 0, _output(proc)
     [run_dir] = [p for p in tmp_path.iterdir() if p.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -93,20 +142,33 @@ def test_two_nodes_train_a_tiny_job_in_lockstep(tmp_path):
         peaks = node["memory"]["device_peak_bytes"]
         assert sorted(peaks) == ["/device:CPU:0", "/device:CPU:1"] and min(peaks.values()) > 0
         assert set(node["phases_seconds"]) >= {"build", "profile", "partition", "apply", "train"}
-    # Data parallelism worked: the same placement everywhere, and identical variables after training.
+    # Data parallelism worked: the same placement everywhere, and identical weights and optimizer state.
     assert nodes[0]["placement_sha256"] == nodes[1]["placement_sha256"] == summary["placement"]["sha256"]
     assert nodes[0]["variables_sha256"] == nodes[1]["variables_sha256"]
-    assert summary["consistency"] == {"placement_sha256_equal": True, "variables_sha256_equal": True}
+    consistency = summary["consistency"]
+    assert consistency["placement_sha256_equal"] and consistency["variables_sha256_equal"]
+    assert consistency["variables_compared"] > 0
     assert summary["versions"]["horovod"] and summary["versions"]["mpi"]
-    # Each rank wrote its own records; rank 0 wrote the placement and the sweep row.
+    # Each rank wrote its own records, figures and log; rank 0 the placement, the status and the sweep row.
+    umask = os.umask(0o022)
+    os.umask(umask)
     for rank in (0, 1):
-        records = _records(run_dir / f"rank-{rank}.jsonl")
+        records = assert_valid_rank_files(run_dir, rank)
         assert records[-1]["status"] == "complete"
         assert sum(r["event"] == "iteration" for r in records) == 160
+        log = (run_dir / f"rank-{rank}.log").read_text()
+        assert "I tensorflow/" in log or "I external/" in log  # TensorFlow's INFO lines are kept in the log
+    assert json.loads((run_dir / "status.json").read_text())["status"] == "complete"
+    for path in run_dir.iterdir():
+        assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path  # as any file the user writes
     placed = (run_dir / "placement.txt").read_text().splitlines()
     assert len(placed) == summary["placement"]["ops"]
     [row] = list(csv.DictReader((tmp_path / "results.csv").read_text().splitlines()))
     assert (row["nodes"], row["devices_per_node"], row["status"]) == ("2", "2", "complete")
+    # The console: rank 0's progress once, no TensorFlow INFO line, nothing from rank 1 (it only warns or fails).
+    console = proc.stdout + proc.stderr
+    assert not [line for line in console.splitlines() if ": I " in line], _output(proc)
+    assert console.count("profiled 3 steps") == 1 and "iteration 160/160" in console
     print(f"\ntwo-node run: {seconds:.1f} s wall, {throughput['samples_per_s']:.1f} samples/s, "
           f"{throughput['tokens_per_s']:.1f} tokens/s over iterations 100-150")
 
@@ -116,11 +178,17 @@ def test_an_error_on_one_rank_ends_the_run_with_its_message(tmp_path):
     # A hang (the healthy rank waiting in its allreduce) would end in TimeoutExpired; no wall time is asserted.
     proc, _ = mpirun_launch([*STANDIN, "--out", str(tmp_path), "--fail-at", "60", "--settings", settings])
     assert proc.returncode != 0, _output(proc)
-    assert ("pardnn-launch: error on rank 1 (node " in proc.stderr
-            and "InjectedFailure: injected failure while feeding iteration 60" in proc.stderr), _output(proc)
+    errors = [line for line in proc.stderr.splitlines() if "pardnn-launch: error" in line]
+    assert len(errors) == 1, _output(proc)
+    assert ("pardnn-launch: error on rank 1 (node " in errors[0]
+            and "InjectedFailure: injected failure while feeding iteration 60" in errors[0]), _output(proc)
     [run_dir] = [p for p in tmp_path.iterdir() if p.is_dir()]
     failed = _records(run_dir / "rank-1.jsonl")[-1]
     assert failed["status"] == "failed" and "injected failure" in failed["message"]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert (status["status"], status["rank"], status["exit_code"]) == ("failed", 1, 1)
+    assert "injected failure" in status["message"]
+    assert "Traceback" in (run_dir / "rank-1.log").read_text()  # the unexpected error's traceback, in its log
 
 
 def test_two_ranks_on_one_node_are_refused_with_the_fix(tmp_path):
@@ -132,28 +200,93 @@ def test_two_ranks_on_one_node_are_refused_with_the_fix(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_sigterm_to_mpirun_stops_both_nodes_with_their_records(tmp_path):
-    """Slurm's time limit: SIGTERM reaches every rank; each writes what it measured and the run ends."""
-    mpirun = _require_stack()
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
-           "PARDNN_EMULATE_NODES": "1"}
-    settings = json.dumps({"iterations": 1_000_000, "window": "10:20", "progress": False})
-    argv = [mpirun, *MPIRUN_FLAGS, "-x", "PARDNN_EMULATE_NODES", "-np", "2", *STANDIN, "--out", str(tmp_path),
-            "--settings", settings]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 90
-    while not list(tmp_path.glob("*/placement.txt")) and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    time.sleep(3)  # into training
-    started = time.monotonic()
-    proc.terminate()
-    _, stderr = proc.communicate(timeout=60)
-    assert time.monotonic() - started < 30
-    assert proc.returncode != 0
-    [run_dir] = [p for p in tmp_path.iterdir() if p.is_dir()]
+@pytest.mark.parametrize("problem", ["job", "out"])
+def test_an_error_every_rank_finds_is_printed_once(tmp_path, problem):
+    (tmp_path / "taken").write_text("")
+    args = ([str(tmp_path / "missing.toml"), "--out", str(tmp_path)] if problem == "job"
+            else [TINY_JOB, "--out", str(tmp_path / "taken" / "runs")])
+    proc, _ = mpirun_launch([*LAUNCH, *args])
+    assert proc.returncode == 1
+    errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith("pardnn-launch: error: "), _output(proc)
+    assert ("missing.toml: no such job file" if problem == "job" else "cannot create the folder") in errors[0]
+
+
+@pytest.mark.parametrize("how", ["to the ranks", "SIGUSR1 to mpirun"])
+def test_a_time_limit_stops_both_nodes_with_their_figures_in_the_summary(tmp_path, how):
+    """Slurm's time limit mid-window: SIGTERM to every rank (srun, --signal=TERM) or SIGUSR1 to mpirun (what
+    slurm/pardnn-mpirun.sbatch's trap sends it). Exit 143, a partial summary with both nodes, a results row."""
+    settings = json.dumps({"iterations": 1_000_000, "window": "10:2000", "progress": False})
+    proc = mpirun_start([*STANDIN, "--out", str(tmp_path), "--settings", settings])
+    run_dir = wait_for_iteration(tmp_path, proc, 30)
+    if how == "to the ranks":
+        for rank in (0, 1):
+            os.kill(heartbeat(run_dir, rank)["pid"], signal.SIGTERM)
+    else:
+        proc.send_signal(signal.SIGUSR1)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr
+    errors = [line for line in stderr.splitlines() if "pardnn-launch: error" in line]
+    assert len(errors) == 1 and "stopped by SIG" in errors[0] and "time limit" in errors[0], stderr
     for rank in (0, 1):
-        records = _records(run_dir / f"rank-{rank}.jsonl")
-        assert records[-1]["status"] == "terminated", stderr
-        assert sum(r["event"] == "iteration" for r in records) > 20
+        records = assert_valid_rank_files(run_dir, rank)
+        assert records[-1]["status"] == "time_limit", stderr
+        assert sum(r["event"] == "iteration" for r in records) >= 30
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "terminated" and summary["throughput"]["samples_per_s"] > 0
+    assert summary["status"] == "time_limit" and summary["partial"] is True and summary["nodes_missing"] == []
+    assert [n["rank"] for n in summary["per_node"]] == [0, 1]
+    assert [n["figures_status"] for n in summary["per_node"]] == ["time_limit", "time_limit"]
+    assert summary["throughput"]["samples_per_s"] > 0 and summary["throughput"]["complete"] is False  # mid-window
+    assert json.loads((run_dir / "status.json").read_text())["exit_code"] == 143
+    [row] = list(csv.DictReader((tmp_path / "results.csv").read_text().splitlines()))
+    assert (row["status"], row["nodes"], row["window_complete"]) == ("time_limit", "2", "false")
+
+
+def test_a_stopped_rank_is_named_and_every_live_rank_ends(tmp_path):
+    """SIGSTOP one rank: within the stall timeout (20 s) plus a few heartbeats the job ends, non-zero, the
+    message names the stopped rank, and every rank's files are valid (the stopped one's from before)."""
+    settings = json.dumps({"iterations": 1_000_000, "window": "10:20", "progress": False, "stall_timeout": 20})
+    proc = mpirun_start([*STANDIN, "--out", str(tmp_path), "--settings", settings])
+    run_dir = wait_for_iteration(tmp_path, proc, 30)
+    stopped = heartbeat(run_dir, 1)
+    os.kill(stopped["pid"], signal.SIGSTOP)
+    try:
+        _, stderr = proc.communicate(timeout=50)  # the requirement: ended within 50 s of the stop (~25 s here)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    finally:
+        try:
+            os.kill(stopped["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == 4, stderr
+    errors = [line for line in stderr.splitlines() if "pardnn-launch: error" in line]
+    assert len(errors) == 1, stderr
+    assert f"rank 1 (node {stopped['node']}) last seen at iteration" in errors[0] and "stopped responding" in errors[0]
+    records = assert_valid_rank_files(run_dir, 0)
+    assert records[-1]["status"] == "stalled"
+    # The stopped rank wrote nothing while stopped; mpirun resumes it to end it, and it may record why.
+    assert assert_valid_rank_files(run_dir, 1)[-1]["status"] in ("running", "stalled")
+    status = json.loads((run_dir / "status.json").read_text())
+    assert (status["status"], status["rank"], status["exit_code"]) == ("stalled", 0, 4)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "stalled" and [n["rank"] for n in summary["per_node"]] == [0, 1]
+    assert summary["throughput"]["complete"] is True  # the window 10:20 was measured before the stop
+    [row] = list(csv.DictReader((tmp_path / "results.csv").read_text().splitlines()))
+    assert (row["status"], row["window_complete"]) == ("stalled", "true")
+
+
+def test_replicas_that_drift_apart_fail_the_run_naming_the_first_variable(tmp_path):
+    settings = json.dumps({"iterations": 30, "window": "10:20", "progress": False})
+    proc, _ = mpirun_launch([*STANDIN, "--out", str(tmp_path), "--skew-rank", "1", "--settings", settings])
+    assert proc.returncode == 1, _output(proc)
+    errors = [line for line in proc.stderr.splitlines() if "pardnn-launch: error" in line]
+    assert len(errors) == 1, _output(proc)
+    assert "the replicas differ after training" in errors[0] and "first differing variable 'dense0/bias:0'" in errors[0]
+    [run_dir] = [p for p in tmp_path.iterdir() if p.is_dir()]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "inconsistent" and summary["consistency"]["variables_sha256_equal"] is False
+    assert json.loads((run_dir / "status.json").read_text())["status"] == "inconsistent"
+    [row] = list(csv.DictReader((tmp_path / "results.csv").read_text().splitlines()))
+    assert row["status"] == "inconsistent"

@@ -7,6 +7,7 @@ and ``munge``; skipped without them. No other Slurm may run on this machine (the
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -62,13 +63,17 @@ def _wait(job_id: str, env: dict[str, str], timeout: float) -> tuple[str, str]:
         time.sleep(0.5)
 
 
+def _environment(slurm_conf: Path) -> dict[str, str]:
+    return {**os.environ, "SLURM_CONF": str(slurm_conf), "PARDNN_EMULATE_NODES": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
+
+
 @pytest.mark.parametrize("script", ["pardnn.sbatch", "pardnn-mpirun.sbatch"])
 def test_sbatch_runs_a_tiny_job_on_two_emulated_nodes(slurm_conf, tmp_path, script):
     _require_stack()
     out = tmp_path / "runs"
-    env = {**os.environ, "SLURM_CONF": str(slurm_conf), "PARDNN_EMULATE_NODES": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
-           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
+    env = _environment(slurm_conf)
     log = tmp_path / "slurm.out"
     # This node has 2 tasks' worth of CPUs and no GPUs: override the script's DGX-2 request.
     submit = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--gres=none", "--time=00:05:00",
@@ -85,7 +90,41 @@ def test_sbatch_runs_a_tiny_job_on_two_emulated_nodes(slurm_conf, tmp_path, scri
     summary = json.loads(next(out.glob("*/summary.json")).read_text())
     assert summary["status"] == "complete" and summary["nodes"] == 2
     assert summary["slurm"]["SLURM_JOB_ID"] == job_id
-    assert summary["consistency"] == {"placement_sha256_equal": True, "variables_sha256_equal": True}
+    assert summary["consistency"]["placement_sha256_equal"] and summary["consistency"]["variables_sha256_equal"]
     assert summary["throughput"]["samples_per_s"] > 0
     print(f"\n{script}: Slurm job {job_id} took {seconds:.1f} s, "
           f"{summary['throughput']['samples_per_s']:.1f} samples/s")
+
+
+@pytest.mark.parametrize("script", ["pardnn.sbatch", "pardnn-mpirun.sbatch"])
+def test_the_time_limit_signal_reaches_every_rank_and_the_job_exits_143(slurm_conf, tmp_path, script):
+    """What --signal=B:TERM@120 does before the time limit, sent at once: SIGTERM to the batch shell only
+    (scancel --batch). Its trap passes it on; both ranks write their files; the job exits 143."""
+    _require_stack()
+    out = tmp_path / "runs"
+    env = _environment(slurm_conf)
+    log = tmp_path / "slurm.out"
+    submit = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--gres=none", "--time=00:05:00",
+              f"--output={log}", str(SLURM / script), "word-rnn-tiny", "--iterations", "1000000", "--window",
+              "10:2000", "--devices-per-node", "2", "--out", str(out), "--no-progress"]
+    job_id = subprocess.run(submit, env=env, cwd=tmp_path, capture_output=True, text=True,
+                            check=True).stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline:
+        beats = [json.loads(p.read_text() or "{}") for p in out.glob("*/heartbeat-*.json")]
+        if len(beats) == 2 and all((b.get("iteration") or 0) >= 30 for b in beats):
+            break
+        time.sleep(0.5)
+    else:
+        subprocess.run(["scancel", job_id], env=env)
+        pytest.fail("the job did not reach iteration 30:\n" + (log.read_text() if log.exists() else ""))
+    subprocess.run(["scancel", "--batch", "--signal=TERM", job_id], env=env, check=True)
+    state, exit_code = _wait(job_id, env, timeout=120)
+    output = log.read_text() if log.exists() else "(no output)"
+    assert exit_code == "143:0", (state, output)
+    assert f"{script}: SIGTERM: forwarding it to" in output
+    run_dir = next(out.glob("*/summary.json")).parent
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "time_limit" and [n["rank"] for n in summary["per_node"]] == [0, 1]
+    [row] = list(csv.DictReader((out / "results.csv").read_text().splitlines()))
+    assert row["status"] == "time_limit"
