@@ -44,6 +44,7 @@ import numpy as np
 from pardnn.errors import InfeasibleError
 from pardnn.graph import CostGraph, Kind
 from pardnn.machine import Machine, format_bytes
+from pardnn.memory import accumulating_ops
 from pardnn.units import units_of
 
 __all__ = ["check_feasible", "check_residual_capacity", "infeasible_message", "op_need_bytes"]
@@ -104,7 +105,8 @@ def op_need_bytes(graph: CostGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     # u on v's device: its output buffer (normal) or its residual bytes (unless v's unit counts them).
     local = np.where((kind[src] == Kind.NORMAL) | ((kind[src] == Kind.RESIDUAL) & ~same_unit), out[src], 0)
     held = np.where(same_unit, local, np.minimum(local, nbytes))  # elsewhere: a copy of >= b bytes
-    held = np.where((nbytes > 0) & (graph.comp_us[dst] > 0), held, 0)
+    # A sum TensorFlow may do in place (pardnn.memory, "In-place sums") need not hold its inputs at once.
+    held = np.where((nbytes > 0) & (graph.comp_us[dst] > 0) & ~accumulating_ops(graph)[dst], held, 0)
     inputs = np.bincount(dst, weights=held, minlength=graph.n).astype(np.int64)
     return unit_residual + own + inputs, unit_residual, own, inputs
 

@@ -292,10 +292,11 @@ def max_batch(graph_for_batch: Callable[[int], CostGraph], devices: Sequence[int
 
 
 def fingerprint_of(*parts: Any) -> str:
-    """A stable short hash of the job's content and the pardnn version (for cache keys)."""
+    """A stable short hash of the job's content, the pardnn version and the memory model (for cache keys)."""
     import hashlib
 
     from pardnn import __version__
+    from pardnn.memory import MEMORY_MODEL
 
-    text = json.dumps([__version__, *parts], sort_keys=True, default=str)
+    text = json.dumps([__version__, MEMORY_MODEL, *parts], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

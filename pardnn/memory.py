@@ -13,6 +13,23 @@ Given a placement and its emulated :class:`~pardnn.emulator.Schedule`, memory in
    producer sends one copy per destination device (TensorFlow's Send/Recv pair), sized by the
    largest edge from that producer to that device.
 
+**In-place sums.** TensorFlow's runtime does not keep every input of a large sum until the sum
+runs. Grappler's memory optimizer (on by default: ``SchedulingPass`` in ``memory_optimizer.cc``)
+estimates each device's peak of op outputs (variables and optimizer slots, held as resources, are
+not counted) and, where it exceeds 80 % of the device's memory, rewrites every ``AddN`` of three or
+more inputs whose inputs are live at that peak into a ``TemporaryVariable`` that each input is
+``AssignAdd``-ed into when it arrives. The tracker does the same. After sweeping terms 1-3, on each
+device whose transient peak (peak less residual bytes) exceeds :data:`REWRITE_FRACTION` of its limit
+(``memory × (1 − reserve)``, standing for TensorFlow's allocator limit), every
+:func:`accumulating_ops` op on that device fed by one of its outputs live at its peak is
+*rewritten*: it holds its output from the arrival of its first input until its own release, and
+each of its inputs is released on arrival (its producer's finish, or the landing of the copy) instead
+of at the sum's finish; then the buffers are swept again (:attr:`MemoryProfile.rewritten`). An
+unrolled RNN's weight gradient is such a sum, of one term per time step: kept whole until one
+``AddN`` they need ~25 GiB in the paper's Word-RNN (``benchmarks/MODELS.md``, "Memory realism of the
+unrolled RNNs"). As in TensorFlow, a device just under the threshold keeps its sums whole, so it
+can peak higher than the same device just over it.
+
 Reference ops hold nothing of their own. Each transient term is a *buffer* ``(device, alloc, free,
 bytes, owner)``. ``owner`` is the op whose finish releases the buffer — the last consumer on that
 device, or the producer itself when the buffer is released by its own finish or by an outgoing
@@ -21,12 +38,14 @@ while n runs + every buffer owned by n live at ``t``
 (the paper's Table "Terminology").
 
 Complexity: O(|V| + |E|) to build the buffers and O(B log B) to sweep their B <= |V| + |E| events in
-time order (both compiled with numba); potentials at one instant are O(B) with NumPy.
+time order (both compiled with numba), twice when a sum is rewritten; potentials at one instant are
+O(B) with NumPy.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
@@ -35,7 +54,43 @@ from pardnn.emulator import Schedule
 from pardnn.graph import CostGraph, Kind
 from pardnn.machine import Machine
 
-__all__ = ["MemoryProfile", "track_memory"]
+__all__ = ["ACCUMULATING_TYPES", "REWRITE_FRACTION", "MemoryProfile", "accumulating_ops", "track_memory"]
+
+# Op types TensorFlow's memory optimizer may turn into an in-place accumulation (memory_optimizer.cc,
+# SchedulingPass), for at least this many inputs (it leaves two-input sums alone), when a device's
+# estimated transient peak exceeds this fraction of its memory.
+ACCUMULATING_TYPES = frozenset({"AddN", "AccumulateNV2"})
+ACCUMULATING_MIN_INPUTS = 3
+REWRITE_FRACTION = 0.8
+# Bumped whenever the tracker's rules change what a placement needs: keys cached answers (max-batch probes).
+MEMORY_MODEL = 2  # 2: sums done in place under pressure, as Grappler's memory optimizer does
+
+_accumulating_cache: dict[int, tuple[weakref.ref, np.ndarray]] = {}
+
+
+def accumulating_ops(graph: CostGraph) -> np.ndarray:
+    """Mask of the normal ops TensorFlow can sum in place (module docstring, "In-place sums"): op type
+    in :data:`ACCUMULATING_TYPES` and at least three producers feeding it data (edges of > 0 bytes).
+    Read-only; cached per graph object."""
+    cached = _accumulating_cache.get(id(graph))
+    if cached is not None and cached[0]() is graph:
+        return cached[1]
+    mask = np.zeros(graph.n, dtype=bool)
+    typed = [i for i, op in enumerate(graph.ops) if op in ACCUMULATING_TYPES]
+    if typed:
+        inputs = np.bincount(graph.edge_dst[graph.edge_bytes > 0], minlength=graph.n)
+        mask[typed] = True
+        mask &= (inputs >= ACCUMULATING_MIN_INPUTS) & (graph.kind == Kind.NORMAL)
+    mask.flags.writeable = False
+    key = id(graph)
+    _accumulating_cache[key] = (weakref.ref(graph, lambda _, key=key: _accumulating_cache.pop(key, None)), mask)
+    return mask
+
+
+def _live(alloc: np.ndarray, free: np.ndarray, time_us: float | np.ndarray) -> np.ndarray:
+    """Buffers in use at ``time_us``: allocated at or before it and released after it, or released
+    at it having been allocated at it (a buffer of an op that takes no time)."""
+    return (alloc <= time_us) & ((free > time_us) | ((free == alloc) & (alloc == time_us)))
 
 
 @dataclass(frozen=True)
@@ -50,6 +105,8 @@ class MemoryProfile:
         Per device, the highest consumption (residual + transient) and the first time it is reached.
     buffer_device, buffer_alloc_us, buffer_free_us, buffer_bytes, buffer_owner, buffer_producer:
         The transient buffers (terms 2 and 3 of Eq. 3).
+    rewritten:
+        Per op, whether it is a sum done in place (module docstring, "In-place sums").
     """
 
     residual_bytes: np.ndarray
@@ -61,12 +118,12 @@ class MemoryProfile:
     buffer_bytes: np.ndarray
     buffer_owner: np.ndarray
     buffer_producer: np.ndarray
+    rewritten: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
     def live(self, device: int | None, time_us: float) -> np.ndarray:
         """Mask of the buffers in use on ``device`` (any device if None) at ``time_us``: allocated at
         or before it and released after it (or released at it, if allocated at it too)."""
-        alloc, free = self.buffer_alloc_us, self.buffer_free_us
-        live = (alloc <= time_us) & ((free > time_us) | (free == alloc))
+        live = _live(self.buffer_alloc_us, self.buffer_free_us, time_us)
         return live if device is None else live & (self.buffer_device == device)
 
     def usage_all_at(self, time_us: float) -> np.ndarray:
@@ -99,8 +156,12 @@ class MemoryProfile:
 @njit(cache=True)
 def _buffers(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_bytes: np.ndarray,
              place: np.ndarray, kind: np.ndarray, out_bytes: np.ndarray, start: np.ndarray,
-             finish: np.ndarray, arrival: np.ndarray):
-    """Terms 2 and 3 of Eq. 3 as buffers (device, alloc, free, bytes, owner, producer)."""
+             finish: np.ndarray, arrival: np.ndarray, accumulates: np.ndarray, alloc_at: np.ndarray):
+    """Terms 2 and 3 of Eq. 3 as buffers (device, alloc, free, bytes, owner, producer).
+
+    An input of a sum done in place (``accumulates``) is released on its arrival there, not at the
+    sum's finish; ``alloc_at`` is when each op allocates its output (its start, or for a sum done in
+    place the arrival of its first input)."""
     m = succ.size
     size = n + m
     device = np.empty(size, np.int64)
@@ -119,6 +180,8 @@ def _buffers(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_bytes:
         for e in range(succ_ptr[v], succ_ptr[v + 1]):
             w = succ[e]
             if place[w] == d:
+                if accumulates[w] and edge_bytes[e] > 0:
+                    continue  # added in place as soon as v finishes
                 if finish[w] >= release:
                     release = finish[w]
                     keeper = w
@@ -127,7 +190,7 @@ def _buffers(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_bytes:
                 keeper = v
         if kind[v] == 0 and out_bytes[v] > 0:
             device[b] = d
-            alloc[b] = start[v]
+            alloc[b] = alloc_at[v]
             free[b] = release
             nbytes[b] = out_bytes[v]
             owner[b] = keeper
@@ -141,20 +204,21 @@ def _buffers(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_bytes:
             r = place[w]
             if r == d or edge_bytes[e] == 0:
                 continue
+            used = arrival[e] if accumulates[w] else finish[w]  # added in place when it lands
             i = slot[r]
             if i < 0:
                 i = b
                 slot[r] = b
                 device[b] = r
                 alloc[b] = finish[v]
-                free[b] = finish[w]
+                free[b] = used
                 nbytes[b] = edge_bytes[e]
                 owner[b] = w
                 producer[b] = v
                 b += 1
             else:
-                if finish[w] >= free[i]:
-                    free[i] = finish[w]
+                if used >= free[i]:
+                    free[i] = used
                     owner[i] = w
                 if edge_bytes[e] > nbytes[i]:
                     nbytes[i] = edge_bytes[e]
@@ -201,14 +265,49 @@ def _sweep_peaks(k: int, order: np.ndarray, time: np.ndarray, event: np.ndarray,
     return peak, peak_time
 
 
+def _rewritten(graph: CostGraph, place: np.ndarray, candidates: np.ndarray, limits: np.ndarray,
+               transient_peak: np.ndarray, peak_time: np.ndarray, device: np.ndarray, alloc: np.ndarray,
+               free: np.ndarray, producer: np.ndarray) -> np.ndarray:
+    """Which sums are done in place: the candidates fed by an output live at the peak of a device
+    whose transient peak exceeds ``REWRITE_FRACTION`` of its limit, the sum on that same device."""
+    over = transient_peak > REWRITE_FRACTION * limits
+    if not over.any():
+        return np.zeros(graph.n, dtype=bool)
+    live = over[device] & (device == place[producer]) & _live(alloc, free, peak_time[device])
+    live_output = np.zeros(graph.n, dtype=bool)
+    live_output[producer[live]] = True
+    src, dst = graph.edge_src, graph.edge_dst
+    fed = candidates[dst] & live_output[src] & (place[src] == place[dst]) & (graph.edge_bytes > 0)
+    rewritten = np.zeros(graph.n, dtype=bool)
+    rewritten[dst[fed]] = True
+    return rewritten
+
+
 def track_memory(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: Schedule) -> MemoryProfile:
-    """Memory per device over the step (Eq. 3): residual baseline, buffers, peak and time of peak."""
+    """Memory per device over the step (Eq. 3, with TensorFlow's in-place sums: module docstring):
+    residual baseline, buffers, peak and time of peak, and the sums done in place."""
     k = machine.devices
     place = np.asarray(placement, dtype=np.int64)
     residual = np.bincount(place, weights=np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0),
                            minlength=k).astype(np.int64)
-    device, alloc, free, nbytes, owner, producer = _buffers(
-        graph.n, k, graph.succ_ptr, graph.succ, graph.edge_bytes, place, graph.kind, graph.out_bytes,
-        schedule.start_us, schedule.finish_us, schedule.edge_arrival_us)
-    peak, peak_time = _peaks(k, residual, device, alloc, free, nbytes)
-    return MemoryProfile(residual, peak, peak_time, device, alloc, free, nbytes, owner, producer)
+
+    def sweep(accumulates: np.ndarray, alloc_at: np.ndarray):
+        buffers = _buffers(graph.n, k, graph.succ_ptr, graph.succ, graph.edge_bytes, place, graph.kind,
+                           graph.out_bytes, schedule.start_us, schedule.finish_us, schedule.edge_arrival_us,
+                           accumulates, alloc_at)
+        return buffers, _peaks(k, residual, *buffers[:4])
+
+    candidates = accumulating_ops(graph)
+    buffers, (peak, peak_time) = sweep(np.zeros(graph.n, dtype=bool), schedule.start_us)
+    if candidates.any():
+        device, alloc, free, _, _, producer = buffers
+        rewritten = _rewritten(graph, place, candidates, machine.limits_bytes, peak - residual, peak_time,
+                               device, alloc, free, producer)
+        if rewritten.any():
+            # A rewritten sum allocates its accumulator when its first input arrives.
+            into = rewritten[graph.edge_dst] & (graph.edge_bytes > 0)
+            alloc_at = schedule.start_us.copy()
+            np.minimum.at(alloc_at, graph.edge_dst[into], schedule.edge_arrival_us[into])
+            buffers, (peak, peak_time) = sweep(rewritten, alloc_at)
+            return MemoryProfile(residual, peak, peak_time, *buffers, rewritten=rewritten)
+    return MemoryProfile(residual, peak, peak_time, *buffers, rewritten=np.zeros(graph.n, dtype=bool))

@@ -85,7 +85,8 @@ def _potentials(graph: CostGraph, place: np.ndarray, memory: MemoryProfile, sche
     when = memory.peak_time_us
     at = when[memory.buffer_device]
     alloc, free = memory.buffer_alloc_us, memory.buffer_free_us
-    live = (alloc <= at) & ((free > at) | (free == alloc)) & (memory.buffer_owner != memory.buffer_producer)
+    live = (alloc <= at) & ((free > at) | ((free == alloc) & (alloc == at)))
+    live &= memory.buffer_owner != memory.buffer_producer
     owner, nbytes = memory.buffer_owner[live], memory.buffer_bytes[live]
     pot = np.bincount(owner, weights=nbytes, minlength=graph.n)
     t = when[place]
