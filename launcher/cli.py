@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from jobs.schema import PLACEMENT, RUN, TRAIN
-from launcher import console
+from launcher import console, hosts
 from launcher.core import run
 from launcher.env import EMULATE_NODES, launch_rank
 from launcher.failure import exit_code
@@ -103,6 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     run_group.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                            help="no progress bar")
     _option(run_group, "stall_timeout", show_default=False, metavar="SECONDS")
+    checkpoints = parser.add_argument_group("checkpoints")
+    checkpoints.add_argument("--checkpoint-every", type=int, metavar="N",
+                             help="rank 0 saves the variables every N iterations, and on SIGTERM/SIGUSR1 "
+                                  "(default 0: only on a stop signal when --checkpoint-dir is given)")
+    checkpoints.add_argument("--checkpoint-dir", metavar="DIR", help="checkpoint folder (default OUT/<run>/checkpoint)")
+    checkpoints.add_argument("--resume", nargs="?", const="latest", metavar="DIR",
+                             help="continue from the checkpoint in DIR (a checkpoint or run folder); alone: the "
+                                  "latest checkpoint of the same job under --out")
     placement = parser.add_argument_group("placement")
     _option(placement, "devices_per_node", "devices per node: the first K GPUs, or K logical CPU devices without GPUs",
             metavar="K")
@@ -114,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     _option(placement, "memory_heuristic")
     _option(placement, "device_preset", metavar="PRESET")
     parser.add_argument("-v", "--verbose", action="store_true", help="log more (every rank)")
+    hosts.add_options(parser)
     return parser
 
 
@@ -139,8 +148,12 @@ def _configure_logging(verbose: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    on_hosts = hosts.start(parser, argv)  # --hosts/--hostfile: mpirun runs pardnn-launch there (launcher.hosts)
+    if on_hosts is not None:
+        return on_hosts
     console.start(launch_rank())
-    args = build_parser().parse_args(argv)
+    args = parser.parse_args(argv)
     _configure_logging(args.verbose)
     overrides = {name: getattr(args, name) for name in OVERRIDABLE}
     try:

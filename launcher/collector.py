@@ -1,7 +1,7 @@
 """The collector: what one rank measured, as JSON lines, and the figures the summary is made of.
 
-Each rank records events: phases (``build``, ``profile``/``estimate``, ``partition``, ``apply``,
-``build_hooked``, ``initialize``, ``train``: wall seconds), every training iteration (wall seconds of
+Each rank records events: phases (``build``, ``profile``/``estimate``, ``compile``, ``partition``,
+``apply``, ``initialize``, ``train``: wall seconds, each once), every training iteration (wall seconds of
 its ``Session.run``, the loss, the memory seen so far), and the host's CPU and memory over the
 measured window. :meth:`Collector.flush` writes them all to ``rank-<r>.jsonl`` atomically, every
 ``flush_every`` seconds during training, when the measured window ends, at the end, on an error and
@@ -114,6 +114,7 @@ class Collector:
         self._records: list[dict[str, Any]] = []
         self.phases: dict[str, float] = {}
         self.step_seconds: list[float] = []
+        self.first_iteration = 0  # a resumed run's first iteration: step_seconds[0] is its time
         self.losses: list[float] = []
         self._probe: MemoryProbe | None = None
         self._memory_source = "process-rss"
@@ -136,7 +137,7 @@ class Collector:
 
     def progress(self) -> tuple[int, int, str]:
         """``(events so far, iterations completed, current phase)``: what the stall watchdog watches."""
-        return self._progress, len(self.step_seconds), self._phase
+        return self._progress, self.first_iteration + len(self.step_seconds), self._phase
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -222,10 +223,16 @@ class Collector:
     def node_summary(self, window: tuple[int, int], samples_per_step: int,
                      tokens_per_step: int | None) -> dict[str, Any]:
         """This node's figures for the summary: throughput over the window, phases, memory, host."""
+        first = self.first_iteration
+        shifted = (max(window[0] - first, 0), max(window[1] - first, 0))
+        throughput = window_throughput(self.step_seconds, shifted, samples_per_step, tokens_per_step)
+        throughput["window"] = list(window)
+        throughput["complete"] = throughput["complete"] and first <= window[0]
         return {
             **self.identity,
             "iterations_run": len(self.step_seconds),
-            "throughput": window_throughput(self.step_seconds, window, samples_per_step, tokens_per_step),
+            "first_iteration": first,
+            "throughput": throughput,
             "phases_seconds": dict(self.phases),
             "memory": self.memory(),
             "host": self.host_window,

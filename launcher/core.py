@@ -6,19 +6,23 @@ Per node (one MPI rank per node, :mod:`launcher.topology`):
    TensorFlow load); ranks agree on the outcome, so an error every rank finds is printed once;
    rank 0 makes the run directory; each rank starts its log, heartbeat and stall watchdog
    (:mod:`launcher.console`, :mod:`launcher.heartbeat`);
-1. **build** the job's graph (``jobs.build``, no hook) on the node's devices (:mod:`launcher.devices`);
-2. **profile** a few steps or **estimate** costs (:func:`jobs.costing.cost_graph`, which also
-   attaches the memory limit); nodes check they built the same graph and average their costs
-   (:mod:`launcher.agreement`);
-3. **partition** with ParDNN once for the node's K devices and memory (a memory heuristic only when
-   the devices have a memory size: :func:`pardnn.pipeline.resolve_heuristic`); nodes compare the
-   digests of the placement file (:func:`pardnn.io.format_placement`; a mismatch names the nodes);
-4. **build_hooked**: build the graph again with the Horovod gradient hook
-   (:mod:`launcher.dataparallel`; one node: no hook) and **apply** the placement by op name, the
-   hook's ops on their variable's device;
-5. **initialize** variables and broadcast rank 0's values; **train** for ``iterations`` steps,
+1. **build** the job's graph once (``jobs.build``) on the node's devices (:mod:`launcher.devices`),
+   with the Horovod gradient hook when there are several nodes (:mod:`launcher.dataparallel`; its
+   allreduces get their devices when the placement is applied);
+2. **profile** a few steps or **estimate** costs of that graph (:func:`jobs.costing.cost_graph`, which
+   also attaches the memory limit; the hook's ops count as taking no time); nodes check they built
+   the same graph and average their costs (:mod:`launcher.agreement`);
+3. **compile** numba's kernels (:func:`pardnn.warmup.warm_up`: compiled on a first run, loaded from
+   the cache later), then **partition** with ParDNN once for the node's K devices and memory (a
+   memory heuristic only when the devices have a memory size:
+   :func:`pardnn.pipeline.resolve_heuristic`); nodes compare the digests of the placement file
+   (:func:`pardnn.io.format_placement`; a mismatch names the nodes); rank 0 writes the emulated step
+   (:mod:`launcher.timeline`); ``--resume`` checks the checkpoint's digest (:mod:`launcher.checkpoint`);
+4. **apply** the placement by op name, the hook's ops on their variable's device;
+5. **initialize** variables (or load a checkpoint) and broadcast rank 0's values; **train** for ``iterations`` steps,
    each node feeding its own share of the data (iteration ``i`` on node ``r`` of ``N`` reads batch
-   ``i·N + r``), recording every step (:mod:`launcher.collector`);
+   ``i·N + r``), recording every step (:mod:`launcher.collector`), tracing one and saving checkpoints
+   (:mod:`launcher.training`);
 6. compare the replicas' weights and optimizer state (a mismatch fails the run); rank 0 gathers
    every node's figures and writes ``summary.json``, ``status.json`` and a row of ``results.csv``.
 
@@ -34,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,25 +45,25 @@ from typing import Any
 
 from launcher import console
 from launcher.agreement import (
-    agreed_variables,
     average_costs,
     check_agreement,
     check_variables,
     placement_digest,
-    variable_digests,
     variables_digest,
 )
+from launcher.checkpoint import make_checkpointer, resume_point
 from launcher.collector import Collector
-from launcher.dataparallel import GradientAverager, broadcast_op, find_horovod, init_horovod
+from launcher.dataparallel import GradientAverager, broadcast_op, find_horovod, init_horovod, local_costs
 from launcher.env import launch_size
 from launcher.errors import AgreedError, LaunchError, Stopped
 from launcher.failure import exit_code, fail, shared
 from launcher.files import check_output_folder, write_text
-from launcher.progress import progress
 from launcher.settings import Settings, resolve
 from launcher.signals import StopGuard
 from launcher.state import RESULTS_FILE, SUMMARY_FILE, RunState
+from launcher.timeline import EMULATED_FILE, step_ms, write_emulated
 from launcher.topology import Topology, discover
+from launcher.training import train
 from pardnn.errors import PardnnError
 
 __all__ = ["RESULTS_FILE", "SUMMARY_FILE", "load_job", "run"]
@@ -256,26 +259,32 @@ def _run_node(state: RunState, build: BuildFn, hvd: Any, guard: StopGuard) -> di
         from pardnn import partition
         from pardnn.io import format_placement
         from pardnn.pipeline import resolve_heuristic
+        from pardnn.warmup import warm_up
     devices = node_devices(settings.devices_per_node, topology.node)
     state.devices = {"kind": devices.kind, "count": devices.count, "names": list(devices.names)}
     logger.info("%d node(s) × %d %s device(s); job %s, batch %d per node", topology.size, devices.count,
                 devices.kind, getattr(state.job, "name", "?"), settings.batch_size)
 
-    with collector.phase("build"):
-        plain = build(state.job, batch_size=settings.batch_size)
+    with collector.phase("build"):  # once: costed, placed and trained (the hook's devices are set by apply)
+        hook = GradientAverager(hvd) if hvd is not None else None
+        trained = build(state.job, batch_size=settings.batch_size, gradient_hook=hook)
+        broadcast = broadcast_op(hvd, trained.graph, trained.variables) if hvd is not None else None
+    state.samples_per_step = int(trained.samples_per_step)
+    state.tokens_per_step = None if trained.tokens_per_step is None else int(trained.tokens_per_step)
     guard.check()
     with collector.phase(settings.costs):
-        cost = cost_graph(plain, settings.costs, device_preset=settings.device_preset,
+        cost = cost_graph(trained, settings.costs, device_preset=settings.device_preset,
                           profile_steps=settings.profile_steps, memory_bytes=settings.memory_bytes,
                           name=str(state.job.name), devices=devices.count, kind=devices.kind,
                           unknown_dim=settings.batch_size)
-        cost = average_costs(topology, cost)
-    del plain
+        cost = average_costs(topology, local_costs(cost))
     guard.check()
 
     machine = _together(topology, "describing the machine", lambda: node_machine(settings, devices))
     # A memory heuristic needs a memory size: on a machine without one it is "auto" (none).
     heuristic = resolve_heuristic(settings.memory_heuristic if machine.bounded else "auto", machine)
+    with collector.phase("compile"):  # numba's kernels compiled or loaded, timed apart from partition
+        warm_up()
     with collector.phase("partition"):
         result = _together(topology, "partitioning",
                            lambda: partition(cost, machine, memory_heuristic=heuristic))
@@ -288,22 +297,20 @@ def _run_node(state: RunState, build: BuildFn, hvd: Any, guard: StopGuard) -> di
                        "memory_heuristic": heuristic or "none", "report": result.report.to_dict()}
     if topology.is_root:
         write_text(state.directory / PLACEMENT_FILE, text)
+        state.placement["emulated_makespan_us"] = write_emulated(state.directory / EMULATED_FILE, cost, machine,
+                                                                 result.placement)
     logger.info("placement %s: %d ops on %d devices, simulated step %.0f us", digest[:12], cost.n, devices.count,
                 result.report.evaluation.makespan_us)
+    resume = _together(topology, "resuming", lambda: resume_point(state, digest))
 
-    with collector.phase("build_hooked"):
-        hook = GradientAverager(hvd, placement, devices.names) if hvd is not None else None
-        trained = build(state.job, batch_size=settings.batch_size, gradient_hook=hook)
-        broadcast = broadcast_op(hvd, trained.graph, trained.variables) if hvd is not None else None
-    state.samples_per_step = int(trained.samples_per_step)
-    state.tokens_per_step = None if trained.tokens_per_step is None else int(trained.tokens_per_step)
     with collector.phase("apply"):
-        wanted = {**placement, **(hook.placement(trained.graph) if hook is not None else {})}
+        wanted = {**placement, **(hook.placement(trained.graph, placement) if hook is not None else {})}
         applied = ptf.apply(trained.graph, wanted, devices.names)
     state.placement["apply"] = dataclasses.asdict(applied)
     guard.check()
 
-    digests = _train(state, trained, broadcast, devices, guard, tf, ptf)
+    checkpointer = make_checkpointer(state, trained.variables, digest)
+    digests = train(state, trained, broadcast, devices, guard, tf, ptf, checkpointer=checkpointer, resume=resume)
     return _finish(state, digests)
 
 
@@ -329,7 +336,10 @@ def _finish(state: RunState, digests: dict[str, str]) -> dict[str, Any]:
             "variables_sha256_equal": len({n["variables_sha256"] for n in nodes}) == 1,
             "variables_compared": len(digests),
         }
-        summary = state.write_summary(status, nodes, {"consistency": consistency})
+        makespan = state.placement.get("emulated_makespan_us")
+        medians = [n["throughput"]["step_ms_median"] for n in nodes]
+        summary = state.write_summary(status, nodes,
+                                      {"consistency": consistency, "step_ms": step_ms(makespan, medians)})
         if problem is None:
             state.write_status(status, None, 0)
             throughput = summary["throughput"]
@@ -342,38 +352,3 @@ def _finish(state: RunState, digests: dict[str, str]) -> dict[str, Any]:
     state.collector.flush(status)
     state.end_watch(status)
     return summary
-
-
-def _train(state: RunState, trained: Any, broadcast: Any, devices: Any, guard: StopGuard, tf: Any,
-           ptf: Any) -> dict[str, str]:
-    """Initialise, broadcast, run the iterations; the digests of the variables every replica must agree on."""
-    settings, topology, collector = state.settings, state.topology, state.collector
-    config = ptf.session_config(devices.count, devices.kind)
-    step = {"step": trained.fetches, "loss": trained.loss}
-    compared = agreed_variables(trained.graph, trained.variables)
-    with tf.compat.v1.Session(graph=trained.graph, config=config) as session:
-        with collector.phase("initialize"):
-            session.run(trained.init_op)
-            if broadcast is not None:
-                session.run(broadcast)
-        devices.reset_peaks()
-        probe, source = devices.memory_probe()
-        collector.watch_memory(probe, source, settings.window)
-        state.training = True
-        state.flush_rank("running", None)
-        bar = progress(settings.iterations, str(state.job.name), settings.progress and topology.is_root)
-        try:
-            with collector.phase("train"):
-                for index in range(settings.iterations):
-                    guard.check()
-                    feed = trained.feed_fn(index * topology.size + topology.rank)
-                    collector.before_iteration(index)
-                    start = time.perf_counter()
-                    out = session.run(step, feed_dict=feed)
-                    if collector.iteration(index, time.perf_counter() - start, float(out["loss"])):
-                        state.write_figures("running")
-                    bar.update(1)
-        finally:
-            bar.close()
-        values = session.run(compared)
-    return variable_digests([(v.name, value) for v, value in zip(compared, values, strict=True)])

@@ -20,7 +20,7 @@ from typing import Any
 
 from launcher.errors import LaunchError
 
-__all__ = ["HOOK_SCOPE", "GradientAverager", "broadcast_op", "find_horovod", "init_horovod"]
+__all__ = ["HOOK_SCOPE", "GradientAverager", "broadcast_op", "find_horovod", "init_horovod", "local_costs"]
 
 HOOK_SCOPE = "pardnn_allreduce"
 INSTALL_HINT = ("build it against the installed TensorFlow with MPI: bash scripts/install-horovod.sh "
@@ -68,11 +68,12 @@ class GradientAverager:
         Device string of each index.
     """
 
-    def __init__(self, hvd: Any, device_of: Mapping[str, int], device_names: Sequence[str]) -> None:
+    def __init__(self, hvd: Any, device_of: Mapping[str, int] | None = None,
+                 device_names: Sequence[str] = ()) -> None:
         self._hvd = hvd
         self._device_of = device_of
         self._device_names = list(device_names)
-        self._scopes: dict[str, int] = {}
+        self._scopes: dict[str, str] = {}  # scope -> the averaged gradient's variable (op name)
 
     def __call__(self, grads_and_vars: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
         import tensorflow as tf
@@ -82,17 +83,20 @@ class GradientAverager:
             if grad is None:
                 averaged.append((grad, var))
                 continue
-            device_index = self._device_of.get(var.op.name, 0)
-            device = self._device_names[device_index]
+            # No placement yet (the graph is built once, then costed and placed): no device; apply sets it.
+            device = "" if self._device_of is None else self._device_names[self._device_of.get(var.op.name, 0)]
             scope = f"{HOOK_SCOPE}/{index}/"
             with tf.compat.v1.name_scope(scope):
                 grad = self._hvd.allreduce(grad, op=self._hvd.Average, device_dense=device, device_sparse=device)
-            self._scopes[scope] = device_index
+            self._scopes[scope] = var.op.name
             averaged.append((grad, var))
         return averaged
 
-    def placement(self, graph: Any) -> dict[str, int]:
+    def placement(self, graph: Any, device_of: Mapping[str, int] | None = None) -> dict[str, int]:
         """Device index of every op the hook added to ``graph``, and of the ops colocated with them.
+
+        ``device_of``: the placement by op name (default the one given at construction); a variable
+        it does not name counts as on device 0.
 
         The hook's ops go to their variable's device. An op that ``build`` colocated with an
         averaged gradient (``tf.clip_by_global_norm`` does, per gradient) joins it there: in the
@@ -100,11 +104,12 @@ class GradientAverager:
         """
         from pardnn.tf import colocation_groups
 
+        placed = device_of if device_of is not None else self._device_of or {}
         added: dict[str, int] = {}
         for op in graph.get_operations():
             if op.name.startswith(HOOK_SCOPE + "/"):
                 scope = op.name[: op.name.index("/", len(HOOK_SCOPE) + 1) + 1]
-                added[op.name] = self._scopes[scope]
+                added[op.name] = placed.get(self._scopes[scope], 0)
         groups = colocation_groups(graph)
         members: dict[str, list[str]] = {}
         for name, label in groups.items():
@@ -119,3 +124,14 @@ def broadcast_op(hvd: Any, graph: Any, variables: Sequence[Any]) -> Any:
     """The op that sets every variable to rank 0's value (run once after initialisation)."""
     with graph.as_default():
         return hvd.broadcast_variables(list(variables), root_rank=0)
+
+
+def local_costs(graph: Any) -> Any:
+    """The cost graph with the hook's ops taking no time: a profiled allreduce's time is mostly waiting
+    for the other nodes, which the node's placement cannot change (and which differs by node)."""
+    import numpy as np
+
+    hooked = np.array([name.startswith(HOOK_SCOPE + "/") for name in graph.names], dtype=bool)
+    if not hooked.any():
+        return graph
+    return graph.replace(comp_us=np.where(hooked, 0.0, graph.comp_us))

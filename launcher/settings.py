@@ -20,6 +20,7 @@ from typing import Any
 
 from jobs.schema import PLACEMENT, RUN, TRAIN, normalise, window_fits
 from launcher.errors import LaunchError
+from launcher.gpus import adapt, detect_gpus
 from pardnn.machine import parse_bytes
 from pardnn.settings import RUN as SHARED_RUN
 from pardnn.settings import Param
@@ -30,6 +31,9 @@ __all__ = ["DEFAULTS", "OVERRIDABLE", "SCHEMA", "Settings", "parse_window", "res
 SCHEMA: dict[str, Param] = {"batch_size": TRAIN["batch_size"], **SHARED_RUN, **RUN, **PLACEMENT}
 # Settings of the launcher only (command line or keyword arguments).
 LAUNCHER_DEFAULTS: dict[str, Any] = {"out": Path("runs"), "progress": True}
+# Checkpoints (launcher.checkpoint): every N iterations (0: none periodic), the folder (default
+# OUT/<run>/checkpoint), and a checkpoint (folder or "latest") to resume from.
+LAUNCHER_DEFAULTS.update({"checkpoint_every": 0, "checkpoint_dir": None, "resume": None})
 # Used when neither the command line nor the job sets a value (the job file's own defaults,
 # applied by jobs.load_job, count as the job's). batch_size has none: the job or --batch-size gives it.
 DEFAULTS: dict[str, Any] = {**{name: None if param.required else param.default for name, param in SCHEMA.items()},
@@ -56,7 +60,11 @@ class Settings:
     profile_steps: int
     progress: bool
     stall_timeout: float | None
+    checkpoint_every: int = 0
+    checkpoint_dir: Path | None = None
+    resume: str | None = None
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+    gpus: str | None = None  # "8 × NVIDIA A100-SXM4-80GB" when GPUs were detected (launcher.gpus)
 
     @property
     def memory_bytes(self) -> int | None:
@@ -66,6 +74,7 @@ class Settings:
         out = asdict(self)
         out["out"] = str(self.out)
         out["window"] = list(self.window)
+        out["checkpoint_dir"] = None if self.checkpoint_dir is None else str(self.checkpoint_dir)
         return out
 
 
@@ -130,4 +139,17 @@ def resolve(job: Any, overrides: dict[str, Any] | None = None) -> Settings:
         raise LaunchError(
             f"window {start}:{end} ({sources['window']}) must satisfy 0 <= start < end <= iterations = {iterations} "
             f"({sources['iterations']}); pass --window START:END within the iterations, or more --iterations")
-    return Settings(**checked, out=Path(values["out"]), progress=bool(values["progress"]), sources=sources)
+    settings = Settings(**checked, out=Path(values["out"]), progress=bool(values["progress"]), sources=sources,
+                        **_checkpoint_settings(values))
+    # The GPUs there set what the user left unpinned (devices_per_node, device_preset, memory).
+    return adapt(settings, job, detect_gpus())
+
+
+def _checkpoint_settings(values: dict[str, Any]) -> dict[str, Any]:
+    """``checkpoint_every`` (a whole number >= 0), ``checkpoint_dir`` (a path), ``resume`` (text), checked."""
+    every = values["checkpoint_every"]
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+        raise LaunchError(f"checkpoint_every: {every!r}: expected a whole number >= 0 (0: no periodic checkpoint)")
+    folder, resume = values["checkpoint_dir"], values["resume"]
+    return {"checkpoint_every": every, "checkpoint_dir": None if folder is None else Path(folder),
+            "resume": None if resume is None else str(resume)}

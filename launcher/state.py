@@ -61,6 +61,7 @@ class RunState:
     heartbeat: Heartbeat | None = None
     watchdog: Watchdog | None = None
     finisher: Finisher | None = None
+    checkpointer: Any = None  # launcher.checkpoint.Checkpointer once training began
     reported: bool = False  # the one line of a stop or stall was printed
     summary_written: bool = False
     _figures_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
@@ -160,6 +161,8 @@ class RunState:
         """A stop signal (the signal watcher's thread): write every file now, then let the main thread stop."""
         if self.watchdog is not None:
             self.watchdog.close()
+        if self.checkpointer is not None and self.checkpointer.on_stop() and self.checkpointer.saved:
+            logger.info("saved checkpoint %s", self.checkpointer.saved[-1])
         ended_by = self._ended_by_peer()
         if ended_by is not None:
             status, message = ended_by[1], f"{message} after rank {ended_by[0]} ended the run ({ended_by[1]})"

@@ -2,7 +2,7 @@
 # Submit the paper's scaling studies, one sbatch of slurm/pardnn.sbatch per configuration:
 #
 #   gpus:  each job of the list on one node with 1, 2, 4, 8 and 16 GPUs, at the list's batch size
-#          for that GPU count (--gres=gpu:K, --devices-per-node K);
+#          for that GPU count (--gpus-per-node=K, --devices-per-node K);
 #   nodes: each job on 1, 2, 4, ... up to --max-nodes nodes of 16 GPUs, at its 16-GPU batch size
 #          (with both studies, the one-node run is the gpus study's 16-GPU run, not submitted twice).
 #
@@ -51,7 +51,7 @@ submit() { # nodes gpus_per_node job batch
     local nodes="$1" gpus="$2" job="$3" batch="$4"
     local name
     name="pardnn-$(basename "${job%.toml}")-n${nodes}-k${gpus}-b${batch}"
-    local command=(sbatch --nodes="$nodes" --gres="gpu:$gpus" --job-name="$name"
+    local command=(sbatch --nodes="$nodes" --gpus-per-node="$gpus" --job-name="$name"
         ${sbatch_options[@]+"${sbatch_options[@]}"}
         "$here/pardnn.sbatch" "$job" --devices-per-node "$gpus" --batch-size "$batch" --out "$out")
     if [[ $dry_run -eq 1 ]]; then

@@ -63,12 +63,15 @@ def test_script_passes_shellcheck(script):
 
 
 @pytest.mark.parametrize("script", ["pardnn.sbatch", "pardnn-mpirun.sbatch"])
-def test_sbatch_directives_ask_for_whole_dgx2_nodes_one_task_each(script):
+def test_sbatch_directives_ask_for_gpus_and_cores_per_node_one_task_each(script):
     directives = _directives(SLURM / script)
     # B: the early signal goes to the batch shell only; its trap passes it on (see the next test).
-    for wanted in ("--ntasks-per-node=1", "--gres=gpu:16", "--exclusive", "--signal=B:TERM@120"):
+    for wanted in ("--ntasks-per-node=1", "--gpus-per-node=4", "--cpus-per-task=32", "--signal=B:TERM@120"):
         assert wanted in directives
     assert any(d.startswith("--nodes=") for d in directives)
+    # 4 GPUs: the devices_per_node of the default and of every job file; no whole-node request that
+    # leaves GPUs idle or cannot be met on 8-GPU nodes.
+    assert not any(d.startswith(("--gres=gpu", "--exclusive")) for d in directives)
 
 
 def test_pardnn_sbatch_runs_srun_with_pmix(fake_bin):
@@ -118,17 +121,17 @@ def test_sweep_submits_the_gpu_and_node_studies(fake_bin, tmp_path):
     script = str(SLURM / "pardnn.sbatch")
     shapes = [(c[1], c[2], c[c.index(script) + 1], c[-3]) for c in calls]
     assert shapes == [
-        ("--nodes=1", "--gres=gpu:1", "trn", "1"), ("--nodes=1", "--gres=gpu:2", "trn", "8"),
-        ("--nodes=1", "--gres=gpu:4", "trn", "32"), ("--nodes=1", "--gres=gpu:8", "trn", "64"),
-        ("--nodes=1", "--gres=gpu:16", "trn", "128"),
-        ("--nodes=2", "--gres=gpu:16", "trn", "128"), ("--nodes=4", "--gres=gpu:16", "trn", "128"),
-        ("--nodes=1", "--gres=gpu:4", "wrn-2", "4"), ("--nodes=1", "--gres=gpu:8", "wrn-2", "16"),
-        ("--nodes=1", "--gres=gpu:16", "wrn-2", "32"),
-        ("--nodes=2", "--gres=gpu:16", "wrn-2", "32"), ("--nodes=4", "--gres=gpu:16", "wrn-2", "32"),
+        ("--nodes=1", "--gpus-per-node=1", "trn", "1"), ("--nodes=1", "--gpus-per-node=2", "trn", "8"),
+        ("--nodes=1", "--gpus-per-node=4", "trn", "32"), ("--nodes=1", "--gpus-per-node=8", "trn", "64"),
+        ("--nodes=1", "--gpus-per-node=16", "trn", "128"),
+        ("--nodes=2", "--gpus-per-node=16", "trn", "128"), ("--nodes=4", "--gpus-per-node=16", "trn", "128"),
+        ("--nodes=1", "--gpus-per-node=4", "wrn-2", "4"), ("--nodes=1", "--gpus-per-node=8", "wrn-2", "16"),
+        ("--nodes=1", "--gpus-per-node=16", "wrn-2", "32"),
+        ("--nodes=2", "--gpus-per-node=16", "wrn-2", "32"), ("--nodes=4", "--gpus-per-node=16", "wrn-2", "32"),
     ]
     first = calls[0]
-    assert first[:6] == ["sbatch", "--nodes=1", "--gres=gpu:1", "--job-name=pardnn-trn-n1-k1-b1", "--partition=dgx2",
-                         "--comment=scaling study"]
+    assert first[:6] == ["sbatch", "--nodes=1", "--gpus-per-node=1", "--job-name=pardnn-trn-n1-k1-b1",
+                         "--partition=dgx2", "--comment=scaling study"]
     assert first[6:] == [script, "trn", "--devices-per-node", "1", "--batch-size", "1", "--out", "runs/x"]
 
 

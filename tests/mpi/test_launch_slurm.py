@@ -75,9 +75,10 @@ def test_sbatch_runs_a_tiny_job_on_two_emulated_nodes(slurm_conf, tmp_path, scri
     out = tmp_path / "runs"
     env = _environment(slurm_conf)
     log = tmp_path / "slurm.out"
-    # This node has 2 tasks' worth of CPUs and no GPUs: override the script's DGX-2 request.
-    submit = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--gres=none", "--time=00:05:00",
-              f"--output={log}", str(SLURM / script), "word-rnn-tiny", "--iterations", "30", "--window", "10:30",
+    # This node has 2 tasks' worth of CPUs and no GPUs: override the script's GPU and core request.
+    submit = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=0", "--cpus-per-task=1",
+              "--time=00:05:00", f"--output={log}", str(SLURM / script),
+              "word-rnn-tiny", "--iterations", "30", "--window", "10:30",
               "--devices-per-node", "2", "--out", str(out), "--no-progress"]
     started = time.monotonic()
     job_id = subprocess.run(submit, env=env, cwd=tmp_path, capture_output=True, text=True,
@@ -104,8 +105,9 @@ def test_the_time_limit_signal_reaches_every_rank_and_the_job_exits_143(slurm_co
     out = tmp_path / "runs"
     env = _environment(slurm_conf)
     log = tmp_path / "slurm.out"
-    submit = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--gres=none", "--time=00:05:00",
-              f"--output={log}", str(SLURM / script), "word-rnn-tiny", "--iterations", "1000000", "--window",
+    submit = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=0", "--cpus-per-task=1",
+              "--time=00:05:00", f"--output={log}", str(SLURM / script),
+              "word-rnn-tiny", "--iterations", "1000000", "--window",
               "10:2000", "--devices-per-node", "2", "--out", str(out), "--no-progress"]
     job_id = subprocess.run(submit, env=env, cwd=tmp_path, capture_output=True, text=True,
                             check=True).stdout.strip().split(";")[0]

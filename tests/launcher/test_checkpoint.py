@@ -1,0 +1,128 @@
+"""Checkpoints (launcher.checkpoint), the step comparison (launcher.timeline), a resumed collector."""
+
+from __future__ import annotations
+
+import json
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from launcher.checkpoint import Checkpointer, find, load, restore, resume_point, save
+from launcher.collector import Collector
+from launcher.errors import LaunchError
+from launcher.timeline import step_ms, traced_iteration
+
+NAMES = ["w:0", "beta1_power:0"]
+VALUES = [np.arange(6, dtype=np.float32).reshape(2, 3), np.float32(0.9)]
+INFO = {"job": "tiny", "nodes": 2, "batch_size": 16, "placement_sha256": "ab" * 32}
+
+
+def test_a_checkpoint_is_written_whole_and_read_back(tmp_path):
+    meta = save(tmp_path / "checkpoint", 10, NAMES, VALUES, INFO)
+    assert meta.name == "ckpt-00000010.json" and not list(tmp_path.glob("**/*.tmp"))
+    described, values = load(meta)
+    assert described["iteration"] == 10 and described["placement_sha256"] == INFO["placement_sha256"]
+    assert list(values) == NAMES and np.array_equal(values["w:0"], VALUES[0])
+    assert values["beta1_power:0"] == np.float32(0.9)
+
+
+def test_resume_finds_a_folder_a_run_or_the_latest_checkpoint_of_the_job(tmp_path):
+    first = save(tmp_path / "run-a" / "checkpoint", 5, NAMES, VALUES, INFO)
+    later = save(tmp_path / "run-a" / "checkpoint", 10, NAMES, VALUES, INFO)
+    other = save(tmp_path / "run-b" / "checkpoint", 15, NAMES, VALUES, {**INFO, "job": "other"})
+    assert find(str(first), tmp_path, "tiny") == first
+    assert find(str(tmp_path / "run-a"), tmp_path, "tiny") in (first, later)
+    assert find("latest", tmp_path, "other") == other
+    assert find("latest", tmp_path, "tiny") in (first, later)
+    with pytest.raises(LaunchError, match="no checkpoint of job missing under"):
+        find("latest", tmp_path, "missing")
+    with pytest.raises(LaunchError, match="no checkpoint there"):
+        find(str(tmp_path / "nowhere"), tmp_path, "tiny")
+
+
+def _state(tmp_path, resume, *, iterations=20, nodes=2):
+    settings = SimpleNamespace(resume=resume, out=tmp_path, iterations=iterations, batch_size=16)
+    return SimpleNamespace(settings=settings, topology=SimpleNamespace(size=nodes), job=SimpleNamespace(name="tiny"))
+
+
+def test_resume_checks_the_placement_nodes_and_iterations(tmp_path):
+    meta = save(tmp_path / "run" / "checkpoint", 10, NAMES, VALUES, INFO)
+    start, values, path = resume_point(_state(tmp_path, str(meta)), INFO["placement_sha256"])
+    assert (start, path, list(values)) == (10, meta, NAMES)
+    assert resume_point(_state(tmp_path, None), "x") is None
+    for state, digest, message in [
+        (_state(tmp_path, str(meta)), "cd" * 32, "the checkpoint's placement abababababab differs from this run's"),
+        (_state(tmp_path, str(meta), nodes=3), INFO["placement_sha256"], "saved with 2 node"),
+        (_state(tmp_path, str(meta), iterations=10), INFO["placement_sha256"], "pass more --iterations"),
+    ]:
+        with pytest.raises(LaunchError, match=message) as caught:
+            resume_point(state, digest)
+        assert "\n" not in str(caught.value)
+
+
+def test_the_checkpointer_saves_every_n_at_the_end_and_on_a_stop(tmp_path):
+    fetched = []
+
+    def fetch():
+        fetched.append(1)
+        return VALUES
+
+    saver = Checkpointer(tmp_path, 5, NAMES, INFO, saving=True)
+    for index in range(3, 12):
+        saver.boundary(index, 3, fetch)
+    saver.boundary(12, 3, fetch, final=True)
+    assert [p.name for p in saver.saved] == ["ckpt-00000005.json", "ckpt-00000010.json", "ckpt-00000012.json"]
+    assert len(fetched) == 3
+    # A stop signal: the watcher asks, the main thread saves at its next boundary.
+    stopping = Checkpointer(tmp_path / "stop", 100, NAMES, INFO, saving=True)
+    stopping.boundary(0, 0, fetch)
+    answered = []
+    watcher = threading.Thread(target=lambda: answered.append(stopping.on_stop(timeout=30)))
+    watcher.start()
+    while not stopping._requested.is_set():
+        threading.Event().wait(0.01)
+    stopping.boundary(7, 0, fetch)
+    watcher.join()
+    assert answered == [True] and [p.name for p in stopping.saved] == ["ckpt-00000007.json"]
+    # Not saving (another rank) or not training: a stop does not wait.
+    assert not Checkpointer(tmp_path, 5, NAMES, INFO, saving=False).on_stop(timeout=30)
+    assert not Checkpointer(tmp_path, 5, NAMES, INFO, saving=True).on_stop(timeout=30)
+
+
+def test_restore_loads_every_variable_and_refuses_another_graph(tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", [2, 3], use_resource=True)
+        power = tf.compat.v1.Variable(0.5, name="beta1_power", trainable=False)
+        init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(init)
+        restore(session, [w, power], dict(zip(NAMES, VALUES, strict=True)), tmp_path)
+        got_w, got_power = session.run([w, power])
+        with pytest.raises(LaunchError, match="does not match the graph's variables"):
+            restore(session, [w], {"other:0": VALUES[0]}, tmp_path)
+    assert np.array_equal(got_w, VALUES[0]) and got_power == pytest.approx(0.9)
+
+
+def test_step_ms_compares_the_emulated_and_the_measured_step():
+    assert step_ms(2000.0, [4.0, 5.0]) == {"emulated": 2.0, "measured_median": 5.0, "ratio": 2.5}
+    assert step_ms(None, [4.0]) == {"emulated": None, "measured_median": 4.0, "ratio": None}
+    assert step_ms(2000.0, [None]) == {"emulated": 2.0, "measured_median": None, "ratio": None}
+    assert traced_iteration((100, 150)) == 125
+
+
+def test_a_resumed_collector_measures_the_window_by_iteration(tmp_path):
+    collector = Collector(None, {"rank": 0})
+    collector.first_iteration = 10
+    for index in range(10, 20):
+        collector.iteration(index, 0.5)
+    figures = collector.node_summary((12, 16), 8, None)
+    throughput = figures["throughput"]
+    assert throughput["window"] == [12, 16] and throughput["steps"] == 4 and throughput["complete"]
+    assert throughput["samples_per_s"] == pytest.approx(16.0) and figures["first_iteration"] == 10
+    assert collector.progress()[1] == 20
+    assert collector.node_summary((5, 15), 8, None)["throughput"]["complete"] is False
+    json.dumps(figures)
