@@ -57,6 +57,7 @@ from pardnn import validation
 from pardnn.errors import InvalidGraphError
 from pardnn.graph import KIND_NAMES, CostGraph
 from pardnn.io import schema
+from pardnn.io.files import read_bytes
 from pardnn.io.schema import FORMAT, VERSION
 
 __all__ = ["FORMAT", "VERSION", "graph_from_dict", "graph_to_dict", "read_graph", "write_graph"]
@@ -101,7 +102,7 @@ def read_graph(path: PathLike) -> CostGraph:
     """
     path = Path(path)
     source = str(path)
-    raw = _read_bytes(path, source)
+    raw = read_bytes(path, InvalidGraphError, "a graph file", source=source)
     if path.suffix.lower() == ".gz":
         try:
             raw = gzip.decompress(raw)
@@ -279,17 +280,6 @@ def _json_list(key: str, lines: list[str]) -> str:
 
 
 # ---------------------------------------------------------------------------------------- helpers
-def _read_bytes(path: Path, source: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError as exc:
-        raise InvalidGraphError(f"{source}: no such file") from exc
-    except IsADirectoryError as exc:
-        raise InvalidGraphError(f"{source}: is a directory, expected a graph file") from exc
-    except OSError as exc:
-        raise InvalidGraphError(f"{source}: cannot read ({exc.strerror or exc})") from exc
-
-
 @contextmanager
 def _no_cyclic_gc() -> Iterator[None]:
     # Parsing a large graph allocates ~10^6 dicts and lists, none of them garbage; the cyclic

@@ -35,6 +35,7 @@ import numpy.typing as npt
 
 from pardnn.errors import InvalidPlacementError
 from pardnn.graph import CostGraph
+from pardnn.io.files import read_text
 
 __all__ = ["format_placement", "parse_placement_lines", "read_placement", "write_placement"]
 
@@ -81,16 +82,7 @@ def read_placement(path: PathLike, graph: CostGraph, devices: int | None = None)
     """
     path = Path(path)
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError as exc:
-        raise InvalidPlacementError(f"{source}: no such file") from exc
-    except IsADirectoryError as exc:
-        raise InvalidPlacementError(f"{source}: is a directory, expected a placement file") from exc
-    except UnicodeDecodeError as exc:
-        raise InvalidPlacementError(f"{source}: not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
-    except OSError as exc:
-        raise InvalidPlacementError(f"{source}: cannot read ({exc.strerror or exc})") from exc
+    text = read_text(path, InvalidPlacementError, "a placement file")
     if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
         return _parse_placement_json(text, graph, source, devices)
     return parse_placement_lines(text.splitlines(), graph, source, devices=devices)

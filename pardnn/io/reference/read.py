@@ -16,6 +16,7 @@ import numpy as np
 
 from pardnn.errors import InvalidGraphError
 from pardnn.graph import CostGraph, Kind
+from pardnn.io.files import read_text
 from pardnn.io.reference.dot import parse_dot
 
 __all__ = ["PathLike", "read_reference", "reference_colocation"]
@@ -160,16 +161,7 @@ def reference_colocation(names: Sequence[str], kind: np.ndarray, src: np.ndarray
 
 
 def _read_lines(path: PathLike, what: str) -> list[str]:
-    try:
-        return Path(path).read_text(encoding="utf-8-sig").splitlines()
-    except FileNotFoundError as exc:
-        raise InvalidGraphError(f"{path}: no such file (the {what} file)") from exc
-    except IsADirectoryError as exc:
-        raise InvalidGraphError(f"{path}: is a directory, expected the {what} file") from exc
-    except UnicodeDecodeError as exc:
-        raise InvalidGraphError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
-    except OSError as exc:
-        raise InvalidGraphError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    return read_text(path, InvalidGraphError, f"the {what} file", missing=f" (the {what} file)").splitlines()
 
 
 def _listed_op(op_name: str, where: str, index: dict[str, int], line_of: dict[int, int], graph_source: str,
