@@ -69,20 +69,25 @@ def _environment(slurm_conf: Path) -> dict[str, str]:
            "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
 
 
+def _submit(script: str, env: dict[str, str], log: Path, cwd: Path, *options: str) -> str:
+    """Submit ``script`` for word-rnn-tiny on 2 devices per node with ``options``; the job id.
+
+    This node has 2 tasks' worth of CPUs and no GPUs: the script's GPU and core request is overridden."""
+    submit = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=0", "--cpus-per-task=1",
+              "--time=00:05:00", f"--output={log}", str(SLURM / script),
+              "word-rnn-tiny", *options, "--devices-per-node", "2", "--no-progress"]
+    done = subprocess.run(submit, env=env, cwd=cwd, capture_output=True, text=True, check=True)
+    return done.stdout.strip().split(";")[0]
+
+
 @pytest.mark.parametrize("script", ["pardnn.sbatch", "pardnn-mpirun.sbatch"])
 def test_sbatch_runs_a_tiny_job_on_two_emulated_nodes(slurm_conf, tmp_path, script):
     _require_stack()
     out = tmp_path / "runs"
     env = _environment(slurm_conf)
     log = tmp_path / "slurm.out"
-    # This node has 2 tasks' worth of CPUs and no GPUs: override the script's GPU and core request.
-    submit = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=0", "--cpus-per-task=1",
-              "--time=00:05:00", f"--output={log}", str(SLURM / script),
-              "word-rnn-tiny", "--iterations", "30", "--window", "10:30",
-              "--devices-per-node", "2", "--out", str(out), "--no-progress"]
     started = time.monotonic()
-    job_id = subprocess.run(submit, env=env, cwd=tmp_path, capture_output=True, text=True,
-                            check=True).stdout.strip().split(";")[0]
+    job_id = _submit(script, env, log, tmp_path, "--iterations", "30", "--window", "10:30", "--out", str(out))
     state, exit_code = _wait(job_id, env, timeout=150)
     seconds = time.monotonic() - started
     output = log.read_text() if log.exists() else "(no output)"
@@ -105,12 +110,7 @@ def test_the_time_limit_signal_reaches_every_rank_and_the_job_exits_143(slurm_co
     out = tmp_path / "runs"
     env = _environment(slurm_conf)
     log = tmp_path / "slurm.out"
-    submit = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=0", "--cpus-per-task=1",
-              "--time=00:05:00", f"--output={log}", str(SLURM / script),
-              "word-rnn-tiny", "--iterations", "1000000", "--window",
-              "10:2000", "--devices-per-node", "2", "--out", str(out), "--no-progress"]
-    job_id = subprocess.run(submit, env=env, cwd=tmp_path, capture_output=True, text=True,
-                            check=True).stdout.strip().split(";")[0]
+    job_id = _submit(script, env, log, tmp_path, "--iterations", "1000000", "--window", "10:2000", "--out", str(out))
     deadline = time.monotonic() + 150
     while time.monotonic() < deadline:
         beats = [json.loads(p.read_text() or "{}") for p in out.glob("*/heartbeat-*.json")]
