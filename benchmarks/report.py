@@ -325,7 +325,7 @@ def _suite_lines(suite: str, runs: Sequence[Run], config: SuiteConfig, link: str
              "Each cell: makespan / lower bound (1 is optimal; the best of the row in bold) and, in brackets, the "
              "wall time of the placer call (its evaluation included). † LC stopped at its time budget "
              f"({config.lc_budget_s:g} s) and mapped the ops left singly; LC is skipped above {config.lc_max_ops:,} "
-             "ops (quadratic).", "", *_free_table(runs), "",
+             "ops.", "", *_free_table(runs), "",
              f"![makespan / lower bound]({link}/ratio-{_slug(suite)}.png)", ""]
     if any(r.factor is not None for r in runs):
         lines += ["### Under memory limits", "",

@@ -11,6 +11,8 @@ tracker, and keeps the fastest that meets every device's limit:
 - ``topological``: K contiguous blocks of the topological order, equal in compute (GPipe-style);
 - ``round_robin``: op i of the topological order on device i mod K;
 - ``critical_path``: the critical path on device 0, the rest greedily (Mayer et al. 2017);
+- ``linear_clustering``: Kim and Browne's linear clustering mapped by GLB, run to the end (its
+  levels are recomputed incrementally: 0.1 s on 200k ops, :mod:`pardnn.baselines.linear_clustering`);
 - ``metis``: a K-way METIS partition of the undirected graph (when pymetis is installed);
 - ``folded``: ParDNN's own placement with its most communication-bound device folded into the
   device it talks to most, repeated while that shortens the step (the heavy-single-op primary).
@@ -47,7 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pardnn.baselines.critical_path import critical_path_placement
-from pardnn.baselines.linear_clustering import linear_clustering
+from pardnn.baselines.linear_clustering import linear_clustering_placement
 from pardnn.baselines.metis import metis_placement
 from pardnn.baselines.round_robin import round_robin_placement
 from pardnn.baselines.single_device import single_device_placement
@@ -69,11 +71,10 @@ CANDIDATES: dict[str, Callable[[CostGraph, Machine], tuple[np.ndarray, dict]]] =
     "topological": topological_placement,
     "round_robin": round_robin_placement,
     "critical_path": critical_path_placement,
+    "linear_clustering": linear_clustering_placement,
     "metis": metis_placement,
 }
 FOLDED = "folded"
-# Linear clustering is quadratic; below this size it joins the last resort of place_under_memory.
-LC_MAX_OPS = 5_000
 # Heuristic I's rounds per start in the last resort: every successful start measured needed at most 11
 # (200k-op synthetic graph, K = 16, 0.8 × demand), while a hopeless one crawls on for hundreds.
 FALLBACK_MAX_ROUNDS = 24
@@ -103,6 +104,12 @@ class Guarded:
         return {"winner": self.winner, "pardnn_makespan_us": self.pardnn_makespan_us,
                 "makespan_us": self.makespan_us, "speedup_over_pardnn": gain,
                 "candidates": dict(self.makespans), "notes": dict(self.notes)}
+
+
+def _candidate(name: str, graph: CostGraph, machine: Machine) -> np.ndarray:
+    """Candidate ``name``'s placement (MissingDependencyError when it needs what is not installed)."""
+    candidate, _ = CANDIDATES[name](graph, machine)
+    return np.ascontiguousarray(candidate, dtype=np.int64)
 
 
 def _fits(machine: Machine, memory: MemoryProfile | None) -> bool:
@@ -194,14 +201,14 @@ def guard(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: S
     if machine.devices < 2:
         return out
     best = _Best(graph, machine, out, edge_weight)
-    for name, make in CANDIDATES.items():
+    for name in CANDIDATES:
         try:
-            candidate, _ = make(graph, machine)
+            candidate = _candidate(name, graph, machine)
         except MissingDependencyError as exc:
             out.notes[name] = f"unavailable: {exc}"
             out.makespans[name] = None
             continue
-        best.offer(name, np.ascontiguousarray(candidate, dtype=np.int64))
+        best.offer(name, candidate)
     if schedule is not None:
         folded = np.asarray(placement, dtype=np.int64)
         last = own
@@ -222,11 +229,11 @@ def guard(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: S
 
 def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failure: PardnnError | None, *,
                        progress: Callable[[int, int], None] | None = None) -> Guarded:
-    """When no placement fits as it is: linear clustering (graphs of up to :data:`LC_MAX_OPS` ops), then
-    memory heuristic I from ParDNN's placement and from every candidate, keeping the fastest that fits.
+    """When no placement fits as it is: memory heuristic I from ParDNN's placement and from every
+    candidate, keeping the fastest that fits.
 
     Each start gets at most :data:`FALLBACK_MAX_ROUNDS` rounds of heuristic I (each round one
-    emulation), so the last resort costs at most ``6 × 24`` emulations however hopeless the starts;
+    emulation), so the last resort costs at most ``7 × 24`` emulations however hopeless the starts;
     ``progress(start, starts)`` is called before each start.
 
     Raises :class:`~pardnn.errors.NoPlacementFoundError` saying "no placement found" and what was tried when
@@ -238,13 +245,11 @@ def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failur
     starts: list[tuple[str, np.ndarray]] = []
     if failure is None:  # heuristic II's placement: let heuristic I repair it too
         starts.append((PARDNN, np.asarray(kept.placement, dtype=np.int64)))
-    for name, make in CANDIDATES.items():
+    for name in CANDIDATES:
         try:
-            starts.append((name, np.ascontiguousarray(make(graph, machine)[0], dtype=np.int64)))
+            starts.append((name, _candidate(name, graph, machine)))
         except MissingDependencyError:
             continue
-    if graph.n <= LC_MAX_OPS:  # linear clustering, as it is (quadratic: small graphs only; deterministic there)
-        best.offer("linear_clustering", np.asarray(linear_clustering(graph, machine, time_budget_s=math.inf).placement))
     closest = ""
     for i, (name, start) in enumerate(starts):
         if progress is not None:

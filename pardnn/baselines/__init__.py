@@ -14,7 +14,7 @@ name                      placer                                                
 ========================  ===========================================================  ====================
 ``pardnn``                :func:`pardnn.partition` (the paper)                        O(K(|V|+|E|) + |V| log² |V|)
 ``critical_path``         Mayer et al. 2017: critical path on device 0, greedy rest     O(K|V| + |E|)
-``linear_clustering``     Kim and Browne 1988 linear clustering + GLB (time budget)    O(|V|(|V|+|E|))
+``linear_clustering``     Kim and Browne 1988 linear clustering + GLB (time budget)    incremental levels
 ``metis``                 METIS K-way on the undirected graph (needs ``pymetis``)       multilevel, ~O(|V|+|E|)
 ``topological``           contiguous blocks of the topological order, equal compute     O(|V|)
 ``round_robin``           i-th op in topological order to device i mod K               O(|V|)

@@ -266,7 +266,7 @@ def add_place(sub: Any) -> None:
     place.add_argument("--algorithm", "-a", type=param_type("algorithm"), default=PARDNN,
                        metavar=choices_metavar("algorithm"),
                        help=f"placer: {PARDNN} (the paper; default) or a baseline to compare with: {baselines} "
-                            "(see pardnn.baselines; metis needs pymetis, linear_clustering is quadratic)")
+                            "(see pardnn.baselines; metis needs pymetis)")
     place.add_argument("--time-budget", type=float, default=None,
                        help=f"seconds linear_clustering may spend before it stops clustering (default: "
                             f"{LC_TIME_BUDGET_S:g}), or the exact placer's CP-SAT time limit in deterministic "

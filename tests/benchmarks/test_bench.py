@@ -20,7 +20,7 @@ from benchmarks.report import CSV_COLUMNS, render_markdown
 from benchmarks.suite import (
     OK,
     QUICK,
-    SKIPPED_QUADRATIC,
+    SKIPPED_SIZE,
     TIMEOUT,
     BenchResults,
     Run,
@@ -213,7 +213,7 @@ def test_lc_is_skipped_above_its_size_limit():
                          lc_max_ops=100, speed_ops=0)
     runs = bench_graph("synthetic", dnn_graph(300, seed=1), config, progress=lambda message: None)
     lc = [r for r in runs if r.placer == "linear_clustering"]
-    assert len(lc) == 2 and all(r.status == SKIPPED_QUADRATIC and r.makespan_us is None for r in lc)
+    assert len(lc) == 2 and all(r.status == SKIPPED_SIZE and r.makespan_us is None for r in lc)
     assert all(r.status == OK for r in runs if r.placer == "round_robin")
 
 

@@ -319,6 +319,48 @@ def test_linear_clustering_rejects_a_negative_budget():
         place("linear_clustering", fork(), Machine(2), time_budget_s=-1)
 
 
+def kim_browne_reference(g: CostGraph, weight: np.ndarray) -> list[list[int]]:
+    """Linear clustering as Kim and Browne state it, slowly: after every path, every bottom level of
+    the ops left is recomputed from scratch; the path starts at the first op (topological order) of
+    highest level and follows the successor of highest weight + level, ties to the lowest rank."""
+    left = set(range(g.n))
+    paths = []
+    while left:
+        bottom = np.zeros(g.n)
+        for v in reversed(g.topo_order.tolist()):
+            if v in left:
+                best = 0.0
+                for k in range(g.succ_ptr[v], g.succ_ptr[v + 1]):
+                    s = int(g.succ[k])
+                    if s in left and weight[k] + bottom[s] > best:
+                        best = weight[k] + bottom[s]
+                bottom[v] = g.comp_us[v] + best
+        v = max(left, key=lambda u: (bottom[u], -g.topo_rank[u]))
+        path = []
+        while v >= 0:
+            path.append(v)
+            left.discard(v)
+            free = [(weight[k] + bottom[g.succ[k]], -g.topo_rank[g.succ[k]], int(g.succ[k]))
+                    for k in range(g.succ_ptr[v], g.succ_ptr[v + 1]) if int(g.succ[k]) in left]
+            v = max(free)[2] if free else -1
+        paths.append(path)
+    return paths
+
+
+@given(g=random_dags(max_ops=40), tied=st.booleans(), bandwidth=st.sampled_from([1e30, 1e9, 1e6]))
+def test_linear_clustering_recomputes_levels_incrementally_with_the_same_paths(g, tied, bandwidth):
+    """The incremental recomputation of levels gives exactly the paths of the full one, ties included
+    (``tied``: integer compute and transfer costs, so many levels are equal)."""
+    if tied:
+        g = g.replace(comp_us=np.round(g.comp_us / 10.0))
+    weight = Machine(2, bandwidth=bandwidth, latency=1.0 if tied else 0.5).edge_comm_us(g.edge_bytes)
+    if tied:
+        weight = np.round(weight)
+    _, ptr, members, paths = linear_clusters(g, weight)
+    assert paths == ptr.size - 1
+    assert [members[ptr[c] : ptr[c + 1]].tolist() for c in range(paths)] == kim_browne_reference(g, weight)
+
+
 def test_linear_clustering_clusters_are_paths():
     """Every cluster is a chain of edges of the graph, and the clusters partition the ops."""
     g = dnn_graph(1000, seed=2)
