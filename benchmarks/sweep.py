@@ -29,7 +29,7 @@ from pardnn.io import read_any_graph
 from pardnn.placers import PLACERS
 
 HERE = Path(__file__).resolve().parent
-CHEAP = ("single", "topological", "round_robin", "critical_path", "metis")
+CHEAP = ("single", "topological", "round_robin", "critical_path", "linear_clustering", "metis")
 BANDWIDTHS_GBPS = (150.0, 50.0, 16.0, 4.0, 1.0)
 SECTION = "sweep"
 
