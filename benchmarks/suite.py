@@ -74,7 +74,7 @@ class SuiteConfig:
     exact_time_limit_s: float = 10.0
     speed_ops: int = TARGET_OPS
     speed_devices: int = TARGET_DEVICES
-    speed_repeats: int = 3
+    speed_repeats: int = 5
     seed: int = 0
 
 
