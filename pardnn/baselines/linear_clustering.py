@@ -17,12 +17,14 @@ hours on a 205K-op graph. Ours recomputes only the levels that can change: cutti
 the bottom level of an op only through a successor that was cut or whose level changed, so the
 path's unclustered predecessors are recomputed, then the predecessors of every op whose level did
 change, in decreasing topological rank (a heap), so each after its successors. The path starts
-come from a max-heap of (bottom level, -rank) whose entries sink as levels drop (levels only drop:
-an op only loses successors; each entry carries its key, so a sift reads the heap, not the graph).
-Each level is recomputed by the same formula over the same successors as a full sweep, so the
-clusters are exactly those of the full recomputation, ties included (a test compares the two on
-random DAGs). On the model graphs of ``pardnn bench`` the full recomputation took 0.16-9.4 s and
-this takes 0.01-0.2 s; 0.1 s on the 200k-op synthetic graph, 1.3 s on 1M ops (2 shared cores).
+come from a max-heap of (bottom level, -rank) over the sources of the unclustered subgraph only (a
+predecessor's level is at least its successor's, transfer times and compute being >= 0, and its
+rank lower, so the first op of highest level is always a source); entries sink as levels drop
+(levels only drop: an op only loses successors), and each carries its key, so a sift reads the
+heap, not the graph. Each level is recomputed by the same formula over the same successors as a
+full sweep, so the clusters are exactly those of the full recomputation, ties included (a test
+compares the two on random DAGs). On the model graphs of ``pardnn bench`` the full recomputation took 0.16-9.4 s and
+this takes 0.006-0.14 s; 0.08 s on the 200k-op synthetic graph, 0.5 s on 1M ops (2 shared cores).
 Cheap enough to be one of the guard's candidates (:mod:`pardnn.guard`) at every size.
 
 ``time_budget_s`` (default 60 s for the ``linear_clustering`` placer, none for the guard) still
@@ -74,6 +76,21 @@ def _sift_down(key: np.ndarray, rank_of: np.ndarray, pos: np.ndarray, order: np.
         key[i], rank_of[i] = key[c], rank_of[c]
         pos[order[rank_of[i]]] = i
         i = c
+    key[i], rank_of[i] = k, r
+    pos[order[r]] = i
+
+
+@njit(cache=True)
+def _sift_up(key: np.ndarray, rank_of: np.ndarray, pos: np.ndarray, order: np.ndarray, i: int) -> None:
+    # The same heap; move entry i up to its place.
+    k, r = key[i], rank_of[i]
+    while i > 0:
+        parent = (i - 1) // 2
+        if not (k > key[parent] or (k == key[parent] and r < rank_of[parent])):
+            break
+        key[i], rank_of[i] = key[parent], rank_of[parent]
+        pos[order[rank_of[i]]] = i
+        i = parent
     key[i], rank_of[i] = k, r
     pos[order[r]] = i
 
@@ -137,19 +154,23 @@ def _all_bottom_levels(order: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray
 def _extract_paths(state: np.ndarray, order: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray,
                    edge_weight: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, comp: np.ndarray,
                    rank: np.ndarray, cluster_of: np.ndarray, members: np.ndarray, ptr: np.ndarray,
-                   bottom: np.ndarray, heap_key: np.ndarray, heap_rank: np.ndarray, pos: np.ndarray,
-                   dirty: np.ndarray, is_dirty: np.ndarray, work_budget: int) -> None:
+                   bottom: np.ndarray, indegree: np.ndarray, heap_key: np.ndarray, heap_rank: np.ndarray,
+                   pos: np.ndarray, dirty: np.ndarray, is_dirty: np.ndarray, work_budget: int) -> None:
     """Cut critical paths off the unclustered ops until none is left or ``work_budget`` ops + edges
     have been swept; ``state = [ops left, clusters, heap size]`` carries the search between calls.
+    The heap holds the sources of the unclustered subgraph (``indegree``: unclustered inputs left;
+    ``pos`` -1 off the heap).
     """
     left, clusters, size = state[0], state[1], state[2]
     work = 0
     while left > 0 and work < work_budget:
-        while cluster_of[order[heap_rank[0]]] >= 0:  # clustered ops leave the heap when they reach its top
-            size -= 1
+        start = order[heap_rank[0]]  # the top source: a path's start, and the only one of its ops on the heap
+        pos[start] = -1
+        size -= 1
+        if size > 0:
             heap_key[0], heap_rank[0] = heap_key[size], heap_rank[size]
             _sift_down(heap_key, heap_rank, pos, order, 0, size)
-        first, start = ptr[clusters], order[heap_rank[0]]
+        first = ptr[clusters]
         length = walk_critical_path(start, succ_ptr, succ, edge_weight, bottom, rank, cluster_of, clusters,
                                     members[first:], 0)
         clusters += 1
@@ -158,7 +179,15 @@ def _extract_paths(state: np.ndarray, order: np.ndarray, succ_ptr: np.ndarray, s
         count = 0
         for j in range(first, first + length):
             v = members[j]
-            work += 1 + pred_ptr[v + 1] - pred_ptr[v]
+            work += 1 + succ_ptr[v + 1] - succ_ptr[v] + pred_ptr[v + 1] - pred_ptr[v]
+            for k in range(succ_ptr[v], succ_ptr[v + 1]):  # successors left without inputs: new sources
+                s = succ[k]
+                if cluster_of[s] < 0:
+                    indegree[s] -= 1
+                    if indegree[s] == 0:
+                        heap_key[size], heap_rank[size] = bottom[s], rank[s]
+                        _sift_up(heap_key, heap_rank, pos, order, size)
+                        size += 1
             for q in range(pred_ptr[v], pred_ptr[v + 1]):
                 u = pred[q]
                 if cluster_of[u] < 0 and not is_dirty[u]:
@@ -172,8 +201,9 @@ def _extract_paths(state: np.ndarray, order: np.ndarray, succ_ptr: np.ndarray, s
             work += 1 + succ_ptr[u + 1] - succ_ptr[u]
             if level != bottom[u]:  # lower: a level only loses successors
                 bottom[u] = level
-                heap_key[pos[u]] = level
-                _sift_down(heap_key, heap_rank, pos, order, pos[u], size)
+                if pos[u] >= 0:
+                    heap_key[pos[u]] = level
+                    _sift_down(heap_key, heap_rank, pos, order, pos[u], size)
                 for q in range(pred_ptr[u], pred_ptr[u + 1]):
                     p = pred[q]
                     if cluster_of[p] < 0 and not is_dirty[p]:
@@ -199,17 +229,20 @@ def linear_clusters(graph: CostGraph, edge_weight: np.ndarray, *, time_budget_s:
     ptr = np.zeros(n + 1, np.int64)
     bottom = np.zeros(n)
     _all_bottom_levels(order, graph.succ_ptr, graph.succ, weight, graph.comp_us, cluster_of, bottom)
-    heap = np.lexsort((graph.topo_rank, -bottom))  # sorted, so a heap already
-    heap_key, heap_rank = bottom[heap], graph.topo_rank[heap]
-    pos = np.empty(n, np.int64)
-    pos[heap] = np.arange(n, dtype=np.int64)
+    indegree = np.diff(graph.pred_ptr).astype(np.int64)
+    sources = order[indegree[order] == 0]
+    heap = sources[np.lexsort((graph.topo_rank[sources], -bottom[sources]))]  # sorted, so a heap already
+    heap_key, heap_rank = np.empty(n), np.empty(n, np.int64)
+    heap_key[: heap.size], heap_rank[: heap.size] = bottom[heap], graph.topo_rank[heap]
+    pos = np.full(n, -1, np.int64)
+    pos[heap] = np.arange(heap.size, dtype=np.int64)
     dirty, is_dirty = np.empty(n, np.int64), np.zeros(n, np.bool_)
-    state = np.array([n, 0, n], np.int64)
+    state = np.array([n, 0, heap.size], np.int64)
     deadline = time.perf_counter() + time_budget_s
     while state[0] > 0 and time.perf_counter() < deadline:
         _extract_paths(state, order, graph.succ_ptr, graph.succ, weight, graph.pred_ptr, graph.pred,
-                       graph.comp_us, graph.topo_rank, cluster_of, members, ptr, bottom, heap_key, heap_rank,
-                       pos, dirty, is_dirty, _SWEEP_WORK)
+                       graph.comp_us, graph.topo_rank, cluster_of, members, ptr, bottom, indegree, heap_key,
+                       heap_rank, pos, dirty, is_dirty, _SWEEP_WORK)
         if progress is not None:
             progress("clustering", n - int(state[0]), n)
     count, clusters = int(state[0]), int(state[1])
