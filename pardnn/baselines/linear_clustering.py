@@ -50,7 +50,7 @@ from numba import njit
 from pardnn.baselines._common import finish, reject_memory_heuristic
 from pardnn.colocation import keep_groups_whole
 from pardnn.graph import CostGraph
-from pardnn.levels import top_levels, walk_critical_path
+from pardnn.levels import bottom_levels, top_levels, walk_critical_path
 from pardnn.machine import Machine
 from pardnn.result import Progress, Result
 
@@ -143,14 +143,6 @@ def _bottom_level(u: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_weight: n
 
 
 @njit(cache=True)
-def _all_bottom_levels(order: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, edge_weight: np.ndarray,
-                       comp: np.ndarray, cluster_of: np.ndarray, bottom: np.ndarray) -> None:
-    for i in range(order.size - 1, -1, -1):
-        v = order[i]
-        bottom[v] = _bottom_level(v, succ_ptr, succ, edge_weight, comp, cluster_of, bottom)
-
-
-@njit(cache=True)
 def _extract_paths(state: np.ndarray, order: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray,
                    edge_weight: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, comp: np.ndarray,
                    rank: np.ndarray, cluster_of: np.ndarray, members: np.ndarray, ptr: np.ndarray,
@@ -227,8 +219,7 @@ def linear_clusters(graph: CostGraph, edge_weight: np.ndarray, *, time_budget_s:
     cluster_of = np.full(n, -1, np.int64)
     members = np.empty(n, np.int64)
     ptr = np.zeros(n + 1, np.int64)
-    bottom = np.zeros(n)
-    _all_bottom_levels(order, graph.succ_ptr, graph.succ, weight, graph.comp_us, cluster_of, bottom)
+    bottom = bottom_levels(graph, weight)  # the same formula as _bottom_level, every op unclustered
     indegree = np.diff(graph.pred_ptr).astype(np.int64)
     sources = order[indegree[order] == 0]
     heap = sources[np.lexsort((graph.topo_rank[sources], -bottom[sources]))]  # sorted, so a heap already
