@@ -10,7 +10,9 @@ tracker, and keeps the fastest that meets every device's limit:
 - ``single``: every op on device 0 (no communication at all);
 - ``topological``: K contiguous blocks of the topological order, equal in compute (GPipe-style);
 - ``round_robin``: op i of the topological order on device i mod K;
-- ``critical_path``: the critical path on device 0, the rest greedily (Mayer et al. 2017);
+- ``critical_path``: the critical path on device 0, the rest greedily (Mayer et al. 2017); under
+  memory limits its greedy skips devices it deems full, so its memory-blind placement is tried too
+  (``critical_path, memory-blind``: the tracker may find it fits, and it can be faster);
 - ``linear_clustering``: Kim and Browne's linear clustering mapped by GLB, run to the end (its
   levels are recomputed incrementally: 0.1 s on 200k ops, :mod:`pardnn.baselines.linear_clustering`);
 - ``metis``: a K-way METIS partition of the undirected graph (when pymetis is installed);
@@ -44,7 +46,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -75,6 +77,9 @@ CANDIDATES: dict[str, Callable[[CostGraph, Machine], tuple[np.ndarray, dict]]] =
     "metis": metis_placement,
 }
 FOLDED = "folded"
+# Under memory limits the critical-path greedy skips devices it thinks full; its memory-blind
+# placement (the CP baseline as benchmarks run it) can still fit the tracker's peaks, and be faster.
+BLIND_CP = "critical_path, memory-blind"
 # Heuristic I's rounds per start in the last resort: every successful start measured needed at most 11
 # (200k-op synthetic graph, K = 16, 0.8 × demand), while a hopeless one crawls on for hundreds.
 FALLBACK_MAX_ROUNDS = 24
@@ -108,8 +113,16 @@ class Guarded:
 
 def _candidate(name: str, graph: CostGraph, machine: Machine) -> np.ndarray:
     """Candidate ``name``'s placement (MissingDependencyError when it needs what is not installed)."""
-    candidate, _ = CANDIDATES[name](graph, machine)
+    if name == BLIND_CP:
+        candidate, _ = critical_path_placement(graph, replace(machine, memory=None))
+    else:
+        candidate, _ = CANDIDATES[name](graph, machine)
     return np.ascontiguousarray(candidate, dtype=np.int64)
+
+
+def _names(machine: Machine) -> list[str]:
+    """The candidates to try on ``machine``: every one, and the memory-blind CP when it is bounded."""
+    return [*CANDIDATES, BLIND_CP] if machine.bounded else list(CANDIDATES)
 
 
 def _fits(machine: Machine, memory: MemoryProfile | None) -> bool:
@@ -201,7 +214,7 @@ def guard(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: S
     if machine.devices < 2:
         return out
     best = _Best(graph, machine, out, edge_weight)
-    for name in CANDIDATES:
+    for name in _names(machine):
         try:
             candidate = _candidate(name, graph, machine)
         except MissingDependencyError as exc:
@@ -233,7 +246,7 @@ def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failur
     candidate, keeping the fastest that fits.
 
     Each start gets at most :data:`FALLBACK_MAX_ROUNDS` rounds of heuristic I (each round one
-    emulation), so the last resort costs at most ``7 × 24`` emulations however hopeless the starts;
+    emulation), so the last resort costs at most ``8 × 24`` emulations however hopeless the starts;
     ``progress(start, starts)`` is called before each start.
 
     Raises :class:`~pardnn.errors.NoPlacementFoundError` saying "no placement found" and what was tried when
@@ -245,7 +258,7 @@ def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failur
     starts: list[tuple[str, np.ndarray]] = []
     if failure is None:  # heuristic II's placement: let heuristic I repair it too
         starts.append((PARDNN, np.asarray(kept.placement, dtype=np.int64)))
-    for name in CANDIDATES:
+    for name in _names(machine):
         try:
             starts.append((name, _candidate(name, graph, machine)))
         except MissingDependencyError:
