@@ -1,7 +1,8 @@
 """One step seen two ways: TensorFlow's own timeline of a measured step and ParDNN's emulated step.
 
-- ``timeline-rank<r>.json`` (every rank): one iteration in the middle of the measured window runs
-  with ``RunOptions(trace_level=FULL_TRACE)``; its ``step_stats`` become a Chrome trace
+- ``timeline-rank<r>.json`` (every rank): one iteration just outside the measured window runs with
+  ``RunOptions(trace_level=FULL_TRACE)`` (:func:`traced_iteration`: tracing slows the step, so a
+  traced step in the window would lower the throughput reported); its ``step_stats`` become a Chrome trace
   (``tensorflow.python.client.timeline.Timeline(...).generate_chrome_trace_format()``).
 - ``emulated-step.json`` (rank 0): the placement's step as ParDNN's emulator schedules it, with the
   memory per device (:func:`pardnn.trace.chrome_trace`).
@@ -27,9 +28,17 @@ TIMELINE_FILE = "timeline-rank{rank}.json"
 EMULATED_FILE = "emulated-step.json"
 
 
-def traced_iteration(window: tuple[int, int]) -> int:
-    """The iteration traced: the middle of the measured window."""
-    return (window[0] + window[1]) // 2
+def traced_iteration(window: tuple[int, int], iterations: int) -> int | None:
+    """The iteration traced, outside the measured window ``[start, end)`` so that tracing's overhead
+    never counts in its throughput: the last one before the window when a warm iteration precedes
+    it (``start >= 2``), else the first after it, else iteration 0 (``start == 1``); ``None`` when
+    every iteration is measured (no timeline then)."""
+    start, end = window
+    if start >= 2:
+        return start - 1
+    if iterations > end:
+        return end
+    return 0 if start == 1 else None
 
 
 def write_measured(path: Path, run_metadata: Any) -> None:

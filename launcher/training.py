@@ -2,8 +2,8 @@
 
 Node ``r`` of ``N`` feeds batch ``i·N + r`` at iteration ``i``; a resumed run starts at the
 checkpoint's iteration (:mod:`launcher.checkpoint`), so the sequence goes on. Rank 0 saves
-checkpoints at iteration boundaries; one iteration in the middle of the measured window runs with
-a full trace (:mod:`launcher.timeline`).
+checkpoints at iteration boundaries; one iteration just outside the measured window runs with a
+full trace (:mod:`launcher.timeline`), so tracing never slows a measured step.
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ def train(state: Any, trained: Any, broadcast: Any, devices: Any, guard: StopGua
     step = {"step": trained.fetches, "loss": trained.loss}
     compared = agreed_variables(trained.graph, trained.variables)
     start = 0 if resume is None else resume[0]
-    traced = traced_iteration(settings.window)
+    traced = traced_iteration(settings.window, settings.iterations)
+    if traced is None:
+        logger.info("no timeline: every iteration is in the measured window, and a traced step would slow it")
     with tf.compat.v1.Session(graph=trained.graph, config=config) as session:
         with collector.phase("initialize"):
             session.run(trained.init_op)

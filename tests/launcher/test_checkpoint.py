@@ -111,7 +111,17 @@ def test_step_ms_compares_the_emulated_and_the_measured_step():
     assert step_ms(2000.0, [4.0, 5.0]) == {"emulated": 2.0, "measured_median": 5.0, "ratio": 2.5}
     assert step_ms(None, [4.0]) == {"emulated": None, "measured_median": 4.0, "ratio": None}
     assert step_ms(2000.0, [None]) == {"emulated": 2.0, "measured_median": None, "ratio": None}
-    assert traced_iteration((100, 150)) == 125
+
+
+def test_the_traced_iteration_is_outside_the_measured_window():
+    assert traced_iteration((100, 150), 160) == 99  # the last warm one before the window
+    assert traced_iteration((1, 50), 60) == 50  # iteration 0 is cold: the first after the window
+    assert traced_iteration((1, 50), 50) == 0
+    assert traced_iteration((0, 50), 60) == 50
+    assert traced_iteration((0, 50), 50) is None  # every iteration measured: no trace
+    for window, iterations in (((100, 150), 160), ((1, 50), 60), ((1, 50), 50), ((0, 50), 60)):
+        traced = traced_iteration(window, iterations)
+        assert traced is not None and not window[0] <= traced < window[1] and 0 <= traced < iterations
 
 
 def test_a_resumed_collector_measures_the_window_by_iteration(tmp_path):
