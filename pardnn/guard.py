@@ -28,8 +28,10 @@ Choices where nothing says what to do:
   (``single`` on any graph ParDNN parallelises well, ``round_robin`` on communicating graphs), and
   its memory is tracked only when it is faster. Exact and deterministic: it only skips losers.
 - **Memory.** A candidate counts only if its emulated peaks fit the limits (the same tracker as
-  ParDNN's heuristics). When ParDNN's own placement does not fit (heuristic II gives no guarantee,
-  heuristic I can give up), the best fitting candidate wins; when none fits,
+  ParDNN's heuristics); one whose residual state (variables, optimizer slots: held all step, so
+  part of every peak) alone overflows a device is ruled out before any emulation. When ParDNN's
+  own placement does not fit (heuristic II gives no guarantee, heuristic I can give up), the best
+  fitting candidate wins; when none fits,
   :func:`place_under_memory` runs heuristic I from each candidate in turn, at most
   :data:`FALLBACK_MAX_ROUNDS` rounds from each (a hopeless start crawls on for hundreds of rounds).
 - **Folding.** Device ``j``'s *pressure* is the communication on its cut edges minus its compute;
@@ -58,9 +60,9 @@ from pardnn.baselines.single_device import single_device_placement
 from pardnn.baselines.topological import topological_placement
 from pardnn.emulator import Schedule, emulate
 from pardnn.errors import MissingDependencyError, NoPlacementFoundError, PardnnError
-from pardnn.graph import CostGraph
+from pardnn.graph import CostGraph, Kind
 from pardnn.levels import critical_path_us
-from pardnn.machine import Machine
+from pardnn.machine import Machine, format_bytes
 from pardnn.memory import MemoryProfile, track_memory
 from pardnn.overflow import handle_overflow
 
@@ -134,16 +136,26 @@ class _Best:
 
     def __init__(self, graph: CostGraph, machine: Machine, out: Guarded, edge_weight: np.ndarray) -> None:
         self.graph, self.machine, self.out, self.edge_weight = graph, machine, out, edge_weight
+        self.residual = np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0) if machine.bounded else None
 
     def offer(self, name: str, placement: np.ndarray) -> float | None:
-        """Emulate ``placement`` unless a lower bound on its makespan already reaches the best; keep it
-        if it is strictly faster and fits. Returns its makespan (``None`` when pruned)."""
+        """Emulate ``placement`` unless a lower bound on its makespan already reaches the best, or its
+        residual state alone overflows a device (the tracker's peak includes it); keep it if it is
+        strictly faster and fits. Returns its makespan (``None`` when pruned or ruled out)."""
         graph, machine, out = self.graph, self.machine, self.out
         bound = _makespan_bound(graph, machine, placement, self.edge_weight)
         if bound >= out.makespan_us:
             out.notes[name] = f"pruned: its makespan is at least {bound:.1f} us"
             out.makespans[name] = None
             return None
+        if self.residual is not None:
+            over = np.bincount(placement, weights=self.residual, minlength=machine.devices) - machine.limits_bytes
+            if (over > 0).any():
+                d = int(np.argmax(over))
+                out.notes[name] = (f"does not fit the memory limits: its residual state alone overflows device {d} "
+                                   f"by {format_bytes(float(over[d]))}")
+                out.makespans[name] = None
+                return None
         schedule = emulate(graph, machine, placement)
         out.makespans[name] = schedule.makespan_us
         if schedule.makespan_us >= out.makespan_us:

@@ -162,3 +162,17 @@ def test_under_a_limit_the_guard_also_tries_the_memory_blind_critical_path():
     result = partition(g, machine, memory_heuristic="balance")
     assert "critical_path, memory-blind" in result.report.details["guard"]["candidates"]
     assert result.report.evaluation.makespan_us <= blind.makespan_us
+
+
+def test_a_candidate_whose_residual_state_overflows_is_ruled_out_before_emulation():
+    """Two 6 GiB variables on 10 GiB devices: one device cannot hold both, so ``single`` (no transfers,
+    so its makespan bound cannot prune it) is ruled out by its residual bytes, with no emulation."""
+    names = ["v1", "v2", "a", "b", "c"]
+    g = CostGraph(names, [1.0, 1.0, 100.0, 100.0, 1.0], [6 * GIB, 6 * GIB, GIB, GIB, 1], [0, 1, 2, 3],
+                  [2, 3, 4, 4], kind=[1, 1, 0, 0, 0])
+    machine = Machine(2, memory=10 * GIB, reserve=0.0, bandwidth="1GB/s")
+    guard = partition(g, machine).report.details["guard"]
+    assert guard["candidates"]["single"] is None
+    assert guard["notes"]["single"] == ("does not fit the memory limits: its residual state alone overflows "
+                                        "device 0 by 2.00 GiB")
+    assert guard["winner"] is not None
