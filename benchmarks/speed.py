@@ -61,6 +61,7 @@ class SpeedRow:
     infeasible: bool = False
     note: str = ""
     twin_of: str = ""  # the command this one is the --no-guard twin of (measured interleaved with it)
+    paired_ratio: float | None = None  # twins: median over rounds of the command's time / this one's
 
 
 def speed(config: SuiteConfig, progress: Progress = print) -> tuple[list[SpeedRow], str]:
@@ -97,9 +98,15 @@ def speed(config: SuiteConfig, progress: Progress = print) -> tuple[list[SpeedRo
                 seconds, code = _wall(argv)
                 times[i].append(seconds)
                 infeasible[i] = code == EXIT_INFEASIBLE
+        index = {shown: i for i, (_argv, shown, _target, _twin) in enumerate(commands)}
         for i, (_argv, shown, target, twin) in enumerate(commands):
             seconds = statistics.median(times[i])
-            rows.append(SpeedRow(shown, seconds, target if at_target else None, infeasible[i], twin_of=twin))
+            # A twin's rounds ran next to its command's, under the same load: their ratio per round is a
+            # steadier measure of the guard's cost than the ratio of two medians taken apart.
+            paired = (statistics.median(a / b for a, b in zip(times[index[twin]], times[i], strict=True))
+                      if twin else None)
+            rows.append(SpeedRow(shown, seconds, target if at_target else None, infeasible[i], twin_of=twin,
+                                 paired_ratio=paired))
             progress(f"speed: {shown}: {seconds:.2f} s" + (" (infeasible)" if infeasible[i] else ""))
         _median_wall(place, 1)  # the default placement again, for simulate
         shown = f"pardnn simulate GRAPH placement.txt -k {k}"

@@ -355,3 +355,20 @@ def write_tiny(tmp_path: Path) -> Path:
     path = tmp_path / "tiny.json.gz"
     write_graph(dnn_graph(300), path)
     return path
+
+
+def test_the_guard_cost_is_the_median_paired_ratio_and_ignores_the_first_run_row():
+    """The twins ran round by round, so the cost is the median of their per-round ratios; the first
+    run's row may show the same command (its own graph, `note` set) and must not be taken as the base."""
+    from types import SimpleNamespace
+
+    from benchmarks.report import _guard_cost_lines
+    from benchmarks.speed import SpeedRow
+
+    rows = [SpeedRow("pardnn place GRAPH -k 4 -o placement.txt", 1.30, None),
+            SpeedRow("pardnn place GRAPH -k 4 --no-guard -o placement.txt", 1.00, None,
+                     twin_of="pardnn place GRAPH -k 4 -o placement.txt", paired_ratio=1.20),
+            SpeedRow("pardnn place GRAPH -k 4 -o placement.txt", 11.0, 10.0, note="first run")]
+    [line] = [line for line in _guard_cost_lines(SimpleNamespace(speed=rows)) if line]
+    assert line.startswith("- The guard and the refinement add +20% to `pardnn place GRAPH -k 4 -o placement.txt`")
+    assert "1.30 s against 1.00 s, +30%" in line and line.endswith("target ≤ +25%: met).")
