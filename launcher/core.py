@@ -55,8 +55,8 @@ from launcher.checkpoint import make_checkpointer, resume_point
 from launcher.collector import Collector
 from launcher.dataparallel import GradientAverager, broadcast_op, find_horovod, init_horovod, local_costs
 from launcher.env import launch_size
-from launcher.errors import AgreedError, LaunchError, Stopped
-from launcher.failure import exit_code, fail, shared
+from launcher.errors import AgreedError, LaunchError, Stalled, Stopped
+from launcher.failure import exit_code, fail, one_line, shared, status_of
 from launcher.files import check_output_folder, write_text
 from launcher.settings import Settings, resolve
 from launcher.signals import StopGuard
@@ -239,11 +239,13 @@ def _end(error: BaseException, topology: Topology | None, state: RunState | None
     speaker = not (multi and shared(error)) or topology.is_root  # type: ignore[union-attr]
     flush = None
     if state is not None:
-        if state.finisher is not None:
-            state.finisher.wait()  # a stop signal's files are being written in the signal watcher's thread
+        if state.finisher is not None and isinstance(error, Stopped) and not isinstance(error, Stalled):
+            # A stop signal: its watcher may be writing the files, or may not have begun (or never will,
+            # once the stop guard closed); the finisher does it once, whoever comes first.
+            state.end_stopped(status_of(error), one_line(error))
         def flush(status: str, message: str) -> None:
             state.flush(status, message, speaker=speaker, exit_code=exit_code(error))
-    fail(error, topology, flush, reported=state is not None and state.reported)
+    fail(error, topology, flush, reported=state is not None and not state.claim_report())
     if multi and isinstance(error, Stopped):
         RunState.exit_now(exit_code(error))  # peers may be gone: MPI's and Horovod's shutdown would wait
 

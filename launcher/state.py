@@ -66,6 +66,19 @@ class RunState:
     summary_written: bool = False
     _figures_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
     _figures_final: bool = False
+    _report_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
+
+    def claim_report(self) -> bool:
+        """Whether the caller is the first to report how the run ended (then it prints the one line).
+
+        A stop signal is seen twice: the main thread raises at its next iteration while the signal
+        watcher's thread writes the files and announces; whichever comes first prints, once.
+        """
+        with self._report_lock:
+            if self.reported:
+                return False
+            self.reported = True
+            return True
 
     # ------------------------------------------------------------------ figures and summaries
     def run_info(self) -> dict[str, Any]:
@@ -141,9 +154,9 @@ class RunState:
 
     def _speak(self, line: str, speaker: bool) -> None:
         if speaker:
-            sys.stderr.write(f"{PROGRAM}: error: {line}\n")  # one write: other threads may print too
-            sys.stderr.flush()
-            self.reported = True
+            if self.claim_report():
+                sys.stderr.write(f"{PROGRAM}: error: {line}\n")  # one write: other threads may print too
+                sys.stderr.flush()
         else:
             logger.info("run ended: %s (the leading rank reports it)", line)
 
@@ -163,17 +176,24 @@ class RunState:
             self.watchdog.close()
         if self.checkpointer is not None and self.checkpointer.on_stop() and self.checkpointer.saved:
             logger.info("saved checkpoint %s", self.checkpointer.saved[-1])
+        if self.end_stopped(status, message) and self.topology.size > 1:
+            self.exit_now(_EXIT.get(status, 1))  # all written: a main thread blocked in an allreduce would wait
+
+    def end_stopped(self, status: str, message: str) -> bool:
+        """Write every file of a stopped run and say the one line, once: the signal watcher's thread
+        and the main thread (which raises at its next iteration) may both come here, and the
+        finisher's lock makes the second wait for the first. ``False`` without a finisher (then
+        only this rank's files are written)."""
         ended_by = self._ended_by_peer()
         if ended_by is not None:
             status, message = ended_by[1], f"{message} after rank {ended_by[0]} ended the run ({ended_by[1]})"
             self.reported = True  # that rank reported it
         if self.finisher is None:
             self.flush_rank(status, message)
-            return
+            return False
         self.finisher.finish(status, message, _EXIT.get(status, 1), own_only=ended_by is not None,
                              announce=lambda leader: self._speak(message, leader))
-        if self.topology.size > 1:  # everything is written: a main thread blocked in an allreduce would wait
-            self.exit_now(_EXIT.get(status, 1))
+        return True
 
     def stalled(self, stall: Stall) -> None:
         """A stall (the watchdog's thread): write every live rank's files, say it once, exit."""

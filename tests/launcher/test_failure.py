@@ -155,3 +155,26 @@ def test_a_stop_signal_during_training_writes_every_file_and_exits_with_its_code
     assert json.loads((run_dir / "figures-0.json").read_text())["status"] == status
     [row] = list(csv.DictReader((tmp_path / "results.csv").read_text().splitlines()))
     assert (row["status"], row["window_complete"]) == (status, "true")
+
+
+def test_the_one_line_of_a_stop_is_printed_once_whichever_thread_comes_first(tmp_path, capsys):
+    """A stop signal reaches the main thread (it raises at its next iteration) and the signal watcher's
+    thread (it writes the files and announces); both may try to print the line, only the first does."""
+    import threading
+
+    from launcher.state import RunState
+
+    state = RunState(job=None, settings=None, topology=None, directory=tmp_path, collector=None)
+    claims: list[bool] = []
+    threads = [threading.Thread(target=lambda: claims.append(state.claim_report())) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(claims) == [False] * 7 + [True]
+
+    state = RunState(job=None, settings=None, topology=None, directory=tmp_path, collector=None)
+    state._speak("stopped by SIGUSR1 (the time limit, passed on by the batch script)", True)
+    assert not state.claim_report()  # the main thread's fail() then stays quiet
+    state._speak("stopped by SIGUSR1 (the time limit, passed on by the batch script)", True)
+    assert capsys.readouterr().err.count("pardnn-launch: error: stopped by SIGUSR1") == 1
