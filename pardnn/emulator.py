@@ -28,7 +28,7 @@ from pardnn.checks import check_placement
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
 
-__all__ = ["Schedule", "emulate"]
+__all__ = ["Schedule", "emulate", "heap_pop", "heap_push"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Schedule:
 
 
 @njit(cache=True)
-def _heap_push(time: np.ndarray, key: np.ndarray, item: np.ndarray, base: int, size: int,
+def heap_push(time: np.ndarray, key: np.ndarray, item: np.ndarray, base: int, size: int,
                t: float, k: int, v: int) -> None:
     # Min-heap on (time, key) stored at [base, base + size); sift the new entry up.
     i = size
@@ -61,7 +61,7 @@ def _heap_push(time: np.ndarray, key: np.ndarray, item: np.ndarray, base: int, s
 
 
 @njit(cache=True)
-def _heap_pop(time: np.ndarray, key: np.ndarray, item: np.ndarray, base: int, size: int) -> int:
+def heap_pop(time: np.ndarray, key: np.ndarray, item: np.ndarray, base: int, size: int) -> int:
     # Removes the top of the heap of ``size`` entries and returns its item.
     top = item[base]
     size -= 1
@@ -119,14 +119,14 @@ def _emulate(n: int, devices: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_
     busy = np.zeros(devices, np.bool_)
     for v in range(n):
         if indegree[v] == 0:
-            _heap_push(etime, ekey, eitem, 0, esize, 0.0, 1, v)
+            heap_push(etime, ekey, eitem, 0, esize, 0.0, 1, v)
             esize += 1
     makespan = 0.0
     while esize > 0:
         now = etime[0]
         while esize > 0 and etime[0] <= now:
             kind = ekey[0]
-            v = _heap_pop(etime, ekey, eitem, 0, esize)
+            v = heap_pop(etime, ekey, eitem, 0, esize)
             esize -= 1
             d = placement[v]
             if kind == 0:
@@ -141,20 +141,20 @@ def _emulate(n: int, devices: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_
                         ready[w] = at
                     indegree[w] -= 1
                     if indegree[w] == 0:
-                        _heap_push(etime, ekey, eitem, 0, esize, ready[w], 1, w)
+                        heap_push(etime, ekey, eitem, 0, esize, ready[w], 1, w)
                         esize += 1
             else:
-                _heap_push(qtime, qkey, qitem, qbase[d], qsize[d], ready[v], topo_rank[v], v)
+                heap_push(qtime, qkey, qitem, qbase[d], qsize[d], ready[v], topo_rank[v], v)
                 qsize[d] += 1
         # Every idle device with queued work starts its oldest ready op now.
         for d in range(devices):
             if not busy[d] and qsize[d] > 0:
-                v = _heap_pop(qtime, qkey, qitem, qbase[d], qsize[d])
+                v = heap_pop(qtime, qkey, qitem, qbase[d], qsize[d])
                 qsize[d] -= 1
                 busy[d] = True
                 start[v] = now
                 finish[v] = now + comp[v]
-                _heap_push(etime, ekey, eitem, 0, esize, finish[v], 0, v)
+                heap_push(etime, ekey, eitem, 0, esize, finish[v], 0, v)
                 esize += 1
     return start, finish, makespan, arrival
 

@@ -49,6 +49,7 @@ from numba import njit
 
 from pardnn.baselines._common import finish, reject_memory_heuristic
 from pardnn.colocation import keep_groups_whole
+from pardnn.emulator import heap_pop, heap_push
 from pardnn.graph import CostGraph
 from pardnn.levels import bottom_levels, top_levels, walk_critical_path
 from pardnn.machine import Machine
@@ -96,41 +97,6 @@ def _sift_up(key: np.ndarray, rank_of: np.ndarray, pos: np.ndarray, order: np.nd
 
 
 @njit(cache=True)
-def _push_dirty(dirty: np.ndarray, size: int, r: int) -> int:
-    # Max-heap of topological ranks; returns the new size.
-    i = size
-    while i > 0:
-        parent = (i - 1) // 2
-        if dirty[parent] >= r:
-            break
-        dirty[i] = dirty[parent]
-        i = parent
-    dirty[i] = r
-    return size + 1
-
-
-@njit(cache=True)
-def _pop_dirty(dirty: np.ndarray, size: int) -> int:
-    # Remove the largest rank (dirty[0], read by the caller first) from a heap of size > 0.
-    size -= 1
-    last = dirty[size]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= size:
-            break
-        if c + 1 < size and dirty[c + 1] > dirty[c]:
-            c += 1
-        if dirty[c] <= last:
-            break
-        dirty[i] = dirty[c]
-        i = c
-    if size > 0:
-        dirty[i] = last
-    return size
-
-
-@njit(cache=True)
 def _bottom_level(u: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_weight: np.ndarray, comp: np.ndarray,
                   cluster_of: np.ndarray, bottom: np.ndarray) -> float:
     # bl(u) over the unclustered successors, every edge costed as if cut (Kim and Browne).
@@ -147,7 +113,8 @@ def _extract_paths(state: np.ndarray, order: np.ndarray, succ_ptr: np.ndarray, s
                    edge_weight: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, comp: np.ndarray,
                    rank: np.ndarray, cluster_of: np.ndarray, members: np.ndarray, ptr: np.ndarray,
                    bottom: np.ndarray, indegree: np.ndarray, heap_key: np.ndarray, heap_rank: np.ndarray,
-                   pos: np.ndarray, dirty: np.ndarray, is_dirty: np.ndarray, work_budget: int) -> None:
+                   pos: np.ndarray, dirty_time: np.ndarray, dirty_key: np.ndarray, dirty: np.ndarray,
+                   is_dirty: np.ndarray, work_budget: int) -> None:
     """Cut critical paths off the unclustered ops until none is left or ``work_budget`` ops + edges
     have been swept; ``state = [ops left, clusters, heap size]`` carries the search between calls.
     The heap holds the sources of the unclustered subgraph (``indegree``: unclustered inputs left;
@@ -184,10 +151,11 @@ def _extract_paths(state: np.ndarray, order: np.ndarray, succ_ptr: np.ndarray, s
                 u = pred[q]
                 if cluster_of[u] < 0 and not is_dirty[u]:
                     is_dirty[u] = True
-                    count = _push_dirty(dirty, count, rank[u])
+                    heap_push(dirty_time, dirty_key, dirty, 0, count, -float(rank[u]), 0, u)
+                    count += 1
         while count > 0:  # the levels that can change, each after its successors
-            u = order[dirty[0]]
-            count = _pop_dirty(dirty, count)
+            u = heap_pop(dirty_time, dirty_key, dirty, 0, count)
+            count -= 1
             is_dirty[u] = False
             level = _bottom_level(u, succ_ptr, succ, edge_weight, comp, cluster_of, bottom)
             work += 1 + succ_ptr[u + 1] - succ_ptr[u]
@@ -200,7 +168,8 @@ def _extract_paths(state: np.ndarray, order: np.ndarray, succ_ptr: np.ndarray, s
                     p = pred[q]
                     if cluster_of[p] < 0 and not is_dirty[p]:
                         is_dirty[p] = True
-                        count = _push_dirty(dirty, count, rank[p])
+                        heap_push(dirty_time, dirty_key, dirty, 0, count, -float(rank[p]), 0, p)
+                        count += 1
     state[0], state[1], state[2] = left, clusters, size
 
 
@@ -227,13 +196,15 @@ def linear_clusters(graph: CostGraph, edge_weight: np.ndarray, *, time_budget_s:
     heap_key[: heap.size], heap_rank[: heap.size] = bottom[heap], graph.topo_rank[heap]
     pos = np.full(n, -1, np.int64)
     pos[heap] = np.arange(heap.size, dtype=np.int64)
-    dirty, is_dirty = np.empty(n, np.int64), np.zeros(n, np.bool_)
+    # The ops whose level may change, latest rank first: the emulator's min-heap keyed by -rank.
+    dirty_time, dirty_key, dirty = np.empty(n), np.zeros(n, np.int64), np.empty(n, np.int64)
+    is_dirty = np.zeros(n, np.bool_)
     state = np.array([n, 0, heap.size], np.int64)
     deadline = time.perf_counter() + time_budget_s
     while state[0] > 0 and time.perf_counter() < deadline:
         _extract_paths(state, order, graph.succ_ptr, graph.succ, weight, graph.pred_ptr, graph.pred,
                        graph.comp_us, graph.topo_rank, cluster_of, members, ptr, bottom, indegree, heap_key,
-                       heap_rank, pos, dirty, is_dirty, _SWEEP_WORK)
+                       heap_rank, pos, dirty_time, dirty_key, dirty, is_dirty, _SWEEP_WORK)
         if progress is not None:
             progress("clustering", n - int(state[0]), n)
     count, clusters = int(state[0]), int(state[1])
