@@ -44,7 +44,7 @@ def pointers(ends: np.ndarray, n: int) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(np.bincount(ends, minlength=n)))).astype(np.int64)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _kahn(n: int, succ_ptr: np.ndarray, succ: np.ndarray, pred_ptr: np.ndarray) -> np.ndarray:
     indegree = np.empty(n, np.int64)
     for v in range(n):

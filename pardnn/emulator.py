@@ -41,7 +41,7 @@ class Schedule:
     edge_arrival_us: np.ndarray  # per edge (graph edge order): when its data is available to the consumer
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def heap_push(time: np.ndarray, key: np.ndarray, item: np.ndarray, base: int, size: int,
                t: float, k: int, v: int) -> None:
     # Min-heap on (time, key) stored at [base, base + size); sift the new entry up.
@@ -60,7 +60,7 @@ def heap_push(time: np.ndarray, key: np.ndarray, item: np.ndarray, base: int, si
     item[base + i] = v
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def heap_pop(time: np.ndarray, key: np.ndarray, item: np.ndarray, base: int, size: int) -> int:
     # Removes the top of the heap of ``size`` entries and returns its item.
     top = item[base]
@@ -90,7 +90,7 @@ def heap_pop(time: np.ndarray, key: np.ndarray, item: np.ndarray, base: int, siz
     return top
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _emulate(n: int, devices: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_comm: np.ndarray,
              pred_ptr: np.ndarray, placement: np.ndarray, comp: np.ndarray, topo_rank: np.ndarray):
     start = np.zeros(n)

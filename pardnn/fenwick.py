@@ -14,7 +14,7 @@ from numba import njit
 __all__ = ["FenwickTree", "fenwick_add", "fenwick_build", "fenwick_prefix", "fenwick_range"]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def fenwick_add(tree: np.ndarray, row: int, index: int, delta: float) -> None:
     """Add ``delta`` at level ``index`` of tree ``row``. O(log L)."""
     size = tree.shape[1] - 1
@@ -24,7 +24,7 @@ def fenwick_add(tree: np.ndarray, row: int, index: int, delta: float) -> None:
         i += i & (-i)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def fenwick_prefix(tree: np.ndarray, row: int, end: int) -> float:
     """Sum of levels ``[0, end)`` of tree ``row``. O(log L)."""
     total = 0.0
@@ -35,7 +35,7 @@ def fenwick_prefix(tree: np.ndarray, row: int, end: int) -> float:
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def fenwick_range(tree: np.ndarray, row: int, start: int, end: int) -> float:
     """Sum of levels ``[start, end)`` of tree ``row`` (0 when empty). O(log L)."""
     if end <= start:
@@ -43,7 +43,7 @@ def fenwick_range(tree: np.ndarray, row: int, start: int, end: int) -> float:
     return fenwick_prefix(tree, row, end) - fenwick_prefix(tree, row, start)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def fenwick_build(tree: np.ndarray, row: int, values: np.ndarray) -> None:
     """Fill tree ``row`` from per-level ``values`` in O(L) (the row must be zero)."""
     size = tree.shape[1] - 1

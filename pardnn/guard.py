@@ -34,6 +34,11 @@ Choices where nothing says what to do:
   fitting candidate wins; when none fits,
   :func:`place_under_memory` runs heuristic I from each candidate in turn, at most
   :data:`FALLBACK_MAX_ROUNDS` rounds from each (a hopeless start crawls on for hundreds of rounds).
+- **Ahead of time.** The candidates do not depend on ParDNN's placement, so :func:`prepare_candidates`
+  can make them, bound them and emulate them (all of them: the pruning needs ParDNN's makespan) in a
+  worker thread while Steps 1 and 2 run (:func:`pardnn.pipeline.partition` does on two or more cores;
+  the kernels release the GIL). The guard then decides on those numbers exactly as it would have
+  lazily (pruned candidates stay pruned in the report), so the answer does not depend on it.
 - **Folding.** Device ``j``'s *pressure* is the communication on its cut edges minus its compute;
   the device of highest positive pressure is folded (all its ops move) into the device it
   communicates with most; at most ``ceil(log2 K)`` folds, stopping at the first that does not
@@ -66,7 +71,8 @@ from pardnn.machine import Machine, format_bytes
 from pardnn.memory import MemoryProfile, track_memory
 from pardnn.overflow import handle_overflow
 
-__all__ = ["CANDIDATES", "Guarded", "fold_communicating_devices", "guard", "place_under_memory"]
+__all__ = ["CANDIDATES", "Guarded", "Prepared", "fold_communicating_devices", "guard", "place_under_memory",
+           "prepare_candidates"]
 
 PARDNN = "pardnn"
 # The cheap placements the guard compares with, in order of preference on ties.
@@ -113,6 +119,53 @@ class Guarded:
                 "candidates": dict(self.makespans), "notes": dict(self.notes)}
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A candidate made before the guard runs: its placement (``None`` when it is unavailable, ``note``
+    says why), a lower bound on its makespan, and its emulation (``None`` when not made ahead, or when
+    its residual state alone overflows a device)."""
+
+    placement: np.ndarray | None
+    note: str = ""
+    bound: float = 0.0
+    schedule: Schedule | None = None
+
+
+def prepare_candidates(graph: CostGraph, machine: Machine, edge_weight: np.ndarray) -> dict[str, Prepared]:
+    """Every candidate's placement, makespan bound and emulation, for the guard to judge later.
+
+    Emulates every candidate that could fit (the guard's pruning needs ParDNN's makespan, not known
+    yet), so it is meant for a worker thread with a core of its own while Steps 1 and 2 run; the
+    guard's answer is the same as without it. O(candidates × (|V| + |E|) log |V|).
+    """
+    prepared = {}
+    residual = _residual(graph, machine)
+    for name in _names(machine):
+        try:
+            placement = _candidate(name, graph, machine)
+        except MissingDependencyError as exc:
+            prepared[name] = Prepared(None, f"unavailable: {exc}")
+            continue
+        bound = _makespan_bound(graph, machine, placement, edge_weight)
+        fits = residual is None or _residual_overflow(placement, residual, machine) is None
+        prepared[name] = Prepared(placement, "", bound, emulate(graph, machine, placement) if fits else None)
+    return prepared
+
+
+def _residual(graph: CostGraph, machine: Machine) -> np.ndarray | None:
+    return np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0) if machine.bounded else None
+
+
+def _residual_overflow(placement: np.ndarray, residual: np.ndarray, machine: Machine) -> str | None:
+    """Why ``placement``'s residual state alone overflows a device, or ``None`` when it does not."""
+    over = np.bincount(placement, weights=residual, minlength=machine.devices) - machine.limits_bytes
+    if not (over > 0).any():
+        return None
+    d = int(np.argmax(over))
+    return (f"does not fit the memory limits: its residual state alone overflows device {d} "
+            f"by {format_bytes(float(over[d]))}")
+
+
 def _candidate(name: str, graph: CostGraph, machine: Machine) -> np.ndarray:
     """Candidate ``name``'s placement (MissingDependencyError when it needs what is not installed)."""
     if name == BLIND_CP:
@@ -136,27 +189,26 @@ class _Best:
 
     def __init__(self, graph: CostGraph, machine: Machine, out: Guarded, edge_weight: np.ndarray) -> None:
         self.graph, self.machine, self.out, self.edge_weight = graph, machine, out, edge_weight
-        self.residual = np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0) if machine.bounded else None
+        self.residual = _residual(graph, machine)
 
-    def offer(self, name: str, placement: np.ndarray) -> float | None:
+    def offer(self, name: str, placement: np.ndarray, ahead: Prepared | None = None) -> float | None:
         """Emulate ``placement`` unless a lower bound on its makespan already reaches the best, or its
         residual state alone overflows a device (the tracker's peak includes it); keep it if it is
-        strictly faster and fits. Returns its makespan (``None`` when pruned or ruled out)."""
+        strictly faster and fits. Returns its makespan (``None`` when pruned or ruled out). ``ahead``:
+        its bound and emulation made beforehand (:func:`prepare_candidates`), used instead of redoing them."""
         graph, machine, out = self.graph, self.machine, self.out
-        bound = _makespan_bound(graph, machine, placement, self.edge_weight)
+        bound = _makespan_bound(graph, machine, placement, self.edge_weight) if ahead is None else ahead.bound
         if bound >= out.makespan_us:
             out.notes[name] = f"pruned: its makespan is at least {bound:.1f} us"
             out.makespans[name] = None
             return None
         if self.residual is not None:
-            over = np.bincount(placement, weights=self.residual, minlength=machine.devices) - machine.limits_bytes
-            if (over > 0).any():
-                d = int(np.argmax(over))
-                out.notes[name] = (f"does not fit the memory limits: its residual state alone overflows device {d} "
-                                   f"by {format_bytes(float(over[d]))}")
+            overflow = _residual_overflow(placement, self.residual, machine)
+            if overflow is not None:
+                out.notes[name] = overflow
                 out.makespans[name] = None
                 return None
-        schedule = emulate(graph, machine, placement)
+        schedule = emulate(graph, machine, placement) if ahead is None or ahead.schedule is None else ahead.schedule
         out.makespans[name] = schedule.makespan_us
         if schedule.makespan_us >= out.makespan_us:
             return schedule.makespan_us
@@ -201,7 +253,8 @@ def fold_communicating_devices(graph: CostGraph, machine: Machine, placement: np
 
 
 def guard(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: Schedule | None,
-          memory: MemoryProfile | None, edge_weight: np.ndarray) -> Guarded:
+          memory: MemoryProfile | None, edge_weight: np.ndarray,
+          prepared: dict[str, Prepared] | None = None) -> Guarded:
     """Keep ParDNN's ``placement`` unless a cheap candidate that fits is strictly faster.
 
     Parameters
@@ -213,6 +266,9 @@ def guard(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: S
         machine; ``schedule`` ``None`` when ParDNN produced no placement, e.g. heuristic I gave up).
     edge_weight:
         Each edge's communication cost if cut (µs), for folding.
+    prepared:
+        The candidates made ahead by :func:`prepare_candidates` with the same graph, machine and
+        ``edge_weight``; ``None`` makes them here, one at a time, emulating only those not pruned.
 
     Returns
     -------
@@ -227,13 +283,17 @@ def guard(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: S
         return out
     best = _Best(graph, machine, out, edge_weight)
     for name in _names(machine):
-        try:
-            candidate = _candidate(name, graph, machine)
-        except MissingDependencyError as exc:
-            out.notes[name] = f"unavailable: {exc}"
+        ahead = None if prepared is None else prepared[name]
+        if ahead is None:
+            try:
+                candidate = _candidate(name, graph, machine)
+            except MissingDependencyError as exc:
+                ahead = Prepared(None, f"unavailable: {exc}")
+        if ahead is not None and ahead.placement is None:
+            out.notes[name] = ahead.note
             out.makespans[name] = None
             continue
-        best.offer(name, candidate)
+        best.offer(name, candidate if ahead is None else ahead.placement, ahead)
     if schedule is not None:
         folded = np.asarray(placement, dtype=np.int64)
         last = own
@@ -253,13 +313,15 @@ def guard(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: S
 
 
 def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failure: PardnnError | None, *,
+                       prepared: dict[str, Prepared] | None = None,
                        progress: Callable[[int, int], None] | None = None) -> Guarded:
     """When no placement fits as it is: memory heuristic I from ParDNN's placement and from every
     candidate, keeping the fastest that fits.
 
     Each start gets at most :data:`FALLBACK_MAX_ROUNDS` rounds of heuristic I (each round one
     emulation), so the last resort costs at most ``8 × 24`` emulations however hopeless the starts;
-    ``progress(start, starts)`` is called before each start.
+    ``progress(start, starts)`` is called before each start; ``prepared``: the candidates the guard
+    judged (:func:`prepare_candidates`), so they are not made again.
 
     Raises :class:`~pardnn.errors.NoPlacementFoundError` saying "no placement found" and what was tried when
     none fits — a failure of the heuristics, not a proof that no placement exists (the proofs are
@@ -271,6 +333,10 @@ def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failur
     if failure is None:  # heuristic II's placement: let heuristic I repair it too
         starts.append((PARDNN, np.asarray(kept.placement, dtype=np.int64)))
     for name in _names(machine):
+        if prepared is not None:
+            if prepared[name].placement is not None:
+                starts.append((name, prepared[name].placement))
+            continue
         try:
             starts.append((name, _candidate(name, graph, machine)))
         except MissingDependencyError:

@@ -30,7 +30,7 @@ __all__ = ["bottom_levels", "critical_path_us", "top_levels", "walk_back", "walk
            "weighted_levels"]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _top_levels(order: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, pred_weight: np.ndarray,
                 comp: np.ndarray, active: np.ndarray) -> np.ndarray:
     top = np.zeros(order.size)
@@ -48,7 +48,7 @@ def _top_levels(order: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, pred_
     return top
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _bottom_levels(order: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, succ_weight: np.ndarray,
                    comp: np.ndarray, active: np.ndarray) -> np.ndarray:
     bottom = np.zeros(order.size)
@@ -108,7 +108,7 @@ def critical_path_us(graph: CostGraph, edge_weight: np.ndarray | None = None) ->
     return float(bottom_levels(graph, edge_weight).max())
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def walk_critical_path(start: int, succ_ptr: np.ndarray, succ: np.ndarray, succ_weight: np.ndarray,
                        bottom: np.ndarray, rank: np.ndarray, owner: np.ndarray, tag: int, path: np.ndarray,
                        length: int) -> int:
@@ -139,7 +139,7 @@ def walk_critical_path(start: int, succ_ptr: np.ndarray, succ: np.ndarray, succ_
     return length
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def walk_back(start: int, pred_ptr: np.ndarray, pred: np.ndarray, pred_weight: np.ndarray, comp: np.ndarray,
               top: np.ndarray, rank: np.ndarray, owner: np.ndarray, tag: int, path: np.ndarray) -> int:
     """Claim the predecessors that realise ``tl(start)``, earliest first in ``path[:back]``; return ``back``.

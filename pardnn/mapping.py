@@ -76,7 +76,7 @@ _State = namedtuple("_State", ["ptr", "members", "cluster_of", "device_of", "lev
                                "span_hi", "tree"])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _comm_profile(c: int, adj: _Adjacency, st: _State, comm_to: np.ndarray) -> float:
     """Fill ``comm_to[pe]`` with the cluster's communication with ops mapped to ``pe``; return the
     communication with unmapped ops outside the cluster."""
@@ -107,7 +107,7 @@ def _comm_profile(c: int, adj: _Adjacency, st: _State, comm_to: np.ndarray) -> f
     return unmapped
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _assign(c: int, target: int, st: _State, unmapped_row: int) -> None:
     for i in range(st.ptr[c], st.ptr[c + 1]):
         v = st.members[i]
@@ -116,7 +116,7 @@ def _assign(c: int, target: int, st: _State, unmapped_row: int) -> None:
         fenwick_add(st.tree, unmapped_row, st.level_of[v], -st.comp[v])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _span_work(c: int, k: int, st: _State, work: np.ndarray) -> tuple[float, float]:
     """``work[pe]`` = work of ``pe`` within the span; returns (own work within span, other unmapped work)."""
     lo = st.span_lo[c]
@@ -132,7 +132,7 @@ def _span_work(c: int, k: int, st: _State, work: np.ndarray) -> tuple[float, flo
     return own, max(unmapped, 0.0)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _largest(work: np.ndarray) -> float:
     best = -np.inf
     for w in work:
@@ -140,7 +140,7 @@ def _largest(work: np.ndarray) -> float:
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _deficit(work: np.ndarray, level: float) -> float:
     """Work needed to bring every device up to ``level`` within the span."""
     total = 0.0
@@ -150,7 +150,7 @@ def _deficit(work: np.ndarray, level: float) -> float:
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _lookahead_pass(order: np.ndarray, dirty: np.ndarray, k: int, consider_maximal: bool, adj: _Adjacency,
                     st: _State, weight: np.ndarray) -> int:
     """One pass of Algorithm 2, lines 2-7, over the clusters marked ``dirty``; returns how many it mapped."""
@@ -203,7 +203,7 @@ def _lookahead_pass(order: np.ndarray, dirty: np.ndarray, k: int, consider_maxim
     return mapped
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _balance(order: np.ndarray, k: int, adj: _Adjacency, st: _State) -> int:
     """Algorithm 2, lines 8-14 (Eq. 2): every cluster still unmapped; returns how many."""
     ptr, members, device_of = st.ptr, st.members, st.device_of

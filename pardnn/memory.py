@@ -153,7 +153,7 @@ class MemoryProfile:
         return pot.astype(np.int64)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _buffers(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_bytes: np.ndarray,
              place: np.ndarray, kind: np.ndarray, out_bytes: np.ndarray, start: np.ndarray,
              finish: np.ndarray, arrival: np.ndarray, accumulates: np.ndarray, alloc_at: np.ndarray):
@@ -245,7 +245,7 @@ def _peaks(k: int, residual: np.ndarray, device: np.ndarray, alloc: np.ndarray, 
     return peak + residual, peak_time
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sweep_peaks(k: int, order: np.ndarray, time: np.ndarray, event: np.ndarray, device: np.ndarray,
                  nbytes: np.ndarray):
     in_use = np.zeros(k, np.int64)

@@ -9,6 +9,8 @@ this module only chains them and measures.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +23,7 @@ from pardnn.emulator import Schedule, emulate
 from pardnn.errors import NoPlacementFoundError, PardnnError
 from pardnn.feasibility import check_feasible, infeasible_message
 from pardnn.graph import CostGraph
-from pardnn.guard import guard, place_under_memory
+from pardnn.guard import Prepared, guard, place_under_memory, prepare_candidates
 from pardnn.machine import Machine
 from pardnn.mapping import map_clusters
 from pardnn.memory import track_memory
@@ -31,7 +33,10 @@ from pardnn.result import PartitionReport, Progress, Result, communication_ratio
 from pardnn.simulate import evaluate
 from pardnn.slicing import slice_graph
 
-__all__ = ["MEMORY_HEURISTICS", "partition", "resolve_heuristic"]
+__all__ = ["MEMORY_HEURISTICS", "THREADS_VARIABLE", "available_cores", "partition", "resolve_heuristic"]
+
+# Caps the threads partition() uses (the guard's candidates are made in a second thread when it allows two).
+THREADS_VARIABLE = "PARDNN_THREADS"
 
 
 # The memory heuristics of Step 2, by name (the CLI's and the settings' choices are built from it).
@@ -51,6 +56,47 @@ def resolve_heuristic(memory_heuristic: str | None, machine: Machine) -> str | N
         expected = ", ".join(repr(name) for name in MEMORY_HEURISTICS)
         raise ValueError(f"memory_heuristic={memory_heuristic!r}; expected {expected}, None or 'auto'")
     return memory_heuristic
+
+
+def available_cores() -> int:
+    """The cores this process may run on, capped by ``$PARDNN_THREADS`` when it is set."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    text = os.environ.get(THREADS_VARIABLE, "").strip()
+    if not text:
+        return cores
+    try:
+        cap = int(text)
+    except ValueError:
+        cap = 0
+    if cap < 1:
+        raise PardnnError(f"${THREADS_VARIABLE} = {text!r}: expected a whole number of threads >= 1 "
+                          f"(1 runs everything in one thread; unset it to use every core)")
+    return min(cores, cap)
+
+
+class _Ahead:
+    """The guard's candidates (:func:`pardnn.guard.prepare_candidates`), made by a worker thread while
+    Steps 1 and 2 run on the caller's. A daemon, so an error in the caller's stages never waits for it."""
+
+    def __init__(self, graph: CostGraph, machine: Machine, weight: np.ndarray) -> None:
+        self._prepared: dict[str, Prepared] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(graph, machine, weight), name="pardnn-guard",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, graph: CostGraph, machine: Machine, weight: np.ndarray) -> None:
+        try:
+            self._prepared = prepare_candidates(graph, machine, weight)
+        except BaseException as exc:  # handed to the caller by result()
+            self._error = exc
+
+    def result(self) -> dict[str, Prepared]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._prepared is not None
+        return self._prepared
 
 
 def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = "auto",
@@ -95,7 +141,9 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
     Notes
     -----
     Slicing O(K(|V| + |E|)), mapping O(|V| log^2 |V|), evaluation O((|V| + |E|) log |V|); heuristic I
-    adds one evaluation per round, heuristic II O(|V| + |E|).
+    adds one evaluation per round, heuristic II O(|V| + |E|). With the guard on and two or more cores
+    (:func:`available_cores`; ``PARDNN_THREADS=1`` turns it off) the guard's candidates are made and
+    emulated in a second thread during Steps 1 and 2; the placement is the same either way.
     """
     heuristic = resolve_heuristic(memory_heuristic, machine)
     k = machine.devices
@@ -109,6 +157,8 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
     if heuristic is not None:
         check_feasible(graph, machine)  # a proof that no placement fits ends here (InfeasibleError)
     weight = machine.edge_comm_us(graph.edge_bytes)
+    # On two or more cores the guard's candidates are made alongside Steps 1 and 2 (same answer).
+    ahead = _Ahead(graph, machine, weight) if guarded and k >= 2 and available_cores() >= 2 else None
     ccr = communication_ratio(graph, machine)
     clusters = slice_graph(graph, weight, k, progress=report_progress("slicing"))
     details["primary_ops"] = np.diff(clusters.ptr[: k + 1]).tolist()
@@ -165,9 +215,11 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
         t4 = time.perf_counter()
         if progress is not None:
             progress("guard", 0, 1)
-        kept = guard(graph, machine, placement, None if failure else schedule, memory, weight)
+        prepared = None if ahead is None else ahead.result()
+        kept = guard(graph, machine, placement, None if failure else schedule, memory, weight, prepared)
         if kept.winner is None and heuristic is not None:
-            kept = place_under_memory(graph, machine, kept, failure, progress=report_progress("fallback"))
+            kept = place_under_memory(graph, machine, kept, failure, prepared=prepared,
+                                      progress=report_progress("fallback"))
         details["guard"] = kept.details()
         seconds["guard"] = time.perf_counter() - t4
         if kept.winner is not None:

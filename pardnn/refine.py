@@ -125,7 +125,7 @@ def critical_chain(graph: CostGraph, placement: np.ndarray, schedule: Schedule) 
                                                        after[:count].tolist(), cost[:count].tolist(), strict=True)]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _walk_chain(v: int, pred_ptr: np.ndarray, pred_edge: np.ndarray, edge_src: np.ndarray, arrival: np.ndarray,
                 start: np.ndarray, finish: np.ndarray, placement: np.ndarray, previous: np.ndarray, tolerance: float,
                 kinds: np.ndarray, before: np.ndarray, after: np.ndarray, cost: np.ndarray) -> int:

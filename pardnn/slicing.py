@@ -58,7 +58,7 @@ class Clusters:
         return self.members[self.ptr[c] : self.ptr[c + 1]]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _walk(start: int, succ_ptr: np.ndarray, succ: np.ndarray, succ_weight: np.ndarray,
           pred_ptr: np.ndarray, pred: np.ndarray, pred_weight: np.ndarray, comp: np.ndarray,
           top: np.ndarray, bottom: np.ndarray, rank: np.ndarray, cluster_of: np.ndarray, cluster: int,
@@ -68,7 +68,7 @@ def _walk(start: int, succ_ptr: np.ndarray, succ: np.ndarray, succ_weight: np.nd
     return walk_critical_path(start, succ_ptr, succ, succ_weight, bottom, rank, cluster_of, cluster, path, back)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _secondaries(order: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, succ_weight: np.ndarray,
                  pred_ptr: np.ndarray, pred: np.ndarray, pred_weight: np.ndarray, comp: np.ndarray,
                  top: np.ndarray, bottom: np.ndarray, rank: np.ndarray, cluster_of: np.ndarray,

@@ -57,7 +57,7 @@ def critical_path_ops(graph: CostGraph, edge_weight: np.ndarray) -> tuple[np.nda
     return path[:length].copy(), float(bottom[start])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _greedy(order: np.ndarray, placement: np.ndarray, group: np.ndarray, group_device: np.ndarray,
             unit_comp: np.ndarray, unit_bytes: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray,
             pred_bytes: np.ndarray, limits: np.ndarray, load: np.ndarray, used: np.ndarray) -> int:

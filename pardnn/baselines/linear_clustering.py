@@ -61,7 +61,7 @@ DEFAULT_TIME_BUDGET_S = 60.0
 _SWEEP_WORK = 4_000_000  # ops + edges swept per compiled call between two looks at the clock
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sift_down(key: np.ndarray, rank_of: np.ndarray, pos: np.ndarray, order: np.ndarray, i: int, size: int) -> None:
     # Max-heap on (key, -rank) held in place (key[i], rank_of[i]: the entry's bottom level and rank,
     # its op order[rank_of[i]], pos[op] = i); move entry i down to its place.
@@ -81,7 +81,7 @@ def _sift_down(key: np.ndarray, rank_of: np.ndarray, pos: np.ndarray, order: np.
     pos[order[r]] = i
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sift_up(key: np.ndarray, rank_of: np.ndarray, pos: np.ndarray, order: np.ndarray, i: int) -> None:
     # The same heap; move entry i up to its place.
     k, r = key[i], rank_of[i]
@@ -96,7 +96,7 @@ def _sift_up(key: np.ndarray, rank_of: np.ndarray, pos: np.ndarray, order: np.nd
     pos[order[r]] = i
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _bottom_level(u: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_weight: np.ndarray, comp: np.ndarray,
                   cluster_of: np.ndarray, bottom: np.ndarray) -> float:
     # bl(u) over the unclustered successors, every edge costed as if cut (Kim and Browne).
@@ -108,7 +108,7 @@ def _bottom_level(u: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_weight: n
     return comp[u] + best
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _extract_paths(state: np.ndarray, order: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray,
                    edge_weight: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, comp: np.ndarray,
                    rank: np.ndarray, cluster_of: np.ndarray, members: np.ndarray, ptr: np.ndarray,
@@ -218,7 +218,7 @@ def linear_clusters(graph: CostGraph, edge_weight: np.ndarray, *, time_budget_s:
     return cluster_of, ptr[: clusters + 1].copy(), members, paths
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _least_loaded(order: np.ndarray, work: np.ndarray, k: int) -> np.ndarray:
     device = np.empty(order.size, np.int64)
     load = np.zeros(k)

@@ -10,10 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pardnn import CostGraph, InfeasibleError, Machine, partition
+from pardnn import CostGraph, InfeasibleError, Machine, partition, pipeline
 from pardnn.checks import colocation_violations
-from pardnn.errors import MissingDependencyError
-from pardnn.guard import CANDIDATES, fold_communicating_devices
+from pardnn.emulator import emulate
+from pardnn.errors import MissingDependencyError, PardnnError
+from pardnn.guard import CANDIDATES, fold_communicating_devices, guard, prepare_candidates
+from pardnn.pipeline import THREADS_VARIABLE, available_cores
 from pardnn.placers import PLACERS
 from pardnn.simulate import evaluate
 from pardnn.synthetic import dnn_graph
@@ -176,3 +178,67 @@ def test_a_candidate_whose_residual_state_overflows_is_ruled_out_before_emulatio
     assert guard["notes"]["single"] == ("does not fit the memory limits: its residual state alone overflows "
                                         "device 0 by 2.00 GiB")
     assert guard["winner"] is not None
+
+
+def _one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(THREADS_VARIABLE, "1")
+
+
+@pytest.mark.parametrize("heuristic", ["overflow", "balance", None])
+@pytest.mark.parametrize(("ops", "k", "bandwidth"), [(3000, 4, "2GB/s"), (2000, 8, "150GB/s"), (800, 2, "0.1GB/s")])
+def test_candidates_made_ahead_in_a_thread_give_the_same_answer(monkeypatch, heuristic, ops, k, bandwidth):
+    """On two or more cores the guard's candidates are made and emulated in a worker thread while
+    Steps 1 and 2 run; the placement and the whole report (pruned candidates included) are the same
+    as in one thread, with and without memory limits."""
+    g = dnn_graph(ops, seed=ops)
+    machine = Machine(k, bandwidth=bandwidth)
+    if heuristic is not None:
+        demand = sum(partition(g, machine, memory_heuristic=None).report.evaluation.peak_memory_bytes)
+        machine = Machine(k, bandwidth=bandwidth, memory=int(1.1 * demand / k), reserve=0.0)
+    monkeypatch.setattr(pipeline, "available_cores", lambda: 2)
+    ahead = partition(g, machine, memory_heuristic=heuristic)
+    _one_thread(monkeypatch)
+    monkeypatch.setattr(pipeline, "available_cores", lambda: 1)
+    alone = partition(g, machine, memory_heuristic=heuristic)
+    assert ahead.placement.tobytes() == alone.placement.tobytes()
+    assert ahead.report.details == alone.report.details
+
+
+def test_the_guard_judges_prepared_candidates_as_it_judges_its_own():
+    g = dnn_graph(2500, seed=3)
+    machine = Machine(4, bandwidth="4GB/s")
+    paper = partition(g, machine, guarded=False)
+    weight = machine.edge_comm_us(g.edge_bytes)
+    schedule = emulate(g, machine, paper.placement)
+    prepared = prepare_candidates(g, machine, weight)
+    assert set(prepared) == set(CANDIDATES) and all(p.schedule is not None for p in prepared.values()
+                                                    if p.placement is not None)
+    lazy = guard(g, machine, paper.placement, schedule, None, weight)
+    judged = guard(g, machine, paper.placement, schedule, None, weight, prepared)
+    assert judged.details() == lazy.details()
+    assert judged.placement.tobytes() == lazy.placement.tobytes()
+
+
+def test_an_error_in_the_worker_thread_reaches_the_caller(monkeypatch):
+    def broken(*_args):
+        raise RuntimeError("candidate broke")
+
+    monkeypatch.setattr(pipeline, "available_cores", lambda: 2)
+    monkeypatch.setattr(pipeline, "prepare_candidates", broken)
+    with pytest.raises(RuntimeError, match="candidate broke"):
+        partition(dnn_graph(300, seed=1), Machine(2))
+
+
+@pytest.mark.parametrize(("value", "cores"), [("1", 1), ("64", None), (" 2 ", None)])
+def test_pardnn_threads_caps_the_cores(monkeypatch, value, cores):
+    monkeypatch.delenv(THREADS_VARIABLE, raising=False)
+    every = available_cores()
+    monkeypatch.setenv(THREADS_VARIABLE, value)
+    assert available_cores() == (cores if cores is not None else min(every, int(value)))
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-3", "1.5"])
+def test_a_bad_pardnn_threads_is_named(monkeypatch, value):
+    monkeypatch.setenv(THREADS_VARIABLE, value)
+    with pytest.raises(PardnnError, match=rf"\$PARDNN_THREADS = {value!r}: expected a whole number"):
+        available_cores()
