@@ -127,8 +127,16 @@ class Prepared:
 
     placement: np.ndarray | None
     note: str = ""
-    bound: float = 0.0
+    bound: float | None = None
     schedule: Schedule | None = None
+
+    @classmethod
+    def make(cls, name: str, graph: CostGraph, machine: Machine) -> Prepared:
+        """Candidate ``name``'s placement only, or why it is unavailable (not installed)."""
+        try:
+            return cls(_candidate(name, graph, machine))
+        except MissingDependencyError as exc:
+            return cls(None, f"unavailable: {exc}")
 
 
 def prepare_candidates(graph: CostGraph, machine: Machine, edge_weight: np.ndarray) -> dict[str, Prepared]:
@@ -141,14 +149,12 @@ def prepare_candidates(graph: CostGraph, machine: Machine, edge_weight: np.ndarr
     prepared = {}
     residual = _residual(graph, machine)
     for name in _names(machine):
-        try:
-            placement = _candidate(name, graph, machine)
-        except MissingDependencyError as exc:
-            prepared[name] = Prepared(None, f"unavailable: {exc}")
+        made = prepared[name] = Prepared.make(name, graph, machine)
+        if made.placement is None:
             continue
-        bound = _makespan_bound(graph, machine, placement, edge_weight)
-        fits = residual is None or _residual_overflow(placement, residual, machine) is None
-        prepared[name] = Prepared(placement, "", bound, emulate(graph, machine, placement) if fits else None)
+        fits = residual is None or _residual_overflow(made.placement, residual, machine) is None
+        prepared[name] = replace(made, bound=_makespan_bound(graph, machine, made.placement, edge_weight),
+                                 schedule=emulate(graph, machine, made.placement) if fits else None)
     return prepared
 
 
@@ -191,13 +197,13 @@ class _Best:
         self.graph, self.machine, self.out, self.edge_weight = graph, machine, out, edge_weight
         self.residual = _residual(graph, machine)
 
-    def offer(self, name: str, placement: np.ndarray, ahead: Prepared | None = None) -> float | None:
+    def offer(self, name: str, ahead: Prepared) -> float | None:
         """Emulate ``placement`` unless a lower bound on its makespan already reaches the best, or its
         residual state alone overflows a device (the tracker's peak includes it); keep it if it is
         strictly faster and fits. Returns its makespan (``None`` when pruned or ruled out). ``ahead``:
-        its bound and emulation made beforehand (:func:`prepare_candidates`), used instead of redoing them."""
-        graph, machine, out = self.graph, self.machine, self.out
-        bound = _makespan_bound(graph, machine, placement, self.edge_weight) if ahead is None else ahead.bound
+        the placement, with its bound and emulation when made beforehand (:func:`prepare_candidates`)."""
+        graph, machine, out, placement = self.graph, self.machine, self.out, ahead.placement
+        bound = _makespan_bound(graph, machine, placement, self.edge_weight) if ahead.bound is None else ahead.bound
         if bound >= out.makespan_us:
             out.notes[name] = f"pruned: its makespan is at least {bound:.1f} us"
             out.makespans[name] = None
@@ -208,7 +214,7 @@ class _Best:
                 out.notes[name] = overflow
                 out.makespans[name] = None
                 return None
-        schedule = emulate(graph, machine, placement) if ahead is None or ahead.schedule is None else ahead.schedule
+        schedule = emulate(graph, machine, placement) if ahead.schedule is None else ahead.schedule
         out.makespans[name] = schedule.makespan_us
         if schedule.makespan_us >= out.makespan_us:
             return schedule.makespan_us
@@ -283,17 +289,12 @@ def guard(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: S
         return out
     best = _Best(graph, machine, out, edge_weight)
     for name in _names(machine):
-        ahead = None if prepared is None else prepared[name]
-        if ahead is None:
-            try:
-                candidate = _candidate(name, graph, machine)
-            except MissingDependencyError as exc:
-                ahead = Prepared(None, f"unavailable: {exc}")
-        if ahead is not None and ahead.placement is None:
+        ahead = Prepared.make(name, graph, machine) if prepared is None else prepared[name]
+        if ahead.placement is None:
             out.notes[name] = ahead.note
             out.makespans[name] = None
             continue
-        best.offer(name, candidate if ahead is None else ahead.placement, ahead)
+        best.offer(name, ahead)
     if schedule is not None:
         folded = np.asarray(placement, dtype=np.int64)
         last = own
@@ -302,7 +303,7 @@ def guard(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: S
             folded, device = fold_communicating_devices(graph, machine, folded, edge_weight)
             if device < 0:
                 break
-            makespan = best.offer(FOLDED, folded)
+            makespan = best.offer(FOLDED, Prepared(folded))
             if makespan is None or makespan >= last:
                 break
             tried.append(makespan)
@@ -333,14 +334,9 @@ def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failur
     if failure is None:  # heuristic II's placement: let heuristic I repair it too
         starts.append((PARDNN, np.asarray(kept.placement, dtype=np.int64)))
     for name in _names(machine):
-        if prepared is not None:
-            if prepared[name].placement is not None:
-                starts.append((name, prepared[name].placement))
-            continue
-        try:
-            starts.append((name, _candidate(name, graph, machine)))
-        except MissingDependencyError:
-            continue
+        made = Prepared.make(name, graph, machine) if prepared is None else prepared[name]
+        if made.placement is not None:
+            starts.append((name, made.placement))
     closest = ""
     for i, (name, start) in enumerate(starts):
         if progress is not None:
@@ -351,7 +347,7 @@ def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failur
         except NoPlacementFoundError as exc:
             closest = closest or str(exc)
             continue
-        best.offer(f"{name} + heuristic I", handled.placement)
+        best.offer(f"{name} + heuristic I", Prepared(handled.placement))
     if kept.winner is None:
         first = str(failure) if failure is not None else closest
         raise NoPlacementFoundError(
