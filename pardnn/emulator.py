@@ -28,7 +28,7 @@ from pardnn.checks import check_placement
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
 
-__all__ = ["Schedule", "emulate", "heap_pop", "heap_push"]
+__all__ = ["Emulator", "Schedule", "emulate", "heap_pop", "heap_push"]
 
 
 @dataclass(frozen=True)
@@ -174,10 +174,27 @@ def emulate(graph: CostGraph, machine: Machine, placement: np.ndarray) -> Schedu
     Schedule
         Start and finish time of every op, per-edge arrival time, and the makespan (µs).
     """
-    place = check_placement(graph, machine, placement)
-    start, finish, makespan, arrival = _emulate(
-        graph.n, machine.devices, graph.succ_ptr, graph.succ, machine.edge_comm_us(graph.succ_bytes),
-        graph.pred_ptr, place, graph.comp_us, graph.topo_rank)
-    for array in (start, finish, arrival):
-        array.flags.writeable = False
-    return Schedule(start, finish, float(makespan), arrival)
+    return Emulator(graph, machine)(check_placement(graph, machine, placement))
+
+
+class Emulator:
+    """:func:`emulate` for many placements of one graph on one machine, as a local search needs.
+
+    The per-edge transfer costs are computed once, and a placement is *not* validated: the caller
+    passes an int64 array of |V| devices in 0..K-1 that it derived from a checked one (an
+    out-of-range device would index out of bounds in the compiled sweep). On a 30-op graph this
+    takes an emulation from about 9 µs to 4 µs (the rest is the compiled sweep and the call).
+    """
+
+    def __init__(self, graph: CostGraph, machine: Machine) -> None:
+        self._graph, self._devices = graph, machine.devices
+        self._edge_comm = machine.edge_comm_us(graph.succ_bytes)
+
+    def __call__(self, placement: np.ndarray) -> Schedule:
+        graph = self._graph
+        start, finish, makespan, arrival = _emulate(
+            graph.n, self._devices, graph.succ_ptr, graph.succ, self._edge_comm, graph.pred_ptr, placement,
+            graph.comp_us, graph.topo_rank)
+        for array in (start, finish, arrival):
+            array.flags.writeable = False
+        return Schedule(start, finish, float(makespan), arrival)

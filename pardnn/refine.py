@@ -28,7 +28,9 @@ it is faster, else the placement before the kick comes back. The search stops at
 (no kicks) or when its budget is spent.
 
 On 208 small random DAGs with a proven CP-SAT optimum (``python -m benchmarks.exact``) the deep
-search took ParDNN's mean ratio to the optimum from 1.066 to 1.037 and its p95 from 1.283 to 1.159.
+search took ParDNN's mean ratio to the optimum from 1.066 to 1.037 and its p95 from 1.283 to 1.159,
+with about 900 moves; with the cost model measured (about 6,000 moves for the same default time),
+see RESULTS.md.
 
 Choices where nothing says what to do:
 
@@ -43,8 +45,9 @@ Choices where nothing says what to do:
 Complexity: O(|V| log |V| + |E|) per emulation, times the budget's number of emulations; building
 the chain is O(|V| log |V|) per accepted move (a sort of each device's ops; the walk itself, compiled,
 reads only the inputs of the ops on the chain). The deep search runs only on graphs small
-enough that ``2 (U + |E|) K`` emulations fit the budget (at the default 0.2 s, up to about 40 ops
-at K = 4 and 80 at K = 2).
+enough that ``2 (U + |E|) K`` emulations fit the budget (at the default 0.1 s, up to about 55 ops
+at K = 16, 130 at K = 4 and 190 at K = 2). A move costs about 10 µs on a 30-op graph
+(:class:`pardnn.emulator.Emulator`: the transfer costs computed once, no re-validation).
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from pardnn.emulator import Schedule, emulate
+from pardnn.emulator import Emulator, Schedule
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
 from pardnn.memory import MemoryProfile, track_memory
@@ -63,12 +66,14 @@ from pardnn.units import units_of
 __all__ = ["MAX_EVALUATIONS", "REFINE_SECONDS", "SECONDS_PER_ELEMENT", "SECONDS_PER_MOVE", "Refined", "critical_chain",
            "evaluations_for", "refine"]
 
-REFINE_SECONDS = 0.2  # the default budget (on the 200k-op benchmark graph: one move tried)
-# The cost model of one move tried (an emulation and its share of the chain), fitted on this 2-core
-# machine: a fixed part plus a part per op and per edge.
-SECONDS_PER_MOVE = 2e-4
-SECONDS_PER_ELEMENT = 2.5e-7
-MAX_EVALUATIONS = 5_000
+REFINE_SECONDS = 0.1  # the default budget (on the 200k-op benchmark graph: one move tried)
+# The cost model of one move tried (an emulation, the memory sweep of a kept move, its share of the
+# chain): a fixed part plus a part per op and per edge. Fitted on the 2-core development machine by
+# ``python -m benchmarks.refine_budget`` (RESULTS.md, "refine-budget"): measured / model from about
+# 0.3 on mid-sized graphs to 1.05 on 200k ops with a memory limit (so a budget never overruns by much).
+SECONDS_PER_MOVE = 1e-5
+SECONDS_PER_ELEMENT = 1e-7
+MAX_EVALUATIONS = 100_000  # about a second on the smallest graphs
 TRANSFER, DEVICE, NEIGHBOUR, PAIR, KICK = "transfer", "device", "neighbour", "pair", "kick"
 KICK_UNITS = 4  # units moved at random by one kick of the iterated local search
 
@@ -200,7 +205,11 @@ def refine(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: 
     first_op = np.full(int(unit.max()) + 1, graph.n, np.int64)
     np.minimum.at(first_op, unit, np.arange(graph.n))
     members_of = np.argsort(unit, kind="stable")
-    bounds = np.searchsorted(unit[members_of], np.arange(first_op.size + 1))
+    bounds = np.searchsorted(unit[members_of], np.arange(first_op.size + 1)).tolist()
+
+    def members_of_unit(u: int) -> np.ndarray:
+        return members_of[bounds[u] : bounds[u + 1]]
+
     limits = machine.limits_bytes
     units = int((first_op < graph.n).sum())  # unit ids of grouped ops' own slots are empty
     # The whole neighbourhood (every unit to every other device) is searched once the chain's moves
@@ -209,8 +218,11 @@ def refine(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: 
     whole = units * (machine.devices - 1) <= budget
     deep = 2 * (units + graph.m) * machine.devices <= budget
 
+    emulate = Emulator(graph, machine)  # trials are made from a checked placement: no re-check
+
     def attempt(moving: list[int], target: int, kind: str) -> bool:
-        members = np.concatenate([members_of[bounds[u] : bounds[u + 1]] for u in moving])
+        members = members_of_unit(moving[0]) if len(moving) == 1 else np.concatenate(
+            [members_of_unit(u) for u in moving])
         if (out.placement[members] == target).all():
             return False
         trial = out.placement.copy()
@@ -219,7 +231,7 @@ def refine(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: 
 
     def accept(trial: np.ndarray, move: tuple[str, int, int, int], *, worse: bool = False) -> bool:
         out.evaluations += 1
-        trial_schedule = emulate(graph, machine, trial)
+        trial_schedule = emulate(trial)
         if not (worse or trial_schedule.makespan_us < out.schedule.makespan_us * (1 - 1e-12)):
             return False
         trial_memory = track_memory(graph, machine, trial, trial_schedule) if machine.bounded else None
@@ -264,7 +276,7 @@ def refine(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: 
         kept = (out.placement, out.schedule, out.memory, len(out.moves))
         trial = out.placement.copy()
         for u in rng.choice(units, size=min(units, KICK_UNITS), replace=False).tolist():
-            trial[members_of[bounds[order[u]] : bounds[order[u] + 1]]] = rng.integers(machine.devices)
+            trial[members_of_unit(order[u])] = rng.integers(machine.devices)
         if accept(trial, (KICK, -1, -1, -1), worse=True):
             out.restarts += 1
             descend()

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, InvalidPlacementError, Machine
-from pardnn.emulator import emulate
+from pardnn.emulator import Emulator, emulate
 from pardnn.simulate import lower_bound_us
 from tests.conftest import random_dags
 
@@ -106,3 +106,17 @@ def test_emulation_is_deterministic(g, k):
     place = np.arange(g.n) % k
     a, b = emulate(g, Machine(k), place), emulate(g, Machine(k), place)
     assert np.array_equal(a.start_us, b.start_us) and a.makespan_us == b.makespan_us
+
+
+@given(random_dags(), st.integers(1, 4), st.integers(0, 2**31))
+def test_prepared_emulator_matches_emulate_for_every_placement(g, k, seed):
+    # One Emulator serves many placements (the refinement's trials): each schedule equals a fresh emulate().
+    machine = Machine(k, **SLOW_LINK)
+    run = Emulator(g, machine)
+    rng = np.random.default_rng(seed)
+    for _ in range(3):
+        place = rng.integers(0, k, g.n).astype(np.int64)
+        a, b = run(place), emulate(g, machine, place)
+        assert np.array_equal(a.start_us, b.start_us) and np.array_equal(a.finish_us, b.finish_us)
+        assert np.array_equal(a.edge_arrival_us, b.edge_arrival_us) and a.makespan_us == b.makespan_us
+        assert not a.start_us.flags.writeable
