@@ -33,9 +33,10 @@ from numba import njit
 from benchmarks.report import machine_line, write_section
 from pardnn import partition
 from pardnn.baselines.exact import DEFAULT_MAX_OPS, exact
-from pardnn.emulator import _emulate, emulate
+from pardnn.emulator import Emulator, _emulate, emulate
 from pardnn.errors import MissingDependencyError
 from pardnn.graph import CostGraph
+from pardnn.levels import bottom_levels
 from pardnn.machine import Machine
 from pardnn.placers import PLACERS
 from pardnn.result import communication_ratio
@@ -110,10 +111,11 @@ def _best_fifo(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, comm: np.
     # Every restricted growth string of length n over k values (op 0 on device 0; op i on a device
     # used by ops 0..i-1 or on the next unused one), emulated; the least makespan and its placement.
     place = np.zeros(n, np.int64)
+    fifo = np.zeros(0)  # no priority: each device's queue in order of readiness
     top = np.zeros(n, np.int64)  # top[i] = max(place[0..i])
     best, best_place = np.inf, place.copy()
     while True:
-        makespan = _emulate(n, k, succ_ptr, succ, comm, pred_ptr, place, comp, topo_rank)[2]
+        makespan = _emulate(n, k, succ_ptr, succ, comm, pred_ptr, place, comp, topo_rank, fifo)[2]
         if makespan < best:
             best, best_place = makespan, place.copy()
         i = n - 1
@@ -143,30 +145,10 @@ def upward_rank_order(graph: CostGraph, machine: Machine, placement: np.ndarray)
     readiness: a list schedule (HEFT's) that gives a free device its ready op of highest upward rank (its
     compute plus the longest path after it, cut edges counted). Not what TensorFlow's executor does; what
     enforcing a per-device order (control dependencies) could buy on the same placement."""
-    comm = machine.edge_comm_us(graph.succ_bytes)
     place = np.asarray(placement, dtype=np.int64)
-    rank = np.zeros(graph.n)
-    for v in graph.topo_order[::-1].tolist():
-        after = [rank[w] + (0.0 if place[w] == place[v] else comm[e])
-                 for e, w in zip(range(graph.succ_ptr[v], graph.succ_ptr[v + 1]), graph.succ[graph.succ_ptr[v]:
-                                                                                         graph.succ_ptr[v + 1]])]
-        rank[v] = graph.comp_us[v] + max(after, default=0.0)
-    missing = np.diff(graph.pred_ptr).astype(np.int64)
-    ready, free = np.zeros(graph.n), np.zeros(machine.devices)
-    waiting = {v for v in range(graph.n) if missing[v] == 0}
-    makespan = 0.0
-    while waiting:  # the op that can start first; among those, the highest rank, then the lowest index
-        v = min(waiting, key=lambda u: (max(free[place[u]], ready[u]), -rank[u], u))
-        waiting.remove(v)
-        finish = max(free[place[v]], ready[v]) + graph.comp_us[v]
-        free[place[v]], makespan = finish, max(makespan, finish)
-        for e in range(graph.succ_ptr[v], graph.succ_ptr[v + 1]):
-            w = int(graph.succ[e])
-            ready[w] = max(ready[w], finish + (0.0 if place[w] == place[v] else comm[e]))
-            missing[w] -= 1
-            if missing[w] == 0:
-                waiting.add(w)
-    return makespan
+    cut = place[graph.edge_src] != place[graph.edge_dst]
+    rank = bottom_levels(graph, np.where(cut, machine.edge_comm_us(graph.edge_bytes), 0.0))
+    return Emulator(graph, machine, priority=-rank)(place).makespan_us
 
 
 def run_case(index: int, seed: int, time_limit_s: float) -> dict[str, Any]:

@@ -1,0 +1,26 @@
+"""benchmarks/sweep.py on one small graph: the comparison with the cheap placements and the order rows."""
+
+from __future__ import annotations
+
+from benchmarks.sweep import main
+from pardnn.io import write_graph
+from pardnn.synthetic import dnn_graph
+
+
+def test_sweep_writes_its_section_with_the_order_table(tmp_path):
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    write_graph(dnn_graph(300, seed=2), graphs / "small.json.gz")
+    results = tmp_path / "RESULTS.md"
+    assert main([str(graphs), "--devices", "2", "4", "--bandwidths", "150", "1", "--out", str(results)]) == 0
+    text = results.read_text()
+    assert "<!-- section: sweep" in text and "<!-- end section: sweep -->" in text
+    assert "ParDNN is slower than a cheap placement in 0 of " in text  # the guard's promise
+    # The order table's rows: bandwidth, cases, geomean, best, worst, shorter by > 5 %.
+    order_rows = [line for line in text.splitlines() if line.startswith(("| 150 GB/s | 2 |", "| 1 GB/s | 2 |"))
+                  and len(line.split("|")) == 8]
+    assert len(order_rows) == 2, text
+    for row in order_rows:
+        geomean, best, worst = (float(cell) for cell in row.split("|")[3:6])
+        assert 0 < best <= geomean <= worst
+    assert "Over all 4 cases: geomean" in text
