@@ -63,6 +63,8 @@ def test_best_fifo_is_the_least_makespan_over_every_placement(k, seed):
     brute = min(emulate(graph, machine, np.array(p)).makespan_us
                 for p in itertools.product(range(k), repeat=graph.n))
     assert best_fifo(graph, machine) == brute
+    ordered = min(upward_rank_order(graph, machine, np.array(p)) for p in itertools.product(range(k), repeat=graph.n))
+    assert best_fifo(graph, machine, ordered=True) == ordered
 
 
 def test_upward_rank_order_runs_the_longer_branch_first():
