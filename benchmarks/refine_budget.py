@@ -9,7 +9,7 @@ of 500 to 200,000 ops, without and with a memory limit (a limit adds a memory sw
 accepted move). Each row is the median of three runs; ``measured / model`` above 1 means a budget
 overruns its seconds, below 1 that it buys fewer moves than its seconds could.
 
-Usage: ``python -m benchmarks.refine_budget`` (about a minute); writes the section ``refine-budget``
+Usage: ``python -m benchmarks.refine_budget`` (about 10 s); writes the section ``refine-budget``
 of ``benchmarks/RESULTS.md``.
 """
 
