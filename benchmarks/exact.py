@@ -36,7 +36,7 @@ from pardnn.baselines.exact import DEFAULT_MAX_OPS, exact
 from pardnn.emulator import Emulator, _emulate, emulate
 from pardnn.errors import MissingDependencyError
 from pardnn.graph import CostGraph
-from pardnn.levels import _bottom_levels, bottom_levels
+from pardnn.levels import _bottom_levels
 from pardnn.machine import Machine
 from pardnn.placers import PLACERS
 from pardnn.result import communication_ratio
@@ -114,17 +114,10 @@ def _best_placement(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, comm
     # in upward-rank order (as upward_rank_order); the least makespan and its placement.
     place = np.zeros(n, np.int64)
     fifo = np.zeros(0)  # no priority: each device's queue in order of readiness
-    everywhere = np.ones(n, np.bool_)
-    cut_comm = np.zeros(comm.size)
     top = np.zeros(n, np.int64)  # top[i] = max(place[0..i])
     best, best_place = np.inf, place.copy()
     while True:
-        priority = fifo
-        if ordered:
-            for v in range(n):
-                for e in range(succ_ptr[v], succ_ptr[v + 1]):
-                    cut_comm[e] = comm[e] if place[succ[e]] != place[v] else 0.0
-            priority = -_bottom_levels(topo_order, succ_ptr, succ, cut_comm, comp, everywhere)
+        priority = _upward_rank_priority(place, succ_ptr, succ, comm, comp, topo_order) if ordered else fifo
         makespan = _emulate(n, k, succ_ptr, succ, comm, pred_ptr, place, comp, topo_rank, priority)[2]
         if makespan < best:
             best, best_place = makespan, place.copy()
@@ -138,6 +131,19 @@ def _best_placement(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, comm
         for j in range(i + 1, n):
             place[j] = 0
             top[j] = top[i]
+
+
+@njit(cache=True)
+def _upward_rank_priority(place: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, comm: np.ndarray,
+                          comp: np.ndarray, topo_order: np.ndarray) -> np.ndarray:
+    # Minus each op's upward rank under ``place`` (its compute plus the longest path after it, counting
+    # the transfer time of cut edges only): the emulator's priority for upward-rank order.
+    cut_comm = np.zeros(comm.size)
+    for v in range(place.size):
+        for e in range(succ_ptr[v], succ_ptr[v + 1]):
+            if place[succ[e]] != place[v]:
+                cut_comm[e] = comm[e]
+    return -_bottom_levels(topo_order, succ_ptr, succ, cut_comm, comp, np.ones(place.size, np.bool_))
 
 
 def best_fifo(graph: CostGraph, machine: Machine, *, ordered: bool = False) -> float:
@@ -159,9 +165,9 @@ def upward_rank_order(graph: CostGraph, machine: Machine, placement: np.ndarray)
     compute plus the longest path after it, cut edges counted). Not what TensorFlow's executor does; what
     enforcing a per-device order (control dependencies) could buy on the same placement."""
     place = np.asarray(placement, dtype=np.int64)
-    cut = place[graph.edge_src] != place[graph.edge_dst]
-    rank = bottom_levels(graph, np.where(cut, machine.edge_comm_us(graph.edge_bytes), 0.0))
-    return Emulator(graph, machine, priority=-rank)(place).makespan_us
+    priority = _upward_rank_priority(place, graph.succ_ptr, graph.succ, machine.edge_comm_us(graph.succ_bytes),
+                                     graph.comp_us, graph.topo_order)
+    return Emulator(graph, machine, priority=priority)(place).makespan_us
 
 
 def run_case(index: int, seed: int, time_limit_s: float) -> dict[str, Any]:
