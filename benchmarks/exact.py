@@ -33,10 +33,9 @@ from numba import njit
 from benchmarks.report import machine_line, write_section
 from pardnn import partition
 from pardnn.baselines.exact import DEFAULT_MAX_OPS, exact
-from pardnn.emulator import Emulator, _emulate, emulate
+from pardnn.emulator import Emulator, _emulate, _upward_rank, emulate
 from pardnn.errors import MissingDependencyError
 from pardnn.graph import CostGraph
-from pardnn.levels import _bottom_levels
 from pardnn.machine import Machine
 from pardnn.placers import PLACERS
 from pardnn.result import communication_ratio
@@ -114,11 +113,12 @@ def _best_placement(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, comm
     # in upward-rank order (as upward_rank_order); the least makespan and its placement.
     place = np.zeros(n, np.int64)
     fifo = np.zeros(0)  # no priority: each device's queue in order of readiness
+    no_chain = np.zeros(0, np.int64)
     top = np.zeros(n, np.int64)  # top[i] = max(place[0..i])
     best, best_place = np.inf, place.copy()
     while True:
-        priority = _upward_rank_priority(place, succ_ptr, succ, comm, comp, topo_order) if ordered else fifo
-        makespan = _emulate(n, k, succ_ptr, succ, comm, pred_ptr, place, comp, topo_rank, priority)[2]
+        priority = -_upward_rank(place, succ_ptr, succ, comm, comp, topo_order) if ordered else fifo
+        makespan = _emulate(n, k, succ_ptr, succ, comm, pred_ptr, place, comp, topo_rank, priority, no_chain)[2]
         if makespan < best:
             best, best_place = makespan, place.copy()
         i = n - 1
@@ -131,19 +131,6 @@ def _best_placement(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, comm
         for j in range(i + 1, n):
             place[j] = 0
             top[j] = top[i]
-
-
-@njit(cache=True)
-def _upward_rank_priority(place: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, comm: np.ndarray,
-                          comp: np.ndarray, topo_order: np.ndarray) -> np.ndarray:
-    # Minus each op's upward rank under ``place`` (its compute plus the longest path after it, counting
-    # the transfer time of cut edges only): the emulator's priority for upward-rank order.
-    cut_comm = np.zeros(comm.size)
-    for v in range(place.size):
-        for e in range(succ_ptr[v], succ_ptr[v + 1]):
-            if place[succ[e]] != place[v]:
-                cut_comm[e] = comm[e]
-    return -_bottom_levels(topo_order, succ_ptr, succ, cut_comm, comp, np.ones(place.size, np.bool_))
 
 
 def best_fifo(graph: CostGraph, machine: Machine, *, ordered: bool = False) -> float:
@@ -164,10 +151,7 @@ def upward_rank_order(graph: CostGraph, machine: Machine, placement: np.ndarray)
     readiness: a list schedule (HEFT's) that gives a free device its ready op of highest upward rank (its
     compute plus the longest path after it, cut edges counted). Not what TensorFlow's executor does; what
     enforcing a per-device order (control dependencies) could buy on the same placement."""
-    place = np.asarray(placement, dtype=np.int64)
-    priority = _upward_rank_priority(place, graph.succ_ptr, graph.succ, machine.edge_comm_us(graph.succ_bytes),
-                                     graph.comp_us, graph.topo_order)
-    return Emulator(graph, machine, priority=priority)(place).makespan_us
+    return Emulator(graph, machine, ranked=True)(np.asarray(placement, dtype=np.int64)).makespan_us
 
 
 def run_case(index: int, seed: int, time_limit_s: float) -> dict[str, Any]:

@@ -39,6 +39,7 @@ class Schedule:
     finish_us: np.ndarray
     makespan_us: float
     edge_arrival_us: np.ndarray  # per edge (graph edge order): when its data is available to the consumer
+    sequence: np.ndarray | None = None  # per op: how many ops started before it (on any device); the run order
 
 
 @njit(cache=True, nogil=True)
@@ -93,9 +94,14 @@ def heap_pop(time: np.ndarray, key: np.ndarray, item: np.ndarray, base: int, siz
 @njit(cache=True, nogil=True)
 def _emulate(n: int, devices: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_comm: np.ndarray,
              pred_ptr: np.ndarray, placement: np.ndarray, comp: np.ndarray, topo_rank: np.ndarray,
-             priority: np.ndarray):
+             priority: np.ndarray, chain_next: np.ndarray):
     # ``priority`` empty: each device's queue is FIFO by readiness; else ordered by it (lowest first).
+    # ``chain_next`` (empty: none): the op each op's device runs next in an enforced order; that op
+    # waits for this one to finish, as a control dependency makes it wait.
     fifo = priority.size == 0
+    chained = chain_next.size > 0
+    sequence = np.zeros(n, np.int64)
+    started = 0
     start = np.zeros(n)
     finish = np.zeros(n)
     ready = np.zeros(n)
@@ -103,6 +109,10 @@ def _emulate(n: int, devices: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_
     indegree = np.empty(n, np.int64)
     for v in range(n):
         indegree[v] = pred_ptr[v + 1] - pred_ptr[v]
+    if chained:
+        for v in range(n):
+            if chain_next[v] >= 0:
+                indegree[chain_next[v]] += 1
     # Device ready queues: one heap per device in a shared buffer, sized by the ops it holds.
     per_device = np.zeros(devices, np.int64)
     for v in range(n):
@@ -146,6 +156,14 @@ def _emulate(n: int, devices: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_
                     if indegree[w] == 0:
                         heap_push(etime, ekey, eitem, 0, esize, ready[w], 1, w)
                         esize += 1
+                if chained and chain_next[v] >= 0:
+                    w = chain_next[v]
+                    if finish[v] > ready[w]:
+                        ready[w] = finish[v]
+                    indegree[w] -= 1
+                    if indegree[w] == 0:
+                        heap_push(etime, ekey, eitem, 0, esize, ready[w], 1, w)
+                        esize += 1
             else:
                 heap_push(qtime, qkey, qitem, qbase[d], qsize[d], ready[v] if fifo else priority[v], topo_rank[v], v)
                 qsize[d] += 1
@@ -156,13 +174,15 @@ def _emulate(n: int, devices: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_
                 qsize[d] -= 1
                 busy[d] = True
                 start[v] = now
+                sequence[v] = started
+                started += 1
                 finish[v] = now + comp[v]
                 heap_push(etime, ekey, eitem, 0, esize, finish[v], 0, v)
                 esize += 1
-    return start, finish, makespan, arrival
+    return start, finish, makespan, arrival, sequence
 
 
-def emulate(graph: CostGraph, machine: Machine, placement: np.ndarray) -> Schedule:
+def emulate(graph: CostGraph, machine: Machine, placement: np.ndarray, order: np.ndarray | None = None) -> Schedule:
     """Emulate one training step of ``graph`` placed by ``placement`` on ``machine``.
 
     Parameters
@@ -171,13 +191,22 @@ def emulate(graph: CostGraph, machine: Machine, placement: np.ndarray) -> Schedu
         What runs and where.
     placement:
         Device index (0..K-1) of every op; validated by :func:`pardnn.checks.check_placement`.
+    order:
+        Optional position of every op in its device's run order (:mod:`pardnn.order`); each op then
+        also waits for the op before it on its device to finish, as the control dependencies of
+        :func:`pardnn.tf.apply` make it wait. Validated by :func:`pardnn.order.check_order`.
 
     Returns
     -------
     Schedule
         Start and finish time of every op, per-edge arrival time, and the makespan (µs).
     """
-    return Emulator(graph, machine)(check_placement(graph, machine, placement))
+    place = check_placement(graph, machine, placement)
+    if order is None:
+        return Emulator(graph, machine)(place)
+    from pardnn.order import chain_next, check_order  # the order module builds on this one
+
+    return Emulator(graph, machine)(place, chain=chain_next(place, check_order(graph, place, order)))
 
 
 class Emulator:
@@ -192,20 +221,54 @@ class Emulator:
     a free device starts its ready op of lowest priority (ties by topological rank). That is not
     what TensorFlow's executor does; it is what enforcing a per-device order with control
     dependencies would give, and the benchmarks use it to measure what such an order could buy.
+
+    ``ranked``: the priority is each placement's own upward rank (:func:`pardnn.order.upward_rank`,
+    an O(|V| + |E|) sweep per call): the list schedule whose run order :mod:`pardnn.order` enforces.
+
+    A call's ``chain`` (int64 per op: the op its device runs next, -1 for none;
+    :func:`pardnn.order.chain_next`) emulates an enforced run order exactly.
     """
 
-    def __init__(self, graph: CostGraph, machine: Machine, priority: np.ndarray | None = None) -> None:
-        self._graph, self._devices = graph, machine.devices
+    def __init__(self, graph: CostGraph, machine: Machine, priority: np.ndarray | None = None, *,
+                 ranked: bool = False) -> None:
+        self._graph, self._devices, self._ranked = graph, machine.devices, ranked
         self._edge_comm = machine.edge_comm_us(graph.succ_bytes)
+        if ranked and priority is not None:
+            raise ValueError("priority and ranked exclude each other: ranked computes the priority per placement")
         self._priority = np.zeros(0) if priority is None else np.asarray(priority, dtype=np.float64)
         if priority is not None and self._priority.shape != (graph.n,):
             raise ValueError(f"priority has {self._priority.size} entries for the {graph.n} ops of {graph.name!r}")
 
-    def __call__(self, placement: np.ndarray) -> Schedule:
+    def __call__(self, placement: np.ndarray, chain: np.ndarray | None = None) -> Schedule:
         graph = self._graph
-        start, finish, makespan, arrival = _emulate(
+        priority = self._priority
+        if self._ranked:
+            priority = -_upward_rank(placement, graph.succ_ptr, graph.succ, self._edge_comm, graph.comp_us,
+                                     graph.topo_order)
+        start, finish, makespan, arrival, sequence = _emulate(
             graph.n, self._devices, graph.succ_ptr, graph.succ, self._edge_comm, graph.pred_ptr, placement,
-            graph.comp_us, graph.topo_rank, self._priority)
-        for array in (start, finish, arrival):
+            graph.comp_us, graph.topo_rank, priority, _NO_CHAIN if chain is None else chain)
+        for array in (start, finish, arrival, sequence):
             array.flags.writeable = False
-        return Schedule(start, finish, float(makespan), arrival)
+        return Schedule(start, finish, float(makespan), arrival, sequence)
+
+
+_NO_CHAIN = np.zeros(0, np.int64)
+
+
+@njit(cache=True, nogil=True)
+def _upward_rank(placement: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, succ_comm: np.ndarray,
+                 comp: np.ndarray, topo_order: np.ndarray) -> np.ndarray:
+    # Each op's upward rank under ``placement``: its compute plus the longest path after it, counting
+    # the transfer time of cut edges only (HEFT's rank, with the placement known).
+    rank = np.zeros(comp.size)
+    for i in range(topo_order.size - 1, -1, -1):
+        v = topo_order[i]
+        best = 0.0
+        for k in range(succ_ptr[v], succ_ptr[v + 1]):
+            s = succ[k]
+            length = rank[s] + (succ_comm[k] if placement[s] != placement[v] else 0.0)
+            if length > best:
+                best = length
+        rank[v] = comp[v] + best
+    return rank

@@ -1,5 +1,5 @@
 """The ParDNN pipeline: slicing → (chunk splitting) → LFLAM mapping → colocation → memory heuristic →
-guard → refinement → evaluation. :func:`partition` is the public entry point (``from pardnn import partition``).
+guard → refinement → ordering → evaluation. :func:`partition` is the public entry point (``from pardnn import partition``).
 
 ``partition(graph, machine)`` returns the placement and a report of what each stage did and cost.
 Each stage is a module with one public entry (Step 1: :mod:`~pardnn.slicing`, :mod:`~pardnn.mapping`;
@@ -28,6 +28,7 @@ from pardnn.machine import Machine
 from pardnn.mapping import map_clusters
 from pardnn.memory import track_memory
 from pardnn.overflow import handle_overflow
+from pardnn.order import order_placement
 from pardnn.refine import REFINE_SECONDS, refine
 from pardnn.result import PartitionReport, Progress, Result, communication_ratio
 from pardnn.simulate import evaluate
@@ -101,7 +102,7 @@ class _Ahead:
 
 def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = "auto",
               progress: Progress | None = None, guarded: bool = True,
-              refine_seconds: float = REFINE_SECONDS) -> Result:
+              refine_seconds: float = REFINE_SECONDS, ordered: bool = True) -> Result:
     """Place every op of ``graph`` on one of ``machine.devices`` devices with ParDNN.
 
     Parameters
@@ -123,12 +124,18 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
         returns the paper's algorithm alone.
     refine_seconds:
         The refinement's budget, turned into a fixed number of emulations (deterministic); 0 skips it.
+        The ordering stage's refinement gets the same budget.
+    ordered:
+        With the guard: try a run order per device (:mod:`pardnn.order`) and keep it, with the
+        placement refined under it, when the step is strictly shorter and fits; the default.
+        ``False`` never returns an order (every device runs in order of readiness).
 
     Returns
     -------
     Result
         ``placement`` (int64, one device per op; colocation groups whole; byte-identical across
-        runs) and a :class:`PartitionReport`.
+        runs), a :class:`PartitionReport`, and ``order`` (``None`` or each op's position on its
+        device, which the report's makespan assumes).
 
     Raises
     ------
@@ -179,6 +186,7 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
     seconds["mapping"] = time.perf_counter() - t1
 
     failure: PardnnError | None = None
+    order: np.ndarray | None = None
     memory = groups.memory
     if heuristic is not None:
         t2 = time.perf_counter()
@@ -231,6 +239,15 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
             placement, schedule, memory = refined.placement, refined.schedule, refined.memory
             details["refine"] = refined.details()
             seconds["refine"] = time.perf_counter() - t5
+            if ordered:
+                t7 = time.perf_counter()
+                if progress is not None:
+                    progress("order", 0, 1)
+                chosen, details["order"] = order_placement(graph, machine, placement, schedule,
+                                                           seconds=refine_seconds)
+                if chosen is not None:
+                    placement, schedule, memory, order = chosen.placement, chosen.schedule, chosen.memory, chosen.position
+                seconds["order"] = time.perf_counter() - t7
     if failure is not None:
         raise failure
 
@@ -249,4 +266,6 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
             "--memory-heuristic overflow can)"))
     report = PartitionReport("pardnn", k, graph.n, graph.m, ccr, seconds, evaluation, details)
     placement.flags.writeable = False
-    return Result(placement, report)
+    if order is not None:
+        order.flags.writeable = False
+    return Result(placement, report, order)

@@ -191,11 +191,13 @@ def _candidates(graph: CostGraph, machine: Machine, placement: np.ndarray, unit:
 
 
 def refine(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: Schedule,
-           memory: MemoryProfile | None, *, seconds: float = REFINE_SECONDS) -> Refined:
+           memory: MemoryProfile | None, *, seconds: float = REFINE_SECONDS, ranked: bool = False) -> Refined:
     """Shorten the emulated step of ``placement`` by moves on its critical chain (module docstring).
 
     ``schedule`` and ``memory`` are ``placement``'s emulation (``memory`` ``None`` on an unbounded
     machine). Returns the best placement found, never slower than ``placement``, within the limits.
+    ``ranked``: every trial is emulated with its devices in upward-rank order (:mod:`pardnn.order`),
+    and ``schedule`` must be such an emulation too.
     """
     out = Refined(np.array(placement, dtype=np.int64), schedule, memory, schedule.makespan_us)
     budget = evaluations_for(graph, seconds)
@@ -218,7 +220,7 @@ def refine(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: 
     whole = units * (machine.devices - 1) <= budget
     deep = 2 * (units + graph.m) * machine.devices <= budget
 
-    emulate = Emulator(graph, machine)  # trials are made from a checked placement: no re-check
+    emulate = Emulator(graph, machine, ranked=ranked)  # trials come from a checked placement: no re-check
 
     def attempt(moving: list[int], target: int, kind: str) -> bool:
         members = members_of_unit(moving[0]) if len(moving) == 1 else np.concatenate(

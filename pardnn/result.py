@@ -47,10 +47,15 @@ class PartitionReport:
 
 @dataclass(frozen=True)
 class Result:
-    """A placement (device index per op) and its report."""
+    """A placement (device index per op), its report, and optionally a run order.
+
+    ``order``: ``None``, or each op's position in its device's run sequence (int64, 0 first), to be
+    enforced (:mod:`pardnn.order`, :func:`pardnn.tf.apply`); the report's makespan assumes it.
+    """
 
     placement: np.ndarray
     report: PartitionReport
+    order: np.ndarray | None = None
 
 
 def communication_ratio(graph: CostGraph, machine: Machine) -> float:
