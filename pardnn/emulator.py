@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from pardnn.checks import check_placement
+from pardnn.checks import chain_next, check_order, check_placement
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
 
@@ -194,7 +194,7 @@ def emulate(graph: CostGraph, machine: Machine, placement: np.ndarray, order: np
     order:
         Optional position of every op in its device's run order (:mod:`pardnn.order`); each op then
         also waits for the op before it on its device to finish, as the control dependencies of
-        :func:`pardnn.tf.apply` make it wait. Validated by :func:`pardnn.order.check_order`.
+        :func:`pardnn.tf.apply` make it wait. Validated by :func:`pardnn.checks.check_order`.
 
     Returns
     -------
@@ -204,8 +204,6 @@ def emulate(graph: CostGraph, machine: Machine, placement: np.ndarray, order: np
     place = check_placement(graph, machine, placement)
     if order is None:
         return Emulator(graph, machine)(place)
-    from pardnn.order import chain_next, check_order  # the order module builds on this one
-
     return Emulator(graph, machine)(place, chain=chain_next(place, check_order(graph, place, order)))
 
 
@@ -226,7 +224,7 @@ class Emulator:
     an O(|V| + |E|) sweep per call): the list schedule whose run order :mod:`pardnn.order` enforces.
 
     A call's ``chain`` (int64 per op: the op its device runs next, -1 for none;
-    :func:`pardnn.order.chain_next`) emulates an enforced run order exactly.
+    :func:`pardnn.checks.chain_next`) emulates an enforced run order exactly.
     """
 
     def __init__(self, graph: CostGraph, machine: Machine, priority: np.ndarray | None = None, *,

@@ -1,5 +1,6 @@
 """The ParDNN pipeline: slicing → (chunk splitting) → LFLAM mapping → colocation → memory heuristic →
-guard → refinement → ordering → evaluation. :func:`partition` is the public entry point (``from pardnn import partition``).
+guard → refinement → ordering → evaluation. :func:`partition` is the public entry point
+(``from pardnn import partition``).
 
 ``partition(graph, machine)`` returns the placement and a report of what each stage did and cost.
 Each stage is a module with one public entry (Step 1: :mod:`~pardnn.slicing`, :mod:`~pardnn.mapping`;
@@ -27,8 +28,8 @@ from pardnn.guard import Prepared, guard, place_under_memory, prepare_candidates
 from pardnn.machine import Machine
 from pardnn.mapping import map_clusters
 from pardnn.memory import track_memory
-from pardnn.overflow import handle_overflow
 from pardnn.order import order_placement
+from pardnn.overflow import handle_overflow
 from pardnn.refine import REFINE_SECONDS, refine
 from pardnn.result import PartitionReport, Progress, Result, communication_ratio
 from pardnn.simulate import evaluate
@@ -246,7 +247,8 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
                 chosen, details["order"] = order_placement(graph, machine, placement, schedule,
                                                            seconds=refine_seconds)
                 if chosen is not None:
-                    placement, schedule, memory, order = chosen.placement, chosen.schedule, chosen.memory, chosen.position
+                    placement, schedule, memory = chosen.placement, chosen.schedule, chosen.memory
+                    order = chosen.position
                 seconds["order"] = time.perf_counter() - t7
     if failure is not None:
         raise failure

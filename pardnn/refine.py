@@ -174,20 +174,40 @@ def _candidates(graph: CostGraph, machine: Machine, placement: np.ndarray, unit:
             scored[key] = cost
 
     load = np.bincount(placement, weights=graph.comp_us, minlength=machine.devices)
+    # Per device, the least loaded other device (first on ties).
+    least_other = [int(np.argmin(np.where(np.arange(machine.devices) == d, np.inf, load)))
+                   for d in range(machine.devices)]
+    device_links = np.array([after for kind, _, after, _ in links if kind != TRANSFER], np.int64)
+    feeding = iter(_most_feeding_device(device_links, graph.pred_ptr, graph.pred, graph.pred_bytes,
+                                        np.asarray(placement, dtype=np.int64), machine.devices).tolist())
     for kind, before, after, cost in links:
         if kind == TRANSFER:
             suggest(after, int(placement[before]), cost)
             suggest(before, int(placement[after]), cost)
             continue
-        lo, hi = graph.pred_ptr[after], graph.pred_ptr[after + 1]
-        sources = placement[graph.pred[lo:hi]]
-        inputs = np.bincount(sources, weights=graph.pred_bytes[lo:hi], minlength=machine.devices).astype(float)
-        inputs[placement[after]] = -1.0
-        if inputs.max() > 0:
-            suggest(after, int(np.argmax(inputs)), cost)
-        others = np.where(np.arange(machine.devices) == placement[after], np.inf, load)
-        suggest(after, int(np.argmin(others)), cost)
+        source = next(feeding)
+        if source >= 0:
+            suggest(after, source, cost)
+        suggest(after, least_other[int(placement[after])], cost)
     return sorted(scored, key=lambda key: (-scored[key], int(first_op[key[0]]), key[1]))
+
+
+@njit(cache=True, nogil=True)
+def _most_feeding_device(ops: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, pred_bytes: np.ndarray,
+                         placement: np.ndarray, devices: int) -> np.ndarray:
+    # Per op: the other device its inputs bring the most bytes from (first on ties), -1 if none brings any.
+    out = np.full(ops.size, -1, np.int64)
+    inputs = np.zeros(devices)
+    for i in range(ops.size):
+        v = ops[i]
+        inputs[:] = 0.0
+        for q in range(pred_ptr[v], pred_ptr[v + 1]):
+            inputs[placement[pred[q]]] += pred_bytes[q]
+        best = 0.0
+        for d in range(devices):
+            if d != placement[v] and inputs[d] > best:
+                best, out[i] = inputs[d], d
+    return out
 
 
 def refine(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: Schedule,

@@ -96,7 +96,7 @@ def format_evaluation(evaluation: Any) -> str:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from pardnn.emulator import emulate
-    from pardnn.io import read_placement
+    from pardnn.io import read_ordered_placement
     from pardnn.memory import track_memory
     from pardnn.simulate import evaluate
     from pardnn.trace import chrome_trace, plot_memory, write_trace
@@ -106,11 +106,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             raise PardnnError(f"{option} {path}: folder {Path(path).resolve().parent} does not exist; create it first")
     t0 = time.perf_counter()
     graph = read_graph(args.graph)
-    placement = read_placement(args.placement, graph, devices=args.devices)
+    placement, order = read_ordered_placement(args.placement, graph, devices=args.devices)
+    if args.ignore_order:
+        order = None
     devices = args.devices if args.devices is not None else int(placement.max(initial=0)) + 1
     machine = machine_from_args(args, graph, devices)
     t1 = time.perf_counter()
-    schedule = emulate(graph, machine, placement)
+    schedule = emulate(graph, machine, placement, order=order)
     memory = track_memory(graph, machine, placement, schedule)
     evaluation = evaluate(graph, machine, placement, schedule=schedule, memory=memory)
     t2 = time.perf_counter()
@@ -124,10 +126,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         written.append(f"memory plot {args.memory_plot}")
     if args.json:
         payload = evaluation.to_dict()
+        payload["ordered"] = order is not None
         payload["seconds"] = {"load": t1 - t0, "evaluate": t2 - t1}
         print_json(payload)
     else:
         print(f"{graph.name}: {graph.n:,} ops on {machine.describe()}")
+        print("order           " + ("the file's run order on each device (enforced)" if order is not None else
+                                    "each device in order of readiness (TensorFlow's FIFO)"))
         print(format_evaluation(evaluation))
         print(f"time            load {t1 - t0:.2f} s, emulate + memory {t2 - t1:.2f} s")
     for line in written:
@@ -138,11 +143,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def add_simulate(sub: Any) -> None:
     simulate = add_parser(sub, "simulate", help="emulate a placement: makespan, memory per device, communication",
                           description="Emulate one training step of GRAPH placed by PLACEMENT (TensorFlow's FIFO "
-                                      "scheduler per device, transfers of latency + bytes / bandwidth) and report "
-                                      "the makespan against the lower bound, the peak memory of every device "
-                                      "against its limit, and the communication.")
+                                      "scheduler per device, or the file's run order when it has one; transfers of "
+                                      "latency + bytes / bandwidth) and report the makespan against the lower bound, "
+                                      "the peak memory of every device against its limit, and the communication.")
     simulate.add_argument("graph", help="graph file (.json or .json.gz)")
-    simulate.add_argument("placement", help="placement file: 'op_name device' lines, or JSON {op_name: device}")
+    simulate.add_argument("placement", help="placement file: 'op_name device' lines, or 'op_name device position' "
+                                            "lines of an ordered placement (pardnn place writes one when the order "
+                                            "pays), or JSON {op_name: device} / {op_name: [device, position]}")
+    simulate.add_argument("--ignore-order", action="store_true",
+                          help="emulate an ordered placement's devices in order of readiness instead, to see what "
+                               "its run order buys")
     add_machine_options(simulate, devices_required=False)
     simulate.add_argument("--json", action="store_true", help="print JSON")
     simulate.add_argument("--trace", metavar="FILE.json",
@@ -178,6 +188,8 @@ def format_report(report: Any) -> str:
         refined = details["refine"]
         lines.append(f"refine          {refined['moves']} moves accepted of {refined['evaluations']} tried: makespan "
                      f"{us(refined['makespan_before_us'])} -> {us(refined['makespan_after_us'])}")
+    if "order" in details:
+        lines.append(f"order           {format_order(details['order'])}")
     if "primary_ops" in details:
         lines.append(f"clusters        {len(details['primary_ops'])} primaries of "
                      f"{', '.join(str(x) for x in details['primary_ops'])} ops; "
@@ -214,6 +226,16 @@ def format_guard(guard: dict[str, Any]) -> str:
             f"({us(guard['makespan_us'])} vs {'none that fits' if own == float('inf') else us(own)}); using it")
 
 
+def format_order(order: dict[str, Any]) -> str:
+    """One line: whether the ordering stage kept a run order, and what it buys."""
+    if order["kept"]:
+        return (f"each device runs in upward-rank order (written as positions, enforced by pardnn.tf.apply): "
+                f"makespan {us(order['unordered_us'])} -> {us(order['ordered_us'])} "
+                f"({order['unordered_us'] / order['ordered_us']:.2f}x)")
+    tried = f", {us(order['ordered_us'])} in upward-rank order" if "ordered_us" in order else ""
+    return f"none kept ({order.get('why_not', 'one device')}{tried}): each device runs in order of readiness"
+
+
 def cmd_place(args: argparse.Namespace) -> int:
     from pardnn.io import write_placement
     from pardnn.placers import get_placer
@@ -227,6 +249,8 @@ def cmd_place(args: argparse.Namespace) -> int:
         heuristic: str | None = "auto" if args.memory_heuristic is None else args.memory_heuristic
         if args.no_guard:
             options["guarded"] = False
+        if args.no_order:
+            options["ordered"] = False
         options["refine_seconds"] = args.refine_seconds
     else:
         if args.memory_heuristic not in (None, "none"):
@@ -243,10 +267,11 @@ def cmd_place(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.close()
-    write_placement(args.output, graph, result.placement)
+    write_placement(args.output, graph, result.placement, order=result.order)
     if args.json:
         payload = result.report.to_dict()
         payload["placement_file"] = str(args.output)
+        payload["ordered"] = result.order is not None
         print_json(payload)
     else:
         print(format_report(result.report))
@@ -286,8 +311,13 @@ def add_place(sub: Any) -> None:
     place.add_argument("--no-guard", action="store_true",
                        help="return ParDNN's placement as the paper computes it, even when a cheap placement "
                             "(one device, contiguous split, round robin, critical path, METIS, a folded device) "
-                            "that fits is faster, and without refinement; by default the fastest is kept, refined, "
-                            "and the report says which")
+                            "that fits is faster, and without refinement or run order; by default the fastest is "
+                            "kept, refined, and the report says which")
+    place.add_argument("--no-order", action="store_true",
+                       help="never write a run order: by default, when running each device's ops in upward-rank "
+                            "order (enforced with control dependencies by pardnn.tf.apply) makes the step strictly "
+                            "shorter and still fits, the placement is refined under that order and the file gets a "
+                            "third column, each op's position on its device")
     place.set_defaults(func=cmd_place)
 
 

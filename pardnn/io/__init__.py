@@ -11,7 +11,13 @@ from pathlib import Path
 from pardnn.errors import InvalidGraphError
 from pardnn.graph import CostGraph
 from pardnn.io.native import PathLike, graph_from_dict, graph_to_dict, read_graph, write_graph
-from pardnn.io.placement import format_placement, parse_placement_lines, read_placement, write_placement
+from pardnn.io.placement import (
+    format_placement,
+    parse_placement_lines,
+    read_ordered_placement,
+    read_placement,
+    write_placement,
+)
 from pardnn.io.reference import read_reference, write_reference
 
 __all__ = [
@@ -21,6 +27,7 @@ __all__ = [
     "parse_placement_lines",
     "read_any_graph",
     "read_graph",
+    "read_ordered_placement",
     "read_placement",
     "read_reference",
     "write_graph",

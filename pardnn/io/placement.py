@@ -7,6 +7,14 @@ Two formats (DESIGN.md, "Placement"):
   begins a line or follows whitespace.
 - JSON: one object mapping op name to device index, ``{"dense/MatMul": 0, ...}``.
 
+An *ordered* placement also gives each op its position in its device's run order
+(:mod:`pardnn.order`): text lines ``op_name device_index position``, JSON values
+``[device_index, position]``. The first line (the first entry) decides the form and every other must
+follow it; a text file is ordered when its first line has three fields and the last two are
+integers (in that form a name cannot hold whitespace; the writer never writes such names). The order
+is checked against the graph (:func:`pardnn.checks.check_order`). :func:`read_placement` reads either
+form and returns the devices; :func:`read_ordered_placement` also returns the positions.
+
 Readers pick JSON for a ``.json`` file name or when the first non-blank character is ``{``.
 Writers list ops in graph order, one per line, so the same placement always gives the same bytes.
 
@@ -33,11 +41,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from pardnn.checks import check_order
 from pardnn.errors import InvalidPlacementError
 from pardnn.graph import CostGraph
 from pardnn.io.files import read_text
 
-__all__ = ["format_placement", "parse_placement_lines", "read_placement", "write_placement"]
+__all__ = ["format_placement", "parse_placement_lines", "read_ordered_placement", "read_placement", "write_placement"]
 
 PathLike = str | os.PathLike[str]
 
@@ -80,12 +89,32 @@ def read_placement(path: PathLike, graph: CostGraph, devices: int | None = None)
     --------
     >>> placement = read_placement("placement.txt", graph, devices=4)  # doctest: +SKIP
     """
+    return read_ordered_placement(path, graph, devices)[0]
+
+
+def read_ordered_placement(path: PathLike, graph: CostGraph,
+                           devices: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Read a placement file for ``graph`` with its run order, if it has one.
+
+    Returns ``(placement, order)``: the devices as :func:`read_placement` returns them, and each op's
+    position on its device (int64, dense: 0..n_d - 1) or ``None`` for a file without positions.
+
+    Raises
+    ------
+    InvalidPlacementError
+        As :func:`read_placement`; and a line or entry not in the file's form, a position that is
+        not a non-negative integer, or an order that contradicts the graph (:func:`pardnn.checks.check_order`).
+    """
     path = Path(path)
     source = str(path)
     text = read_text(path, InvalidPlacementError, "a placement file")
     if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
-        return _parse_placement_json(text, graph, source, devices)
-    return parse_placement_lines(text.splitlines(), graph, source, devices=devices)
+        placement, position = _parse_placement_json(text, graph, source, devices)
+    else:
+        placement, position = _parse_lines(text.splitlines(), graph, source, devices)
+    if position is None:
+        return placement, None
+    return placement, check_order(graph, placement, position, source)
 
 
 def parse_placement_lines(
@@ -116,12 +145,20 @@ def parse_placement_lines(
 
     Notes
     -----
-    O(|V| + number of lines).
+    O(|V| + number of lines). The positions of an ordered file are read and ignored
+    (:func:`read_ordered_placement` returns them).
     """
+    return _parse_lines(lines, graph, source, devices)[0]
+
+
+def _parse_lines(lines: Iterable[str], graph: CostGraph, source: str,
+                 devices: int | None) -> tuple[np.ndarray, list[int] | None]:
     highest = _highest_device(devices)
     index = graph.index
     placement = [-1] * graph.n
     line_of = [0] * graph.n
+    position: list[int] | None = None
+    ordered: bool | None = None
     for number, raw in enumerate(lines, start=1):
         line = raw.strip()
         if "#" in line:
@@ -130,10 +167,21 @@ def parse_placement_lines(
                 line = line[: comment.start()].rstrip()
         if not line:
             continue
-        fields = line.rsplit(None, 1)
-        if len(fields) != 2:
-            raise InvalidPlacementError(f"{source}:{number}: expected 'op_name device_index', got {line!r}")
-        op_name, device_text = fields
+        if ordered is None:  # the first line decides the form
+            parts = line.split()
+            ordered = len(parts) == 3 and all(_INTEGER.fullmatch(part) for part in parts[1:])
+            position = [-1] * graph.n if ordered else None
+        if ordered:
+            fields = line.split()
+            if len(fields) != 3:
+                raise InvalidPlacementError(f"{source}:{number}: expected 'op_name device_index position' "
+                                            f"(the file's first line has a position), got {line!r}")
+            op_name, device_text, position_text = fields
+        else:
+            fields = line.rsplit(None, 1)
+            if len(fields) != 2:
+                raise InvalidPlacementError(f"{source}:{number}: expected 'op_name device_index', got {line!r}")
+            op_name, device_text = fields
         v = index.get(op_name)
         if v is None:
             raise InvalidPlacementError(
@@ -150,10 +198,20 @@ def parse_placement_lines(
             raise InvalidPlacementError(f"{source}:{number}: op {op_name!r}: {_out_of_range(device, devices)}")
         placement[v] = device
         line_of[v] = number
-    return _complete(placement, graph, source)
+        if position is not None:
+            position[v] = _position(position_text, op_name, f"{source}:{number}")
+    return _complete(placement, graph, source), position
 
 
-def _parse_placement_json(text: str, graph: CostGraph, source: str, devices: int | None) -> np.ndarray:
+def _position(text: str, op_name: str, where: str) -> int:
+    if not _INTEGER.fullmatch(text) or int(text) < 0:
+        raise InvalidPlacementError(f"{where}: op {op_name!r}: position {text!r} is not an integer >= 0 "
+                                    f"(its place in its device's run order)")
+    return int(text)
+
+
+def _parse_placement_json(text: str, graph: CostGraph, source: str,
+                          devices: int | None) -> tuple[np.ndarray, list[int] | None]:
     highest = _highest_device(devices)
 
     def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -174,9 +232,26 @@ def _parse_placement_json(text: str, graph: CostGraph, source: str, devices: int
         raise InvalidPlacementError(f"{source}: expected a JSON object mapping op name to device index")
     index = graph.index
     placement = [-1] * graph.n
-    for op_name, device in mapping.items():
+    position: list[int] | None = None
+    ordered: bool | None = None
+    for op_name, value in mapping.items():
         if op_name not in index:
             raise InvalidPlacementError(f"{source}: unknown op {op_name!r} (not among the {graph.n} ops of the graph)")
+        if ordered is None:  # the first entry decides the form
+            ordered = isinstance(value, list)
+            position = [-1] * graph.n if ordered else None
+        if ordered:
+            if not isinstance(value, list) or len(value) != 2:
+                raise InvalidPlacementError(f"{source}: op {op_name!r}: {value!r}; expected [device_index, position] "
+                                            f"(the file's first entry has a position)")
+            device, where = value
+            if type(where) is not int or where < 0:
+                raise InvalidPlacementError(f"{source}: op {op_name!r}: position {where!r} is not an integer >= 0 "
+                                            f"(its place in its device's run order)")
+            assert position is not None
+            position[index[op_name]] = where
+        else:
+            device = value
         if type(device) is not int:
             raise InvalidPlacementError(
                 f"{source}: op {op_name!r}: device {device!r} is not an integer (expected a device index)"
@@ -184,7 +259,7 @@ def _parse_placement_json(text: str, graph: CostGraph, source: str, devices: int
         if not 0 <= device <= highest:
             raise InvalidPlacementError(f"{source}: op {op_name!r}: {_out_of_range(device, devices)}")
         placement[index[op_name]] = device
-    return _complete(placement, graph, source)
+    return _complete(placement, graph, source), position
 
 
 def _highest_device(devices: int | None) -> int:
@@ -218,7 +293,8 @@ def _complete(devices_of: list[int], graph: CostGraph, source: str) -> np.ndarra
 
 
 # ---------------------------------------------------------------------------------------- writing
-def write_placement(path: PathLike, graph: CostGraph, placement: npt.ArrayLike, format: str | None = None) -> None:
+def write_placement(path: PathLike, graph: CostGraph, placement: npt.ArrayLike, format: str | None = None, *,
+                    order: npt.ArrayLike | None = None) -> None:
     """Write ``placement`` of ``graph`` to ``path``.
 
     Parameters
@@ -231,6 +307,9 @@ def write_placement(path: PathLike, graph: CostGraph, placement: npt.ArrayLike, 
         Device index of every op, in graph order (integers >= 0).
     format:
         ``"text"`` or ``"json"``; default: JSON for a ``.json`` file name, text otherwise.
+    order:
+        Each op's position in its device's run order (:attr:`pardnn.result.Result.order`), written as
+        a third column (JSON: ``[device, position]``); ``None`` writes a plain placement.
 
     Raises
     ------
@@ -246,32 +325,44 @@ def write_placement(path: PathLike, graph: CostGraph, placement: npt.ArrayLike, 
     path = Path(path)
     if format is None:
         format = "json" if path.suffix.lower() == ".json" else "text"
-    path.write_bytes(format_placement(graph, placement, format).encode("utf-8"))
+    path.write_bytes(format_placement(graph, placement, format, order=order).encode("utf-8"))
 
 
-def format_placement(graph: CostGraph, placement: npt.ArrayLike, format: str = "text") -> str:
+def format_placement(graph: CostGraph, placement: npt.ArrayLike, format: str = "text", *,
+                     order: npt.ArrayLike | None = None) -> str:
     """The contents :func:`write_placement` writes, as a string (``format`` is ``"text"`` or ``"json"``)."""
     if format not in _FORMATS:
         raise ValueError(f"format must be one of {', '.join(_FORMATS)}, got {format!r}")
-    devices = _checked_placement(graph, placement).tolist()
+    checked = _checked_placement(graph, placement)
+    devices = checked.tolist()
+    values: list[Any] = devices
+    if order is not None:
+        values = check_order(graph, checked, order, "the order").tolist()
     if format == "json":
         if not devices:
             return "{}\n"
+        if order is not None:
+            values = [f"[{d}, {p}]" for d, p in zip(devices, values, strict=True)]
         body = ",\n".join(
-            f" {encode_basestring_ascii(op_name)}: {device}"
-            for op_name, device in zip(graph.names, devices, strict=True)
+            f" {encode_basestring_ascii(op_name)}: {value}"
+            for op_name, value in zip(graph.names, values, strict=True)
         )
         return f"{{\n{body}\n}}\n"
+    line = "{} {}\n" if order is None else "{} {} {}\n"
+    columns = (graph.names, devices) if order is None else (graph.names, devices, values)
     joined = "\n".join(graph.names)
     if _TF_NAMES.fullmatch(joined) and joined.count("\n") == graph.n - 1:  # the usual case: one regex pass
-        return "".join(map("{} {}\n".format, graph.names, devices))
+        return "".join(map(line.format, *columns))
     for op_name in graph.names:
         if not _TF_NAME.fullmatch(op_name) and not _writable_as_text(op_name):
             raise InvalidPlacementError(
                 f"op name {op_name!r} cannot be written to a text placement file (line break, surrounding"
                 " whitespace or '#' comment marker); write a .json placement instead"
             )
-    return "".join(f"{op_name} {device}\n" for op_name, device in zip(graph.names, devices, strict=True))
+    if order is not None and any(len(op_name.split()) != 1 for op_name in graph.names):
+        raise InvalidPlacementError("an op name with whitespace cannot be written to an ordered text placement "
+                                    "file; write a .json placement instead")
+    return "".join(map(line.format, *columns))
 
 
 def _checked_placement(graph: CostGraph, placement: npt.ArrayLike) -> np.ndarray:

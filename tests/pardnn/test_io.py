@@ -26,6 +26,7 @@ from pardnn.io import (
     parse_placement_lines,
     read_any_graph,
     read_graph,
+    read_ordered_placement,
     read_placement,
     read_reference,
     schema,
@@ -1055,3 +1056,48 @@ def test_read_reference_missing_file(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere.times"
     with pytest.raises(InvalidGraphError, match=f"^{re.escape(str(missing))}: no such file \\(the timings file\\)"):
         read_reference(files["graph"], missing, files["sizes"])
+
+
+# ---------------------------------------------------------------------------------- ordered placements
+def _fork() -> CostGraph:
+    return CostGraph(["a", "b", "c", "d"], [1.0, 10.0, 10.0, 100.0], [0, 0, 1000, 0], [0, 0, 2], [1, 2, 3])
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".json"])
+def test_an_ordered_placement_round_trips(tmp_path, suffix):
+    g, placement, order = _fork(), np.array([0, 0, 0, 1]), np.array([0, 2, 1, 0])
+    path = tmp_path / f"p{suffix}"
+    write_placement(path, g, placement, order=order)
+    read, position = read_ordered_placement(path, g, devices=2)
+    assert read.tolist() == placement.tolist() and position.tolist() == order.tolist()
+    assert read_placement(path, g).tolist() == placement.tolist()  # the plain reader ignores the order
+    write_placement(path, g, placement)
+    assert read_ordered_placement(path, g)[1] is None
+
+
+def test_the_first_line_decides_the_form(tmp_path):
+    g = _fork()
+    path = tmp_path / "p.txt"
+    path.write_text("a 0 0\nb 0\nc 0 1\nd 1 0\n")
+    with pytest.raises(InvalidPlacementError, match=r"p.txt:2: expected 'op_name device_index position'"):
+        read_ordered_placement(path, g)
+    path.write_text("a 0\nb 0 2\nc 0\nd 1\n")
+    with pytest.raises(InvalidPlacementError, match=r"p.txt:2: unknown op 'b 0'"):
+        read_ordered_placement(path, g)
+    path.write_text("a 0 0\nb 0 -2\nc 0 1\nd 1 0\n")
+    with pytest.raises(InvalidPlacementError, match=r"p.txt:2: op 'b': position '-2' is not an integer >= 0"):
+        read_ordered_placement(path, g)
+    json_path = tmp_path / "p.json"
+    json_path.write_text('{"a": [0, 0], "b": 0, "c": [0, 1], "d": [1, 0]}')
+    with pytest.raises(InvalidPlacementError, match=r"op 'b': 0; expected \[device_index, position\]"):
+        read_ordered_placement(json_path, g)
+
+
+def test_an_order_against_the_graph_is_refused_naming_the_file(tmp_path):
+    g = _fork()
+    path = tmp_path / "p.txt"
+    path.write_text("a 0 1\nb 0 0\nc 0 2\nd 1 0\n")
+    with pytest.raises(InvalidPlacementError, match=r"p.txt: op 'b' \(position 0\) runs before its input 'a'"):
+        read_ordered_placement(path, g)
+    with pytest.raises(InvalidPlacementError, match="both at position 1 on device 0"):
+        format_placement(g, np.array([0, 0, 0, 1]), order=np.array([0, 1, 1, 0]))

@@ -8,10 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, Machine, partition
+from pardnn.checks import chain_next, check_order
 from pardnn.emulator import Emulator, emulate
 from pardnn.errors import InfeasibleError, InvalidPlacementError
 from pardnn.memory import track_memory
-from pardnn.order import chain_next, check_order, order_placement, positions
+from pardnn.order import order_placement, positions
 from tests.conftest import random_dags
 
 
