@@ -17,12 +17,24 @@ A decided op settles its group, so groups are never split. On GPUs, an op that i
 and has no kernel registered for the devices' type goes to the host (``/device:CPU:0``): savers,
 string and iterator ops cannot run on a GPU, and with soft placement off they would fail.
 
+With ``order`` (each op's position on its device, :attr:`pardnn.result.Result.order`), each device's
+ops also run in that order: every op gets a control dependency on the op before it on its device,
+the sequence :mod:`pardnn.order` emulated (on a GPU this fixes the order the kernels enter the
+device's stream; TensorFlow's executor otherwise starts ready ops in order of readiness). Left out
+of the sequences, so that they can still run alone as before: ops without inputs (variables,
+constants, placeholders: ``session.run(init_op)`` and variable reads must not pull a step's ops in)
+and ops inside a TF1 ``while_loop``/``cond`` (a control edge may not cross into or out of a frame).
+Fetching a chained op alone (the loss, say) also runs the ops before it on each device's sequence.
+The sequences are checked before the graph is touched: if TensorFlow's graph has dependencies the
+cost graph did not (a graph changed after capture), an order that would close a cycle is refused.
+
 :func:`session_config` builds the ``ConfigProto`` with ``allow_soft_placement=False`` so that a
 placement TensorFlow cannot honour fails loudly instead of silently moving ops.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -94,6 +106,7 @@ class ApplyReport:
     by_default: int
     on_host: int
     ops_per_device: dict[str, int] = field(default_factory=dict)
+    ordered: int = 0  # control dependencies added to enforce the run order
 
 
 def _placement_map(placement: Mapping[str, int] | npt.ArrayLike, names: Sequence[str] | None) -> dict[str, int]:
@@ -116,7 +129,7 @@ def _has_kernel(op_type: str, device_type: str, cache: dict[str, bool]) -> bool:
 
 
 def apply(graph: tf.Graph, placement: Mapping[str, int] | npt.ArrayLike, device_names: Sequence[str], *,
-          names: Sequence[str] | None = None) -> ApplyReport:
+          names: Sequence[str] | None = None, order: Mapping[str, int] | npt.ArrayLike | None = None) -> ApplyReport:
     """Set the device of every op of ``graph``: the placement's, else by the rules of the module docstring.
 
     Parameters
@@ -129,18 +142,24 @@ def apply(graph: tf.Graph, placement: Mapping[str, int] | npt.ArrayLike, device_
         Device string of each index (:func:`device_names`).
     names:
         Op names when ``placement`` is an array (``cost_graph.names``).
+    order:
+        Optional run order: ``{op name: position on its device}``, or an array aligned with ``names``
+        (``result.order``); enforced with control dependencies (module docstring). Ops of the
+        placement it does not name are not sequenced.
 
     Raises
     ------
     InvalidPlacementError
-        An op name not in the graph, a device index outside ``0..len(device_names)-1``, or two ops of
-        one colocation group on different devices.
+        An op name not in the graph, a device index outside ``0..len(device_names)-1``, two ops of
+        one colocation group on different devices, or an order naming an op the placement does not,
+        or whose sequences would close a cycle in the graph.
 
     Notes
     -----
     O(|V| + |E|) over the whole graph.
     """
     wanted = _placement_map(placement, names)
+    positions = None if order is None else _placement_map(order, names)
     count = len(device_names)
     ops = graph.get_operations()
     by_name = {op.name: op for op in ops}
@@ -207,5 +226,66 @@ def apply(graph: tf.Graph, placement: Mapping[str, int] | npt.ArrayLike, device_
             on_host += 1
         op._set_device(target)
         per_device[target] = per_device.get(target, 0) + 1
+    added = 0 if positions is None else _sequence(graph, by_name, wanted, positions)
     return ApplyReport(len(wanted), counts["group"], counts["input"], counts["consumer"], counts["default"],
-                       on_host, per_device)
+                       on_host, per_device, added)
+
+
+def _sequence(graph: tf.Graph, by_name: dict[str, tf.Operation], device: Mapping[str, int],
+              position: Mapping[str, int]) -> int:
+    """Chain each device's ops in ``position`` order with control dependencies; how many it added."""
+    for name in position:
+        if name not in device:
+            raise InvalidPlacementError(f"the order names op {name!r}, which the placement does not place")
+    sequences: dict[int, list[tuple[int, str]]] = {}
+    for name, index in position.items():
+        op = by_name[name]
+        if op.inputs and op._get_control_flow_context() is None:  # sources and v1 frame members float free
+            sequences.setdefault(device[name], []).append((index, name))
+    links: list[tuple[tf.Operation, tf.Operation]] = []
+    for sequence in sequences.values():
+        sequence.sort()
+        for (_, before), (_, after) in itertools.pairwise(sequence):
+            first, then = by_name[before], by_name[after]
+            if first not in then.control_inputs and all(t.op is not first for t in then.inputs):
+                links.append((first, then))
+    _refuse_cycles(graph, links)
+    for first, then in links:
+        then._add_control_input(first)
+    return len(links)
+
+
+def _refuse_cycles(graph: tf.Graph, links: list[tuple[tf.Operation, tf.Operation]]) -> None:
+    """Raise InvalidPlacementError if the graph's edges and ``links`` form a cycle (Kahn's algorithm;
+    a TF1 loop's back edges, into ``Merge`` from ``NextIteration``, are not followed)."""
+    ops = graph.get_operations()
+    index = {op: i for i, op in enumerate(ops)}
+    successors: list[list[int]] = [[] for _ in ops]
+    indegree = [0] * len(ops)
+
+    def edge(a: tf.Operation, b: tf.Operation) -> None:
+        successors[index[a]].append(index[b])
+        indegree[index[b]] += 1
+
+    for op in ops:
+        for tensor in op.inputs:
+            if not (op.type in ("Merge", "RefMerge") and tensor.op.type in ("NextIteration", "RefNextIteration")):
+                edge(tensor.op, op)
+        for control in op.control_inputs:
+            edge(control, op)
+    for first, then in links:
+        edge(first, then)
+    stack = [i for i, d in enumerate(indegree) if d == 0]
+    while stack:
+        for j in successors[stack.pop()]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                stack.append(j)
+    left = {ops[i] for i, d in enumerate(indegree) if d > 0}
+    stuck = [then.name for first, then in links if first in left and then in left]
+    if stuck:
+        named = ", ".join(repr(name) for name in stuck[:8])
+        raise InvalidPlacementError(
+            f"the run order would close a cycle in the graph through {len(left)} ops (ordered ops on it: {named}"
+            f"{', ...' if len(stuck) > 8 else ''}): TensorFlow's graph has dependencies the cost graph lacks "
+            "(was it changed after capture?); place it again from this graph, or apply without the order")
