@@ -91,6 +91,7 @@ class Job:
     memory: str | None = PLACEMENT["memory"].default
     reserve: float = PLACEMENT["reserve"].default
     memory_heuristic: str = PLACEMENT["memory_heuristic"].default
+    run_order: bool = PLACEMENT["run_order"].default
     costs: str = PLACEMENT["costs"].default
     device_preset: str = PLACEMENT["device_preset"].default
     profile_steps: int = PLACEMENT["profile_steps"].default

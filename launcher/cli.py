@@ -120,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     _option(placement, "profile_steps", metavar="N")
     _option(placement, "reserve", metavar="FRACTION")
     _option(placement, "memory_heuristic")
+    _option(placement, "run_order", metavar="true|false")
     _option(placement, "device_preset", metavar="PRESET")
     parser.add_argument("-v", "--verbose", action="store_true", help="log more (every rank)")
     hosts.add_options(parser)

@@ -289,25 +289,35 @@ def _run_node(state: RunState, build: BuildFn, hvd: Any, guard: StopGuard) -> di
         warm_up()
     with collector.phase("partition"):
         result = _together(topology, "partitioning",
-                           lambda: partition(cost, machine, memory_heuristic=heuristic))
-    text = format_placement(cost, result.placement)  # the placement file's bytes, as pardnn.io.write_placement
+                           lambda: partition(cost, machine, memory_heuristic=heuristic, ordered=settings.run_order))
+    # The placement file's bytes, as pardnn.io.write_placement writes them: the run order, if any, is in
+    # them, so the nodes' digests agree on it too.
+    text = format_placement(cost, result.placement, order=result.order)
     digest = placement_digest(text)
     check_agreement(topology.nodes, topology.allgather(digest), "placements",
                     "ParDNN is deterministic for identical inputs, so check that the nodes run the same versions")
     placement = dict(zip(cost.names, result.placement.tolist(), strict=True))
     state.placement = {"sha256": digest, "ops": cost.n, "machine": machine.describe(), "file": PLACEMENT_FILE,
-                       "memory_heuristic": heuristic or "none", "report": result.report.to_dict()}
+                       "memory_heuristic": heuristic or "none", "run_order": result.order is not None,
+                       "report": result.report.to_dict()}
     if topology.is_root:
         write_text(state.directory / PLACEMENT_FILE, text)
         state.placement["emulated_makespan_us"] = write_emulated(state.directory / EMULATED_FILE, cost, machine,
-                                                                 result.placement)
-    logger.info("placement %s: %d ops on %d devices, simulated step %.0f us", digest[:12], cost.n, devices.count,
-                result.report.evaluation.makespan_us)
+                                                                 result.placement, result.order)
+    logger.info("placement %s: %d ops on %d devices, simulated step %.0f us%s", digest[:12], cost.n, devices.count,
+                result.report.evaluation.makespan_us,
+                "" if result.order is None else " with each device in its run order (enforced)")
     resume = _together(topology, "resuming", lambda: resume_point(state, digest))
 
     with collector.phase("apply"):
-        wanted = {**placement, **(hook.placement(trained.graph, placement) if hook is not None else {})}
-        applied = ptf.apply(trained.graph, wanted, devices.names)
+        hooked = hook.placement(trained.graph, placement) if hook is not None else {}
+        wanted = {**placement, **hooked}
+        # The hook's allreduces run on their variables' devices, not where the order put them: they stay
+        # out of the sequences (Horovod orders its collectives itself).
+        order = None if result.order is None else {
+            name: position for name, position in zip(cost.names, result.order.tolist(), strict=True)
+            if name not in hooked}
+        applied = ptf.apply(trained.graph, wanted, devices.names, order=order)
     state.placement["apply"] = dataclasses.asdict(applied)
     guard.check()
 

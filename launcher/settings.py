@@ -63,6 +63,7 @@ class Settings:
     checkpoint_every: int = 0
     checkpoint_dir: Path | None = None
     resume: str | None = None
+    run_order: bool = True
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     gpus: str | None = None  # "8 × NVIDIA A100-SXM4-80GB" when GPUs were detected (launcher.gpus)
 

@@ -48,14 +48,16 @@ def write_measured(path: Path, run_metadata: Any) -> None:
     write_text(path, timeline.Timeline(run_metadata.step_stats).generate_chrome_trace_format())
 
 
-def write_emulated(path: Path, graph: Any, machine: Any, placement: np.ndarray) -> float:
-    """The emulated step of ``placement`` as a Chrome trace; returns its makespan in µs."""
+def write_emulated(path: Path, graph: Any, machine: Any, placement: np.ndarray,
+                   order: np.ndarray | None = None) -> float:
+    """The emulated step of ``placement`` (in its run ``order``, if any) as a Chrome trace; returns its
+    makespan in µs."""
     from pardnn.emulator import emulate
     from pardnn.memory import track_memory
     from pardnn.trace import chrome_trace, write_trace
 
     place = np.asarray(placement, dtype=np.int64)
-    schedule = emulate(graph, machine, place)
+    schedule = emulate(graph, machine, place, order=order)
     memory = track_memory(graph, machine, place, schedule)
     write_trace(path, chrome_trace(graph, machine, place, schedule, memory))
     return float(schedule.makespan_us)

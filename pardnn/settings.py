@@ -162,6 +162,10 @@ PLACEMENT: dict[str, Param] = {
                               help="how to meet the memory limit: 'overflow' (heuristic I: emulate and move ops; "
                                    "meets the limits or fails), 'balance' (heuristic II: balance memory shares, no "
                                    "guarantee), 'none' (Step 1 only)"),
+    "run_order": Param("bool", True,
+                       help="let each device run its ops in a chosen order (upward rank, enforced with control "
+                            "dependencies) when that makes the emulated step strictly shorter and still fits; "
+                            "false: every device runs in order of readiness, as TensorFlow does by itself"),
     "algorithm": Param("str", "pardnn", choices=ALGORITHMS, help="placer: pardnn (the paper) or a baseline"),
     "costs": Param("str", "profile", choices=("profile", "estimate"),
                    help="'profile' (measure a few steps) or 'estimate' (roofline model of device_preset)"),

@@ -62,7 +62,8 @@ def lower_bound_us(graph: CostGraph, devices: int) -> tuple[float, float]:
 
 
 def evaluate(graph: CostGraph, machine: Machine, placement: np.ndarray, *,
-             schedule: Schedule | None = None, memory: MemoryProfile | None = None) -> Evaluation:
+             schedule: Schedule | None = None, memory: MemoryProfile | None = None,
+             order: np.ndarray | None = None) -> Evaluation:
     """Emulate ``placement`` and report its makespan, memory and communication.
 
     Parameters
@@ -71,13 +72,15 @@ def evaluate(graph: CostGraph, machine: Machine, placement: np.ndarray, *,
         What runs, on what, where.
     schedule, memory:
         Reuse an emulation / memory profile already computed for this placement.
+    order:
+        The placement's run order, if it has one (:mod:`pardnn.order`): emulated as enforced.
 
     Notes
     -----
     O((|V| + |E|) log |V|): one emulation, one memory sweep, one critical-path sweep.
     """
     place = check_placement(graph, machine, placement)
-    schedule = emulate(graph, machine, place) if schedule is None else schedule
+    schedule = emulate(graph, machine, place, order=order) if schedule is None else schedule
     memory = track_memory(graph, machine, place, schedule) if memory is None else memory
     bound, critical = lower_bound_us(graph, machine.devices)
     cut = place[graph.edge_src] != place[graph.edge_dst]

@@ -28,8 +28,9 @@ def reject_memory_heuristic(placer: str, memory_heuristic: str | None) -> None:
 
 
 def finish(graph: CostGraph, machine: Machine, placement: np.ndarray, *, algorithm: str,
-           placement_seconds: float, details: dict[str, Any], progress: Progress | None = None) -> Result:
-    """Evaluate ``placement`` and return it, read-only, with its report.
+           placement_seconds: float, details: dict[str, Any], progress: Progress | None = None,
+           order: np.ndarray | None = None) -> Result:
+    """Evaluate ``placement`` (in its run ``order``, if any) and return it, read-only, with its report.
 
     ``stage_seconds`` holds ``placement`` (the placer's own time) and ``evaluation``.
     """
@@ -37,9 +38,12 @@ def finish(graph: CostGraph, machine: Machine, placement: np.ndarray, *, algorit
         progress("evaluation", 0, 1)
     place = np.ascontiguousarray(placement, dtype=np.int64)
     t0 = time.perf_counter()
-    evaluation = evaluate(graph, machine, place)
+    evaluation = evaluate(graph, machine, place, order=order)
     seconds = {"placement": placement_seconds, "evaluation": time.perf_counter() - t0}
     report = PartitionReport(algorithm, machine.devices, graph.n, graph.m, communication_ratio(graph, machine),
                              seconds, evaluation, details)
     place.flags.writeable = False
-    return Result(place, report)
+    if order is not None:
+        order = np.array(order, dtype=np.int64)
+        order.flags.writeable = False
+    return Result(place, report, order)

@@ -28,7 +28,12 @@ that fits memory on the same machine (of every placement, without limits): ``emu
 honest optimality gap. It overstates the gap of the *placement*: the emulator runs each device in
 order of readiness, the model in the best order, so even the exact placement may emulate above ``T*``.
 Of the placements of every solution the searches report and of the hint, the one the emulator runs
-fastest is returned (``details["chosen"]``; ``model_start_us``: the model's schedule of it).
+fastest is returned (``details["chosen"]``; ``model_start_us``: the model's schedule of it). With
+it comes the model's run order (each device's ops by their start in the model's schedule, as
+:mod:`pardnn.order` positions) when the emulator, holding each device to that order, runs the
+placement faster than in order of readiness and within memory (``details["run_order"]``): an op then
+starts no later than the model starts it, so the emulated makespan is the model's up to the
+rounding of durations to ticks.
 
 **Integer time.** Times are ticks of ``10^-e`` µs, ``e`` such that the horizon (total compute + total
 communication) is about 10^7 ticks; durations and communication costs are rounded *down*. Rounding
@@ -77,9 +82,7 @@ from typing import Any
 import numpy as np
 
 from pardnn.baselines._common import finish, reject_memory_heuristic
-from pardnn.baselines.critical_path import critical_path_placement
-from pardnn.baselines.topological import topological
-from pardnn.emulator import emulate
+from pardnn.baselines.exact_schedule import Candidate, hint_candidate, model_order, pick
 from pardnn.errors import MissingDependencyError, PardnnError
 from pardnn.graph import CostGraph, Kind
 from pardnn.machine import Machine
@@ -98,9 +101,6 @@ TICKS = 1e7  # the horizon in ticks, about
 RELATIVE_GAP = 1e-4  # "optimal": proven within 0.01 % of the model's optimum
 WALL_FACTOR, WALL_EXTRA_S = 5.0, 10.0  # the wall-clock backstop of the deterministic time limit
 
-Candidate = tuple[np.ndarray, list[int], str]  # placement, start ticks, label
-
-
 class GraphTooLargeError(PardnnError, ValueError):
     """The graph has more ops than the exact solver is asked to take (``max_ops``)."""
 
@@ -112,54 +112,6 @@ def _cp_model() -> Any:
         raise MissingDependencyError(  # pandas 3 (which OR-Tools would pull) needs numpy 2, TensorFlow 2.15 numpy 1
             "the exact placer needs OR-Tools: pip install ortools==9.9.3963 'pandas<3'") from exc
     return cp_model
-
-
-def _list_schedule(graph: CostGraph, place: np.ndarray, order: list[int], dur: list[int], comm: list[int]) -> list[int]:
-    """Integer starts when the ops run in ``order`` (topological, and per device the run order), each as
-    early as its device and inputs allow: a schedule of the model."""
-    free = [0] * (int(place.max(initial=0)) + 1)
-    start = [0] * graph.n
-    for v in order:
-        t = free[place[v]]
-        for slot in range(graph.pred_ptr[v], graph.pred_ptr[v + 1]):
-            u = int(graph.pred[slot])
-            cut = comm[int(graph.pred_edge[slot])] if place[u] != place[v] else 0
-            t = max(t, start[u] + dur[u] + cut)
-        start[v] = t
-        free[place[v]] = t + dur[v]
-    return start
-
-
-def _canonical(place: np.ndarray, unit: np.ndarray, devices: int) -> np.ndarray:
-    """Devices renamed in order of first use by the units 0, 1, ... (the value-precedence order)."""
-    first = np.full(int(unit.max(initial=-1)) + 1, -1, np.int64)
-    first[unit] = place  # the members of a unit share its device
-    rename = np.full(devices, -1, np.int64)
-    for d in first.tolist():
-        if rename[d] < 0:
-            rename[d] = int((rename >= 0).sum())
-    rename[rename < 0] = np.arange(int((rename >= 0).sum()), devices)
-    return rename[place]
-
-
-def _hint(graph: CostGraph, machine: Machine, residual: np.ndarray, unit: np.ndarray, dur: list[int],
-          comm: list[int], symmetric: bool) -> Candidate | None:
-    """The single-device, topological or critical-path placement within the residual limits whose
-    emulated order gives the shortest integer schedule (ties in that order)."""
-    best: tuple[int, Candidate] | None = None
-    for name, place in (("single", np.zeros(graph.n, np.int64)),
-                        ("topological", np.array(topological(graph, machine).placement)),
-                        ("critical_path", critical_path_placement(graph, machine)[0])):
-        load = np.bincount(place, weights=residual, minlength=machine.devices)
-        if machine.bounded and (load > machine.limits_bytes).any():
-            continue
-        place = _canonical(place, unit, machine.devices) if symmetric else place
-        order = np.lexsort((graph.topo_rank, emulate(graph, machine, place).start_us)).tolist()
-        start = _list_schedule(graph, place, order, dur, comm)
-        length = max(s + d for s, d in zip(start, dur))
-        if best is None or length < best[0]:
-            best = (length, (place, start, name))
-    return None if best is None else best[1]
 
 
 def _solve(graph: CostGraph, machine: Machine, time_limit_s: float) -> dict[str, Any]:
@@ -240,7 +192,7 @@ def _solve(graph: CostGraph, machine: Machine, time_limit_s: float) -> dict[str,
         for (a, b), x in apart.items():
             model.add_hint(x, int(device[a] != device[b]))
 
-    hint = _hint(graph, machine, residual, unit, dur, comm, symmetric)
+    hint = hint_candidate(graph, machine, residual, unit, dur, comm, symmetric)
     if hint is not None:
         device = np.zeros(count, np.int64)
         device[unit] = hint[0]
@@ -280,7 +232,7 @@ def _solve(graph: CostGraph, machine: Machine, time_limit_s: float) -> dict[str,
         if infeasible or proven:
             break
     status = "infeasible" if infeasible else "optimal" if proven else "feasible" if best is not None else "unknown"
-    placement, starts, chosen = _pick(graph, machine, found + ([] if hint is None else
+    placement, starts, chosen = pick(graph, machine, found + ([] if hint is None else
                                                                [(hint[0], hint[1], f"hint ({hint[2]})")]), dur)
     return {
         "placement": placement, "status": status,
@@ -311,20 +263,6 @@ def _recorder(cp_model: Any, y: list[list[Any]], start: list[Any]) -> Any:
             self.solutions.append((device, [self.value(s) for s in start]))
 
     return Recorder()
-
-
-def _pick(graph: CostGraph, machine: Machine, candidates: list[Candidate],
-          dur: list[int]) -> tuple[np.ndarray, list[int] | None, str]:
-    """The candidate with the least emulated makespan (the emulator's order of readiness can undo the
-    model's order), ties to the shorter model schedule, then to the later; without any, device 0."""
-    if not candidates:
-        return np.zeros(graph.n, np.int64), None, "device 0"
-    emulated: dict[bytes, float] = {}
-    for place, _, _ in candidates:
-        if place.tobytes() not in emulated:
-            emulated[place.tobytes()] = emulate(graph, machine, place).makespan_us
-    return min(reversed(candidates),
-               key=lambda c: (emulated[c[0].tobytes()], max(s + t for s, t in zip(c[1], dur))))
 
 
 def _trivial(graph: CostGraph, machine: Machine) -> dict[str, Any]:
@@ -393,5 +331,8 @@ def exact(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = 
     objective, bound = out["objective_us"], out["bound_us"]
     out["gap"] = None if objective is None or bound is None else (objective - bound) / objective if objective else 0.0
     out["time_limit_s"] = float(time_limit_s)
+    order = model_order(graph, machine, placement, out["model_start_us"])
+    out["run_order"] = order is not None
     return finish(graph, machine, placement, algorithm="exact", placement_seconds=time.perf_counter() - t0,
-                  details=out, progress=progress)
+                  details=out, progress=progress, order=order)
+

@@ -19,9 +19,10 @@ from collections.abc import Sequence
 
 from pardnn.errors import InfeasibleError, PardnnError
 
-from .commands import BUILTIN, format_evaluation, format_report
+from .commands import BUILTIN
 from .options import EPILOG, EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_OK, EXIT_USAGE, StageProgress
 from .plugins import PluginError, add_plugins
+from .reports import format_evaluation, format_report
 
 __all__ = ["EPILOG", "EXIT_BAD_INPUT", "EXIT_INFEASIBLE", "EXIT_OK", "EXIT_USAGE", "StageProgress", "build_parser",
            "format_evaluation", "format_report", "main", "run"]

@@ -30,11 +30,11 @@ from .options import (
     param_type,
     print_json,
     read_graph,
-    table,
     us,
 )
+from .reports import PARDNN, format_evaluation, format_report
 
-__all__ = ["BUILTIN", "format_evaluation", "format_report"]
+__all__ = ["BUILTIN"]
 
 
 # ---------------------------------------------------------------------------------------- info
@@ -72,28 +72,6 @@ def add_info(sub: Any) -> None:
 
 
 # ------------------------------------------------------------------------------------ simulate
-def format_evaluation(evaluation: Any) -> str:
-    lines = [
-        f"makespan        {us(evaluation.makespan_us)}   lower bound {us(evaluation.lower_bound_us)}"
-        f"   ratio {evaluation.ratio:.3f}",
-        f"communication   {evaluation.cut_edges:,} cut edges, {format_bytes(evaluation.cut_bytes)}, "
-        f"{us(evaluation.comm_us)} of transfers",
-        f"memory          {'fits' if evaluation.memory_fits else 'DOES NOT FIT'}"
-        + ("" if evaluation.limit_bytes is not None else " (no limit given)"),
-    ]
-    if evaluation.colocation_violations:
-        lines.append(f"colocation      {evaluation.colocation_violations} group(s) SPLIT across devices")
-    rows = []
-    for d, load in enumerate(evaluation.load_us):
-        limit = evaluation.limit_bytes[d] if evaluation.limit_bytes is not None else None
-        rows.append([str(d), f"{evaluation.ops_per_device[d]:,}", us(load),
-                     format_bytes(evaluation.peak_memory_bytes[d]), format_bytes(evaluation.residual_bytes[d]),
-                     "-" if limit is None else format_bytes(limit),
-                     "-" if limit is None else ("ok" if evaluation.peak_memory_bytes[d] <= limit else "OVER")])
-    lines.append(table(rows, ["device", "ops", "load", "peak memory", "residual", "limit", "fits"]))
-    return "\n".join(lines)
-
-
 def cmd_simulate(args: argparse.Namespace) -> int:
     from pardnn.emulator import emulate
     from pardnn.io import read_ordered_placement
@@ -165,43 +143,7 @@ def add_simulate(sub: Any) -> None:
 
 
 # --------------------------------------------------------------------------------------- place
-def format_report(report: Any) -> str:
-    stages = ", ".join(f"{name} {seconds:.3f} s" for name, seconds in report.stage_seconds.items())
-    details = report.details
-    lines = [f"{report.algorithm}: {report.ops:,} ops, {report.edges:,} edges on {report.devices} devices; "
-             f"CCR {report.ccr:.2f}",
-             f"stages          {stages} (total {report.total_seconds:.3f} s)"]
-    if details.get("memory_heuristic"):
-        before = details["peak_before_bytes"]
-        if "peak_after_bytes" in details:
-            lines.append(f"memory          heuristic {details['memory_heuristic']}: moved {details['moved_ops']:,} ops "
-                         f"({details['moved_share']:.1%} of all), makespan {us(details['makespan_before_us'])} -> "
-                         f"{us(details['makespan_after_us'])}, max peak {format_bytes(max(before))} -> "
-                         f"{format_bytes(max(details['peak_after_bytes']))}, "
-                         f"{report.stage_seconds.get('memory', 0.0):.3f} s")
-        else:
-            lines.append(f"memory          heuristic {details['memory_heuristic']} gave up: "
-                         f"{details.get('memory_heuristic_failed', '')}")
-    if "guard" in details:
-        lines.append(f"guard           {format_guard(details['guard'])}")
-    if "refine" in details:
-        refined = details["refine"]
-        lines.append(f"refine          {refined['moves']} moves accepted of {refined['evaluations']} tried: makespan "
-                     f"{us(refined['makespan_before_us'])} -> {us(refined['makespan_after_us'])}")
-    if "order" in details:
-        lines.append(f"order           {format_order(details['order'])}")
-    if "primary_ops" in details:
-        lines.append(f"clusters        {len(details['primary_ops'])} primaries of "
-                     f"{', '.join(str(x) for x in details['primary_ops'])} ops; "
-                     f"{details['secondary_clusters']:,} secondaries: {details['mapped_by_locality']:,} mapped for "
-                     f"locality ({details['lookahead_passes']} passes), {details['mapped_by_balance']:,} by "
-                     f"level-aware balancing; {details['colocation_moved']:,} ops moved to keep colocation groups")
-    lines.append(format_evaluation(report.evaluation))
-    return "\n".join(lines)
-
-
 LC_TIME_BUDGET_S = 60.0
-PARDNN = PLACEMENT["algorithm"].default  # the paper's placer: the only one with memory heuristics
 
 
 def _seconds(text: str) -> float:
@@ -212,28 +154,6 @@ def _seconds(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds >= 0")
     return value
-
-
-def format_guard(guard: dict[str, Any]) -> str:
-    """One line: which placement the guard kept, and by how much it beat ParDNN's own."""
-    others = [name for name in guard["candidates"] if name != PARDNN]
-    emulated = [name for name in others if guard["candidates"][name] is not None]
-    if guard["winner"] == PARDNN:
-        return (f"kept ParDNN's placement: none of {len(others)} cheap placements that fit is faster "
-                f"({len(emulated)} emulated, {len(others) - len(emulated)} ruled out by a lower bound or unavailable)")
-    own = guard["pardnn_makespan_us"]
-    return (f"{guard['winner']} is {guard['speedup_over_pardnn']:.2f}x faster than ParDNN's own placement "
-            f"({us(guard['makespan_us'])} vs {'none that fits' if own == float('inf') else us(own)}); using it")
-
-
-def format_order(order: dict[str, Any]) -> str:
-    """One line: whether the ordering stage kept a run order, and what it buys."""
-    if order["kept"]:
-        return (f"each device runs in upward-rank order (written as positions, enforced by pardnn.tf.apply): "
-                f"makespan {us(order['unordered_us'])} -> {us(order['ordered_us'])} "
-                f"({order['unordered_us'] / order['ordered_us']:.2f}x)")
-    tried = f", {us(order['ordered_us'])} in upward-rank order" if "ordered_us" in order else ""
-    return f"none kept ({order.get('why_not', 'one device')}{tried}): each device runs in order of readiness"
 
 
 def cmd_place(args: argparse.Namespace) -> int:
@@ -313,7 +233,7 @@ def add_place(sub: Any) -> None:
                             "(one device, contiguous split, round robin, critical path, METIS, a folded device) "
                             "that fits is faster, and without refinement or run order; by default the fastest is "
                             "kept, refined, and the report says which")
-    place.add_argument("--no-order", action="store_true",
+    place.add_argument("--no-run-order", dest="no_order", action="store_true",
                        help="never write a run order: by default, when running each device's ops in upward-rank "
                             "order (enforced with control dependencies by pardnn.tf.apply) makes the step strictly "
                             "shorter and still fits, the placement is refined under that order and the file gets a "

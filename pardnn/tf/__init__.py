@@ -5,7 +5,7 @@
     cost = pardnn.tf.profile(graph, [train_op, loss], feed_fn)     # or capture(...) / estimate(...)
     cost, sizing = pardnn.tf.capture_with_report(graph, [train_op, loss])   # outputs per sizing rule
     result = pardnn.partition(cost, pardnn.Machine(4))
-    pardnn.tf.apply(graph, result.placement, pardnn.tf.device_names(4), names=cost.names)
+    pardnn.tf.apply(graph, result.placement, pardnn.tf.device_names(4), names=cost.names, order=result.order)
     session = tf.compat.v1.Session(graph=graph, config=pardnn.tf.session_config(4))
 
 Importing this package imports TensorFlow; ``import pardnn`` does not import it. The functions are

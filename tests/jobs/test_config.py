@@ -74,7 +74,8 @@ def test_placement_table_is_the_shared_schema(tmp_path):
     from pardnn import settings
 
     assert PLACEMENT == {key: settings.PLACEMENT[key] for key in PLACEMENT}
-    assert set(PLACEMENT) == {"devices_per_node", "memory", "reserve", "memory_heuristic", "costs", "device_preset",
+    assert set(PLACEMENT) == {"devices_per_node", "memory", "reserve", "memory_heuristic", "run_order", "costs",
+                              "device_preset",
                               "profile_steps"}
     defaults = Job("x", None, "wrn", {}, 1)
     assert {key: getattr(defaults, key) for key in PLACEMENT} == {key: p.default for key, p in PLACEMENT.items()}

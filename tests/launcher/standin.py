@@ -43,6 +43,7 @@ class Job:
     memory: str | None = None
     reserve: float = 0.1
     memory_heuristic: str = "overflow"
+    run_order: bool = True
     costs: str = "profile"
     device_preset: str = "v100-32gb"
     profile_steps: int = 3

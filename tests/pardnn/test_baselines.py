@@ -43,7 +43,7 @@ def assert_valid(graph: CostGraph, machine: Machine, result: Result) -> None:
     assert not placement.flags.writeable
     check_placement(graph, machine, placement, colocation=True)
     report = result.report
-    truth = evaluate(graph, machine, placement)
+    truth = evaluate(graph, machine, placement, order=result.order)
     assert report.evaluation == truth
     assert report.evaluation.memory_fits == truth.memory_fits
     assert report.evaluation.colocation_violations == 0

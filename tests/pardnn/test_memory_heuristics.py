@@ -232,7 +232,7 @@ def test_heuristic_one_fits_or_says_infeasible(g, k, seed):
     except InfeasibleError as exc:
         assert "Options:" in str(exc)
         return
-    assert evaluate(g, machine, result.placement).memory_fits
+    assert evaluate(g, machine, result.placement, order=result.order).memory_fits
     assert colocation_violations(g, result.placement) == []
     again = partition(g, machine, memory_heuristic="overflow")
     assert again.placement.tobytes() == result.placement.tobytes()

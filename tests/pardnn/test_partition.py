@@ -116,6 +116,6 @@ def test_synthetic_dnn_graph(k):
     assert sorted(set(result.placement.tolist())) == list(range(k))  # every device used
     report = result.report
     assert report.evaluation.makespan_us >= report.evaluation.lower_bound_us
-    assert set(report.stage_seconds) == {"slicing", "mapping", "guard", "refine", "evaluation"}
+    assert set(report.stage_seconds) == {"slicing", "mapping", "guard", "refine", "order", "evaluation"}
     assert report.details["mapped_by_locality"] + report.details["mapped_by_balance"] == \
         report.details["secondary_clusters"]

@@ -1,0 +1,114 @@
+"""The exact placer's schedules outside CP-SAT (:mod:`pardnn.baselines.exact`).
+
+- :func:`list_schedule`: the integer schedule of the model when the ops run in a given order, each as
+  early as its device and inputs allow (how an emulated order becomes a hint or a candidate).
+- :func:`hint_candidate`: the first search's starting solution, the best of three cheap placements.
+- :func:`pick`: the returned placement among every solution found: the one the emulator runs fastest,
+  in order of readiness or in its model order.
+- :func:`model_order`: a placement's run order from the model's start times, kept when the emulator,
+  holding each device to it, runs the placement faster than in order of readiness and within memory.
+
+Complexity: O(|V| + |E|) per list schedule; an emulation per candidate (two with its order).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pardnn.baselines.critical_path import critical_path_placement
+from pardnn.baselines.topological import topological
+from pardnn.checks import dense_positions
+from pardnn.emulator import emulate
+from pardnn.graph import CostGraph
+from pardnn.machine import Machine
+from pardnn.memory import track_memory
+
+__all__ = ["Candidate", "canonical", "hint_candidate", "list_schedule", "model_order", "pick"]
+
+Candidate = tuple[np.ndarray, list[int], str]  # placement, start ticks, label
+
+
+def list_schedule(graph: CostGraph, place: np.ndarray, order: list[int], dur: list[int], comm: list[int]) -> list[int]:
+    """Integer starts when the ops run in ``order`` (topological, and per device the run order), each as
+    early as its device and inputs allow: a schedule of the model."""
+    free = [0] * (int(place.max(initial=0)) + 1)
+    start = [0] * graph.n
+    for v in order:
+        t = free[place[v]]
+        for slot in range(graph.pred_ptr[v], graph.pred_ptr[v + 1]):
+            u = int(graph.pred[slot])
+            cut = comm[int(graph.pred_edge[slot])] if place[u] != place[v] else 0
+            t = max(t, start[u] + dur[u] + cut)
+        start[v] = t
+        free[place[v]] = t + dur[v]
+    return start
+
+
+def canonical(place: np.ndarray, unit: np.ndarray, devices: int) -> np.ndarray:
+    """Devices renamed in order of first use by the units 0, 1, ... (the value-precedence order)."""
+    first = np.full(int(unit.max(initial=-1)) + 1, -1, np.int64)
+    first[unit] = place  # the members of a unit share its device
+    rename = np.full(devices, -1, np.int64)
+    for d in first.tolist():
+        if rename[d] < 0:
+            rename[d] = int((rename >= 0).sum())
+    rename[rename < 0] = np.arange(int((rename >= 0).sum()), devices)
+    return rename[place]
+
+
+def hint_candidate(graph: CostGraph, machine: Machine, residual: np.ndarray, unit: np.ndarray, dur: list[int],
+          comm: list[int], symmetric: bool) -> Candidate | None:
+    """The single-device, topological or critical-path placement within the residual limits whose
+    emulated order gives the shortest integer schedule (ties in that order)."""
+    best: tuple[int, Candidate] | None = None
+    for name, place in (("single", np.zeros(graph.n, np.int64)),
+                        ("topological", np.array(topological(graph, machine).placement)),
+                        ("critical_path", critical_path_placement(graph, machine)[0])):
+        load = np.bincount(place, weights=residual, minlength=machine.devices)
+        if machine.bounded and (load > machine.limits_bytes).any():
+            continue
+        place = canonical(place, unit, machine.devices) if symmetric else place
+        order = np.lexsort((graph.topo_rank, emulate(graph, machine, place).start_us)).tolist()
+        start = list_schedule(graph, place, order, dur, comm)
+        length = max(s + d for s, d in zip(start, dur))
+        if best is None or length < best[0]:
+            best = (length, (place, start, name))
+    return None if best is None else best[1]
+
+
+def pick(graph: CostGraph, machine: Machine, candidates: list[Candidate],
+          dur: list[int]) -> tuple[np.ndarray, list[int] | None, str]:
+    """The candidate with the least emulated makespan, in order of readiness or in its model order (the
+    emulator's order of readiness can undo the model's), ties to the shorter model schedule, then to the
+    later; without any, device 0."""
+    if not candidates:
+        return np.zeros(graph.n, np.int64), None, "device 0"
+    emulated: dict[bytes, float] = {}
+    for place, _, _ in candidates:
+        if place.tobytes() not in emulated:
+            emulated[place.tobytes()] = emulate(graph, machine, place).makespan_us
+
+    def makespan(candidate: Candidate) -> float:
+        place, starts, _ = candidate
+        order = model_order(graph, machine, place, [float(s) for s in starts])
+        return emulated[place.tobytes()] if order is None else emulate(graph, machine, place, order=order).makespan_us
+
+    return min(reversed(candidates), key=lambda c: (makespan(c), max(s + t for s, t in zip(c[1], dur))))
+
+
+def model_order(graph: CostGraph, machine: Machine, placement: np.ndarray,
+                 starts: list[float] | None) -> np.ndarray | None:
+    """The model's run order of ``placement`` (module notes), if the emulator runs it faster than in order
+    of readiness and it fits memory; else ``None``."""
+    if starts is None or machine.devices < 2 or graph.n == 0:
+        return None
+    place = np.asarray(placement, dtype=np.int64)
+    key = np.empty(graph.n, np.int64)
+    key[np.lexsort((graph.topo_rank, np.asarray(starts)))] = np.arange(graph.n)  # a linear extension of the DAG
+    order = dense_positions(place, key)
+    ordered = emulate(graph, machine, place, order=order)
+    if not ordered.makespan_us < emulate(graph, machine, place).makespan_us * (1 - 1e-9):
+        return None
+    if machine.bounded and not (track_memory(graph, machine, place, ordered).peak_bytes <= machine.limits_bytes).all():
+        return None
+    return order
