@@ -370,5 +370,6 @@ def test_the_guard_cost_is_the_median_paired_ratio_and_ignores_the_first_run_row
                      twin_of="pardnn place GRAPH -k 4 -o placement.txt", paired_ratio=1.20),
             SpeedRow("pardnn place GRAPH -k 4 -o placement.txt", 11.0, 10.0, note="first run")]
     [line] = [line for line in _guard_cost_lines(SimpleNamespace(speed=rows)) if line]
-    assert line.startswith("- The guard and the refinement add +20% to `pardnn place GRAPH -k 4 -o placement.txt`")
+    assert line.startswith("- The guard, the refinement and the run order add +20% to "
+                           "`pardnn place GRAPH -k 4 -o placement.txt`")
     assert "1.30 s against 1.00 s, +30%" in line and line.endswith("target ≤ +25%: met).")

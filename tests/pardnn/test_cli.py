@@ -68,6 +68,28 @@ def test_place_writes_a_placement_and_reports(tmp_path, capsys):
     assert read_placement(out, graph, devices=2).shape == (graph.n,)
 
 
+def test_place_writes_a_run_order_and_simulate_honours_it(tmp_path, capsys):
+    """a -> {b, c}, c -> d (1000 B at 1 GB/s, no latency), a, b, c in one group: in order of readiness
+    every placement takes >= 121 us; with c before b and d on the other device, 112 us. place writes
+    the positions as a third column; simulate emulates them (112), or not with --ignore-order (122)."""
+    graph_path, out = tmp_path / "fork.json", tmp_path / "p.txt"
+    write_graph(CostGraph(["a", "b", "c", "d"], [1.0, 10.0, 10.0, 100.0], [0, 0, 1000, 0], [0, 0, 2], [1, 2, 3],
+                          colocation=["g", "g", "g", None], name="fork"), graph_path)
+    link = ["--bandwidth", "1GB/s", "--latency", "0us"]
+    assert main(["place", str(graph_path), "-k", "2", *link, "-o", str(out)]) == EXIT_OK
+    assert "order           each device runs in upward-rank order" in capsys.readouterr().out
+    lines = out.read_text().splitlines()
+    assert all(len(line.split()) == 3 for line in lines) and lines[1].split()[2] == "2"  # b after c
+    assert main(["simulate", str(graph_path), str(out), *link, "--json"]) == EXIT_OK
+    report = json.loads(capsys.readouterr().out)
+    assert report["ordered"] is True and report["makespan_us"] == pytest.approx(112.0)
+    assert main(["simulate", str(graph_path), str(out), *link, "--ignore-order", "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["makespan_us"] == pytest.approx(122.0)
+    assert main(["place", str(graph_path), "-k", "2", *link, "--no-run-order", "-o", str(out)]) == EXIT_OK
+    assert "\norder " not in capsys.readouterr().out  # no ordering stage, no order line
+    assert all(len(line.split()) == 2 for line in out.read_text().splitlines())
+
+
 def test_place_json_report(tmp_path, capsys):
     out = tmp_path / "placement.json"
     assert main(["place", str(EXAMPLE), "-k", "3", "-o", str(out), "--json"]) == EXIT_OK
