@@ -126,8 +126,8 @@ def check_order(graph: CostGraph, placement: np.ndarray, position: Any, source: 
     if left.size:
         named = ", ".join(repr(graph.names[v]) for v in left[:_MAX_NAMED].tolist())
         raise InvalidPlacementError(
-            f"{source}: the devices' sequences and the graph's edges form a cycle through {left.size} ops "
-            f"({named}{', ...' if left.size > _MAX_NAMED else ''}): one device runs an op before one that "
+            f"{source}: the devices' sequences and the graph's edges form a cycle ({left.size} ops on or after it: "
+            f"{named}{', ...' if left.size > _MAX_NAMED else ''}): one device runs an op before one that "
             f"another device needs first")
     return dense
 

@@ -86,6 +86,7 @@ def order_placement(graph: CostGraph, machine: Machine, placement: np.ndarray, s
     and fits; else ``None``. Deterministic. Also returns what it tried (the report's ``order`` entry)."""
     details: dict[str, Any] = {"kept": False, "unordered_us": schedule.makespan_us}
     if machine.devices < 2 or graph.n == 0:
+        details["why_not"] = "one device" if graph.n else "no ops"
         return None, details
     place = np.asarray(placement, dtype=np.int64)
     ranked = Emulator(graph, machine, ranked=True)(place)

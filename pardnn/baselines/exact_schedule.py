@@ -77,10 +77,10 @@ def hint_candidate(graph: CostGraph, machine: Machine, residual: np.ndarray, uni
 
 
 def pick(graph: CostGraph, machine: Machine, candidates: list[Candidate],
-          dur: list[int]) -> tuple[np.ndarray, list[int] | None, str]:
-    """The candidate with the least emulated makespan, in order of readiness or in its model order (the
-    emulator's order of readiness can undo the model's), ties to the shorter model schedule, then to the
-    later; without any, device 0."""
+         dur: list[int], ordered: bool = True) -> tuple[np.ndarray, list[int] | None, str]:
+    """The candidate with the least emulated makespan, in order of readiness or (``ordered``) in its model
+    order (the emulator's order of readiness can undo the model's), ties to the shorter model schedule,
+    then to the later; without any, device 0."""
     if not candidates:
         return np.zeros(graph.n, np.int64), None, "device 0"
     emulated: dict[bytes, float] = {}
@@ -90,7 +90,7 @@ def pick(graph: CostGraph, machine: Machine, candidates: list[Candidate],
 
     def makespan(candidate: Candidate) -> float:
         place, starts, _ = candidate
-        order = model_order(graph, machine, place, [float(s) for s in starts])
+        order = model_order(graph, machine, place, [float(s) for s in starts]) if ordered else None
         return emulated[place.tobytes()] if order is None else emulate(graph, machine, place, order=order).makespan_us
 
     return min(reversed(candidates), key=lambda c: (makespan(c), max(s + t for s, t in zip(c[1], dur))))

@@ -74,7 +74,7 @@ def add_info(sub: Any) -> None:
 # ------------------------------------------------------------------------------------ simulate
 def cmd_simulate(args: argparse.Namespace) -> int:
     from pardnn.emulator import emulate
-    from pardnn.io import read_ordered_placement
+    from pardnn.io import read_ordered_placement, read_placement
     from pardnn.memory import track_memory
     from pardnn.simulate import evaluate
     from pardnn.trace import chrome_trace, plot_memory, write_trace
@@ -84,9 +84,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             raise PardnnError(f"{option} {path}: folder {Path(path).resolve().parent} does not exist; create it first")
     t0 = time.perf_counter()
     graph = read_graph(args.graph)
-    placement, order = read_ordered_placement(args.placement, graph, devices=args.devices)
-    if args.ignore_order:
-        order = None
+    if args.ignore_order:  # the order is not even read
+        placement, order = read_placement(args.placement, graph, devices=args.devices), None
+    else:
+        placement, order = read_ordered_placement(args.placement, graph, devices=args.devices)
     devices = args.devices if args.devices is not None else int(placement.max(initial=0)) + 1
     machine = machine_from_args(args, graph, devices)
     t1 = time.perf_counter()
@@ -179,8 +180,11 @@ def cmd_place(args: argparse.Namespace) -> int:
         heuristic = None
         if args.algorithm == "linear_clustering":
             options["time_budget_s"] = LC_TIME_BUDGET_S if args.time_budget is None else args.time_budget
-        elif args.algorithm == "exact" and args.time_budget is not None:
-            options["time_limit_s"] = args.time_budget
+        elif args.algorithm == "exact":
+            if args.time_budget is not None:
+                options["time_limit_s"] = args.time_budget
+            if args.no_order:
+                options["ordered"] = False
     placer = get_placer(args.algorithm)
     try:
         result = placer(graph, machine, memory_heuristic=heuristic, progress=progress, **options)

@@ -91,4 +91,4 @@ def format_order(order: dict[str, Any]) -> str:
                 f"makespan {us(order['unordered_us'])} -> {us(order['ordered_us'])} "
                 f"({order['unordered_us'] / order['ordered_us']:.2f}x)")
     tried = f", {us(order['ordered_us'])} in upward-rank order" if "ordered_us" in order else ""
-    return f"none kept ({order.get('why_not', 'one device')}{tried}): each device runs in order of readiness"
+    return f"none kept ({order['why_not']}{tried}): each device runs in order of readiness"

@@ -11,9 +11,11 @@ An *ordered* placement also gives each op its position in its device's run order
 (:mod:`pardnn.order`): text lines ``op_name device_index position``, JSON values
 ``[device_index, position]``. The first line (the first entry) decides the form and every other must
 follow it; a text file is ordered when its first line has three fields and the last two are
-integers (in that form a name cannot hold whitespace; the writer never writes such names). The order
-is checked against the graph (:func:`pardnn.checks.check_order`). :func:`read_placement` reads either
-form and returns the devices; :func:`read_ordered_placement` also returns the positions.
+integers, its first field is an op of the graph and the line read as ``op_name device_index`` is not
+one (in that form a name cannot hold whitespace; the writer refuses such names there). The order is
+checked against the graph (:func:`pardnn.checks.check_order`) by :func:`read_ordered_placement`,
+which returns it; :func:`read_placement` reads either form and returns the devices only, without
+looking at the order.
 
 Readers pick JSON for a ``.json`` file name or when the first non-blank character is ``{``.
 Writers list ops in graph order, one per line, so the same placement always gives the same bytes.
@@ -89,7 +91,16 @@ def read_placement(path: PathLike, graph: CostGraph, devices: int | None = None)
     --------
     >>> placement = read_placement("placement.txt", graph, devices=4)  # doctest: +SKIP
     """
-    return read_ordered_placement(path, graph, devices)[0]
+    return _read(path, graph, devices)[0]
+
+
+def _read(path: PathLike, graph: CostGraph, devices: int | None) -> tuple[np.ndarray, list[int] | None]:
+    path = Path(path)
+    source = str(path)
+    text = read_text(path, InvalidPlacementError, "a placement file")
+    if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
+        return _parse_placement_json(text, graph, source, devices)
+    return _parse_lines(text.splitlines(), graph, source, devices)
 
 
 def read_ordered_placement(path: PathLike, graph: CostGraph,
@@ -105,16 +116,10 @@ def read_ordered_placement(path: PathLike, graph: CostGraph,
         As :func:`read_placement`; and a line or entry not in the file's form, a position that is
         not a non-negative integer, or an order that contradicts the graph (:func:`pardnn.checks.check_order`).
     """
-    path = Path(path)
-    source = str(path)
-    text = read_text(path, InvalidPlacementError, "a placement file")
-    if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
-        placement, position = _parse_placement_json(text, graph, source, devices)
-    else:
-        placement, position = _parse_lines(text.splitlines(), graph, source, devices)
+    placement, position = _read(path, graph, devices)
     if position is None:
         return placement, None
-    return placement, check_order(graph, placement, position, source)
+    return placement, check_order(graph, placement, position, str(path))
 
 
 def parse_placement_lines(
@@ -167,9 +172,10 @@ def _parse_lines(lines: Iterable[str], graph: CostGraph, source: str,
                 line = line[: comment.start()].rstrip()
         if not line:
             continue
-        if ordered is None:  # the first line decides the form
-            parts = line.split()
-            ordered = len(parts) == 3 and all(_INTEGER.fullmatch(part) for part in parts[1:])
+        if ordered is None:  # the first line decides the form: ordered when its first field names an op
+            parts = line.split()  # and the line read as 'name device' does not (a name may hold spaces)
+            ordered = (len(parts) == 3 and all(_INTEGER.fullmatch(part) for part in parts[1:])
+                       and parts[0] in index and line.rsplit(None, 1)[0] not in index)
             position = [-1] * graph.n if ordered else None
         if ordered:
             fields = line.split()

@@ -159,7 +159,7 @@ def apply(graph: tf.Graph, placement: Mapping[str, int] | npt.ArrayLike, device_
     O(|V| + |E|) over the whole graph.
     """
     wanted = _placement_map(placement, names)
-    positions = None if order is None else _placement_map(order, names)
+    positions = None if order is None else _order_map(order, names)
     count = len(device_names)
     ops = graph.get_operations()
     by_name = {op.name: op for op in ops}
@@ -218,41 +218,70 @@ def apply(graph: tf.Graph, placement: Mapping[str, int] | npt.ArrayLike, device_
     device_type = tf.DeviceSpec.from_string(device_names[0]).device_type or "CPU"
     kernel_cache: dict[str, bool] = {}
     on_host = 0
-    per_device: dict[str, int] = {}
+    targets: dict[str, str] = {}
     for op in ops:
         target = device_names[device[op.name]]
         if device_type != "CPU" and op.name not in groups and not _has_kernel(op.type, device_type, kernel_cache):
             target = HOST_DEVICE
             on_host += 1
-        op._set_device(target)
-        per_device[target] = per_device.get(target, 0) + 1
-    added = 0 if positions is None else _sequence(graph, by_name, wanted, positions)
+        targets[op.name] = target
+    # The order is checked in full before the graph is touched.
+    links = [] if positions is None else _links(graph, by_name, wanted, targets, positions)
+    per_device: dict[str, int] = {}
+    for op in ops:
+        op._set_device(targets[op.name])
+        per_device[targets[op.name]] = per_device.get(targets[op.name], 0) + 1
+    for first, then in links:
+        then._add_control_input(first)
     return ApplyReport(len(wanted), counts["group"], counts["input"], counts["consumer"], counts["default"],
-                       on_host, per_device, added)
+                       on_host, per_device, len(links))
 
 
-def _sequence(graph: tf.Graph, by_name: dict[str, tf.Operation], device: Mapping[str, int],
-              position: Mapping[str, int]) -> int:
-    """Chain each device's ops in ``position`` order with control dependencies; how many it added."""
-    for name in position:
+def _order_map(order: Mapping[str, int] | npt.ArrayLike, names: Sequence[str] | None) -> dict[str, int]:
+    """``order`` as ``{op name: position}``, every position an integer >= 0."""
+    if isinstance(order, Mapping):
+        items = list(order.items())
+    else:
+        positions = np.asarray(order)
+        if names is None:
+            raise InvalidPlacementError("an order array needs names=cost_graph.names "
+                                        "(or pass a mapping name → position)")
+        if positions.shape != (len(names),):
+            raise InvalidPlacementError(f"the order has {positions.size} positions for {len(names)} names")
+        if positions.size and positions.dtype.kind not in "iu":
+            raise InvalidPlacementError(f"the order's positions must be integers, got {positions.dtype}")
+        items = list(zip(names, positions.tolist()))
+    out: dict[str, int] = {}
+    for name, position in items:
+        if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or position < 0:
+            raise InvalidPlacementError(f"the order gives op {name!r} position {position!r}; expected an integer >= 0")
+        out[str(name)] = int(position)
+    return out
+
+
+def _links(graph: tf.Graph, by_name: dict[str, tf.Operation], device: Mapping[str, int], target: Mapping[str, str],
+           position: Mapping[str, int]) -> list[tuple[tf.Operation, tf.Operation]]:
+    """The control dependencies that chain each device's ops in ``position`` order (by the device each op
+    really gets: an op sent to the host leaves its GPU's sequence); raises before anything changes."""
+    sequences: dict[str, list[tuple[int, str]]] = {}
+    for name, index in position.items():
         if name not in device:
             raise InvalidPlacementError(f"the order names op {name!r}, which the placement does not place")
-    sequences: dict[int, list[tuple[int, str]]] = {}
-    for name, index in position.items():
         op = by_name[name]
         if op.inputs and op._get_control_flow_context() is None:  # sources and v1 frame members float free
-            sequences.setdefault(device[name], []).append((index, name))
+            sequences.setdefault(target[name], []).append((index, name))
     links: list[tuple[tf.Operation, tf.Operation]] = []
-    for sequence in sequences.values():
+    for where, sequence in sequences.items():
         sequence.sort()
-        for (_, before), (_, after) in itertools.pairwise(sequence):
+        for (at, before), (next_at, after) in itertools.pairwise(sequence):
+            if at == next_at:
+                raise InvalidPlacementError(f"the order puts ops {before!r} and {after!r} both at position {at} "
+                                            f"on {where}; positions on one device must differ")
             first, then = by_name[before], by_name[after]
             if first not in then.control_inputs and all(t.op is not first for t in then.inputs):
                 links.append((first, then))
     _refuse_cycles(graph, links)
-    for first, then in links:
-        then._add_control_input(first)
-    return len(links)
+    return links
 
 
 def _refuse_cycles(graph: tf.Graph, links: list[tuple[tf.Operation, tf.Operation]]) -> None:
@@ -286,6 +315,7 @@ def _refuse_cycles(graph: tf.Graph, links: list[tuple[tf.Operation, tf.Operation
     if stuck:
         named = ", ".join(repr(name) for name in stuck[:8])
         raise InvalidPlacementError(
-            f"the run order would close a cycle in the graph through {len(left)} ops (ordered ops on it: {named}"
+            f"the run order would close a cycle in the graph ({len(left)} ops on or after it; ordered ops there: "
+            f"{named}"
             f"{', ...' if len(stuck) > 8 else ''}): TensorFlow's graph has dependencies the cost graph lacks "
             "(was it changed after capture?); place it again from this graph, or apply without the order")

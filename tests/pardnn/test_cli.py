@@ -88,6 +88,10 @@ def test_place_writes_a_run_order_and_simulate_honours_it(tmp_path, capsys):
     assert main(["place", str(graph_path), "-k", "2", *link, "--no-run-order", "-o", str(out)]) == EXIT_OK
     assert "\norder " not in capsys.readouterr().out  # no ordering stage, no order line
     assert all(len(line.split()) == 2 for line in out.read_text().splitlines())
+    pytest.importorskip("ortools")
+    for flags, columns in (([], 3), (["--no-run-order"], 2)):  # the exact placer: its model's order, or none
+        assert main(["place", str(graph_path), "-k", "2", *link, "-a", "exact", *flags, "-o", str(out)]) == EXIT_OK
+        assert {len(line.split()) for line in out.read_text().splitlines()} == {columns}
 
 
 def test_place_json_report(tmp_path, capsys):

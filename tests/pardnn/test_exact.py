@@ -250,3 +250,5 @@ def test_the_exact_placement_comes_with_the_model_order_when_that_is_faster():
     assert result.report.evaluation.makespan_us == pytest.approx(112.0, rel=1e-5)
     assert result.order[[1, 2]].tolist() == [2, 1]  # c before b
     assert evaluate(g, machine, result.placement).makespan_us >= 121.0  # the same placement, unordered
+    plain, details = solve(g, machine, ordered=False)
+    assert plain.order is None and not details["run_order"] and plain.report.evaluation.makespan_us >= 121.0

@@ -1101,3 +1101,18 @@ def test_an_order_against_the_graph_is_refused_naming_the_file(tmp_path):
         read_ordered_placement(path, g)
     with pytest.raises(InvalidPlacementError, match="both at position 1 on device 0"):
         format_placement(g, np.array([0, 0, 0, 1]), order=np.array([0, 1, 1, 0]))
+
+
+def test_a_plain_file_whose_first_name_holds_a_space_still_reads(tmp_path):
+    """'layer 3 0' is op 'layer 3' on device 0, not op 'layer' at position 0: the graph decides."""
+    g = CostGraph(["layer 3", "layer"], [1.0, 1.0], [8, 8], [0], [1])
+    path = tmp_path / "p.txt"
+    write_placement(path, g, np.array([0, 1]))
+    assert path.read_text().splitlines()[0] == "layer 3 0"
+    placement, order = read_ordered_placement(path, g)
+    assert placement.tolist() == [0, 1] and order is None
+    with pytest.raises(InvalidPlacementError, match="whitespace cannot be written to an ordered text placement"):
+        write_placement(path, g, np.array([0, 1]), order=np.array([0, 0]))
+    write_placement(tmp_path / "p.json", g, np.array([0, 0]), order=np.array([0, 1]))
+    placement, order = read_ordered_placement(tmp_path / "p.json", g)
+    assert placement.tolist() == [0, 0] and order.tolist() == [0, 1]

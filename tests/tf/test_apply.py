@@ -178,9 +178,18 @@ def test_an_order_that_would_close_a_cycle_is_refused_and_the_graph_left_alone()
     # loss, and the order runs the matmul first.
     mm, loss = model.graph.get_operation_by_name("mm"), model.graph.get_operation_by_name("loss")
     mm._add_control_input(loss)
-    before = {op.name: list(op.control_inputs) for op in model.graph.get_operations()}
+    before = {op.name: (op.device, list(op.control_inputs)) for op in model.graph.get_operations()}
     with pytest.raises(InvalidPlacementError, match="would close a cycle"):
         apply(model.graph, placement, device_names(1), names=cost.names, order=order)
-    assert {op.name: list(op.control_inputs) for op in model.graph.get_operations()} == before
+    assert {op.name: (op.device, list(op.control_inputs)) for op in model.graph.get_operations()} == before
+    tiny = models.tiny().graph
+    untouched = {op.name: op.device for op in tiny.get_operations()}
     with pytest.raises(InvalidPlacementError, match="the order names op 'nope'"):
-        apply(models.tiny().graph, {"mm": 0}, device_names(1), order={"nope": 0})
+        apply(tiny, {"mm": 0}, device_names(1), order={"nope": 0})
+    with pytest.raises(InvalidPlacementError, match=r"the order gives op 'mm' position 1\.5"):
+        apply(tiny, {"mm": 0}, device_names(1), order={"mm": 1.5})
+    with pytest.raises(InvalidPlacementError, match="both at position 0 on /device:CPU:0"):
+        apply(tiny, {"mm": 0, "loss": 0}, device_names(1), order={"mm": 0, "loss": 0})
+    with pytest.raises(InvalidPlacementError, match="the order has 1 positions for 2 names"):
+        apply(tiny, [0, 0], device_names(1), names=["mm", "loss"], order=[0])
+    assert {op.name: op.device for op in tiny.get_operations()} == untouched
