@@ -115,10 +115,11 @@ def _best_placement(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, comm
     place = np.zeros(n, np.int64)
     fifo = np.zeros(0)  # no priority: each device's queue in order of readiness
     no_chain = np.zeros(0, np.int64)
+    every = np.ones(n, np.bool_)
     top = np.zeros(n, np.int64)  # top[i] = max(place[0..i])
     best, best_place = np.inf, place.copy()
     while True:
-        priority = -_upward_rank(place, succ_ptr, succ, comm, comp, topo_order) if ordered else fifo
+        priority = -_upward_rank(place, succ_ptr, succ, comm, comp, topo_order, every) if ordered else fifo
         makespan = _emulate(n, k, succ_ptr, succ, comm, pred_ptr, place, comp, topo_rank, priority, no_chain)[2]
         if makespan < best:
             best, best_place = makespan, place.copy()

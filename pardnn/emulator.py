@@ -26,6 +26,7 @@ from numba import njit
 
 from pardnn.checks import chain_next, check_order, check_placement
 from pardnn.graph import CostGraph
+from pardnn.levels import _bottom_levels
 from pardnn.machine import Machine
 
 __all__ = ["Emulator", "Schedule", "emulate", "heap_pop", "heap_push"]
@@ -230,6 +231,7 @@ class Emulator:
     def __init__(self, graph: CostGraph, machine: Machine, priority: np.ndarray | None = None, *,
                  ranked: bool = False) -> None:
         self._graph, self._devices, self._ranked = graph, machine.devices, ranked
+        self._every = np.ones(graph.n, np.bool_)  # the rank sweep's mask: every op
         self._edge_comm = machine.edge_comm_us(graph.succ_bytes)
         if ranked and priority is not None:
             raise ValueError("priority and ranked exclude each other: ranked computes the priority per placement")
@@ -242,7 +244,7 @@ class Emulator:
         priority = self._priority
         if self._ranked:
             priority = -_upward_rank(placement, graph.succ_ptr, graph.succ, self._edge_comm, graph.comp_us,
-                                     graph.topo_order)
+                                     graph.topo_order, self._every)
         start, finish, makespan, arrival, sequence = _emulate(
             graph.n, self._devices, graph.succ_ptr, graph.succ, self._edge_comm, graph.pred_ptr, placement,
             graph.comp_us, graph.topo_rank, priority, _NO_CHAIN if chain is None else chain)
@@ -256,17 +258,12 @@ _NO_CHAIN = np.zeros(0, np.int64)
 
 @njit(cache=True, nogil=True)
 def _upward_rank(placement: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, succ_comm: np.ndarray,
-                 comp: np.ndarray, topo_order: np.ndarray) -> np.ndarray:
+                 comp: np.ndarray, topo_order: np.ndarray, every: np.ndarray) -> np.ndarray:
     # Each op's upward rank under ``placement``: its compute plus the longest path after it, counting
-    # the transfer time of cut edges only (HEFT's rank, with the placement known).
-    rank = np.zeros(comp.size)
-    for i in range(topo_order.size - 1, -1, -1):
-        v = topo_order[i]
-        best = 0.0
+    # the transfer time of cut edges only (HEFT's rank, with the placement known). ``every``: all True.
+    cut_comm = np.zeros(succ_comm.size)
+    for v in range(placement.size):
         for k in range(succ_ptr[v], succ_ptr[v + 1]):
-            s = succ[k]
-            length = rank[s] + (succ_comm[k] if placement[s] != placement[v] else 0.0)
-            if length > best:
-                best = length
-        rank[v] = comp[v] + best
-    return rank
+            if placement[succ[k]] != placement[v]:
+                cut_comm[k] = succ_comm[k]
+    return _bottom_levels(topo_order, succ_ptr, succ, cut_comm, comp, every)

@@ -69,7 +69,6 @@ class Ordered:
     position: np.ndarray  # int64 per op: its place in its device's sequence (0 runs first)
     schedule: Schedule
     memory: MemoryProfile | None
-    details: dict[str, Any]
 
 
 def positions(placement: np.ndarray, schedule: Schedule) -> np.ndarray:
@@ -105,4 +104,4 @@ def order_placement(graph: CostGraph, machine: Machine, placement: np.ndarray, s
         return None, details
     details["kept"] = True
     return Ordered(refined.placement, positions(refined.placement, refined.schedule), refined.schedule,
-                   refined.memory, details), details
+                   refined.memory), details

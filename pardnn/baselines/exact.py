@@ -83,7 +83,7 @@ from typing import Any
 import numpy as np
 
 from pardnn.baselines._common import finish, reject_memory_heuristic
-from pardnn.baselines.exact_schedule import Candidate, hint_candidate, model_order, pick
+from pardnn.baselines.exact_schedule import Candidate, hint_candidate, pick
 from pardnn.errors import MissingDependencyError, PardnnError
 from pardnn.graph import CostGraph, Kind
 from pardnn.machine import Machine
@@ -233,11 +233,11 @@ def _solve(graph: CostGraph, machine: Machine, time_limit_s: float, ordered: boo
         if infeasible or proven:
             break
     status = "infeasible" if infeasible else "optimal" if proven else "feasible" if best is not None else "unknown"
-    placement, starts, chosen = pick(graph, machine, found + ([] if hint is None else
-                                                               [(hint[0], hint[1], f"hint ({hint[2]})")]), dur,
-                                     ordered)
+    placement, starts, chosen, order = pick(graph, machine, found + ([] if hint is None else
+                                                                      [(hint[0], hint[1], f"hint ({hint[2]})")]),
+                                            dur, ordered)
     return {
-        "placement": placement, "status": status,
+        "placement": placement, "order": order, "status": status,
         "objective_us": None if best is None else best[0] / scale,
         "bound_us": None if infeasible else max(bound, 0) / scale,
         "solve_seconds": wall, "timeout": status in ("feasible", "unknown"),
@@ -272,7 +272,7 @@ def _trivial(graph: CostGraph, machine: Machine) -> dict[str, Any]:
     residual = int(np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0).sum())
     fits = not machine.bounded or residual <= int(machine.limits_bytes[0])
     total = float(graph.comp_us.sum()) if fits else None
-    return {"placement": np.zeros(graph.n, np.int64), "status": "optimal" if fits else "infeasible",
+    return {"placement": np.zeros(graph.n, np.int64), "order": None, "status": "optimal" if fits else "infeasible",
             "objective_us": total, "bound_us": total, "solve_seconds": 0.0, "timeout": False,
             "wall_limit_hit": False, "deterministic_time": 0.0, "chosen": "device 0",
             "chosen_model_us": total, "model_start_us": None, "hint": None, "hint_us": None, "ticks_per_us": None,
@@ -331,13 +331,12 @@ def exact(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = 
     t0 = time.perf_counter()
     out = (_trivial(graph, machine) if machine.devices == 1 or graph.n == 0
            else _solve(graph, machine, time_limit_s, ordered))
-    placement = out.pop("placement")
+    placement, order = out.pop("placement"), out.pop("order")
     if progress is not None:
         progress("solve", 1, 1)
     objective, bound = out["objective_us"], out["bound_us"]
     out["gap"] = None if objective is None or bound is None else (objective - bound) / objective if objective else 0.0
     out["time_limit_s"] = float(time_limit_s)
-    order = model_order(graph, machine, placement, out["model_start_us"]) if ordered else None
     out["run_order"] = order is not None
     return finish(graph, machine, placement, algorithm="exact", placement_seconds=time.perf_counter() - t0,
                   details=out, progress=progress, order=order)

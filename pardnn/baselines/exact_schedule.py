@@ -76,39 +76,43 @@ def hint_candidate(graph: CostGraph, machine: Machine, residual: np.ndarray, uni
     return None if best is None else best[1]
 
 
-def pick(graph: CostGraph, machine: Machine, candidates: list[Candidate],
-         dur: list[int], ordered: bool = True) -> tuple[np.ndarray, list[int] | None, str]:
+def pick(graph: CostGraph, machine: Machine, candidates: list[Candidate], dur: list[int],
+         ordered: bool = True) -> tuple[np.ndarray, list[int] | None, str, np.ndarray | None]:
     """The candidate with the least emulated makespan, in order of readiness or (``ordered``) in its model
     order (the emulator's order of readiness can undo the model's), ties to the shorter model schedule,
-    then to the later; without any, device 0."""
+    then to the later; without any, device 0. Returns its placement, start ticks, label and run order
+    (``None``: order of readiness)."""
     if not candidates:
-        return np.zeros(graph.n, np.int64), None, "device 0"
+        return np.zeros(graph.n, np.int64), None, "device 0", None
     emulated: dict[bytes, float] = {}
     for place, _, _ in candidates:
         if place.tobytes() not in emulated:
             emulated[place.tobytes()] = emulate(graph, machine, place).makespan_us
-
-    def makespan(candidate: Candidate) -> float:
+    judged = []  # ((emulated makespan, model makespan), candidate, its run order)
+    for candidate in candidates:
         place, starts, _ = candidate
-        order = model_order(graph, machine, place, [float(s) for s in starts]) if ordered else None
-        return emulated[place.tobytes()] if order is None else emulate(graph, machine, place, order=order).makespan_us
+        fifo_us = emulated[place.tobytes()]
+        found = model_order(graph, machine, place, starts, fifo_us) if ordered else None
+        makespan = fifo_us if found is None else found[1]
+        judged.append(((makespan, max(s + t for s, t in zip(starts, dur))), candidate, None if found is None
+                       else found[0]))
+    _, (place, starts, label), order = min(reversed(judged), key=lambda item: item[0])
+    return place, starts, label, order
 
-    return min(reversed(candidates), key=lambda c: (makespan(c), max(s + t for s, t in zip(c[1], dur))))
 
-
-def model_order(graph: CostGraph, machine: Machine, placement: np.ndarray,
-                 starts: list[float] | None) -> np.ndarray | None:
-    """The model's run order of ``placement`` (module notes), if the emulator runs it faster than in order
-    of readiness and it fits memory; else ``None``."""
-    if starts is None or machine.devices < 2 or graph.n == 0:
+def model_order(graph: CostGraph, machine: Machine, placement: np.ndarray, starts: list[int],
+                fifo_us: float) -> tuple[np.ndarray, float] | None:
+    """The model's run order of ``placement`` (module notes) and its emulated makespan, if that beats
+    ``fifo_us`` (the placement's in order of readiness) and fits memory; else ``None``."""
+    if machine.devices < 2 or graph.n == 0:
         return None
     place = np.asarray(placement, dtype=np.int64)
     key = np.empty(graph.n, np.int64)
     key[np.lexsort((graph.topo_rank, np.asarray(starts)))] = np.arange(graph.n)  # a linear extension of the DAG
     order = dense_positions(place, key)
     ordered = emulate(graph, machine, place, order=order)
-    if not ordered.makespan_us < emulate(graph, machine, place).makespan_us * (1 - 1e-9):
+    if not ordered.makespan_us < fifo_us * (1 - 1e-9):
         return None
     if machine.bounded and not (track_memory(graph, machine, place, ordered).peak_bytes <= machine.limits_bytes).all():
         return None
-    return order
+    return order, ordered.makespan_us

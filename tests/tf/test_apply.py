@@ -101,15 +101,20 @@ def test_round_robin_over_groups_with_adam_runs_on_four_devices():
     np.testing.assert_allclose(losses, expected, rtol=1e-6)
 
 
-@pytest.mark.filterwarnings("ignore:non-integer arguments to randrange:DeprecationWarning")  # keras' own seeding
-def test_lstm_model_profiled_partitioned_applied_trains_like_one_device():
-    steps = 20
+def _lstm_against_one_device(steps):
+    """The one-device losses of ``steps`` training steps of the LSTM model, and a fresh build of the same
+    model (same seed) with the same batches as feeds of its own graph."""
     reference = models.lstm_dense(seed=5)
     data = models.batches(reference, steps, seed=9)
     expected, _ = models.train_losses(reference, data, session_config(1))
-
     model = models.lstm_dense(seed=5)
     feeds = [{model.graph.get_tensor_by_name(t.name): v for t, v in f.items()} for f in data]
+    return expected, model, feeds
+
+
+@pytest.mark.filterwarnings("ignore:non-integer arguments to randrange:DeprecationWarning")  # keras' own seeding
+def test_lstm_model_profiled_partitioned_applied_trains_like_one_device():
+    expected, model, feeds = _lstm_against_one_device(20)
     cost, report = profile_with_report(model.graph, model.fetches, lambda step: feeds[step], steps=5, warmup=1)
     assert report.timed + len(report.missing) == cost.n
     result = partition(cost, Machine(4))
@@ -140,12 +145,7 @@ def test_an_order_is_enforced_and_trains_like_one_device():
     from pardnn.emulator import Emulator
     from pardnn.order import positions
 
-    steps = 8
-    reference = models.lstm_dense(seed=5)
-    data = models.batches(reference, steps, seed=9)
-    expected, _ = models.train_losses(reference, data, session_config(1))
-    model = models.lstm_dense(seed=5)
-    feeds = [{model.graph.get_tensor_by_name(t.name): v for t, v in f.items()} for f in data]
+    expected, model, feeds = _lstm_against_one_device(8)
     cost, _ = profile_with_report(model.graph, model.fetches, lambda step: feeds[step], steps=3, warmup=1)
     machine = Machine(4, bandwidth="1GB/s")
     placement = partition(cost, machine, ordered=False).placement
