@@ -41,5 +41,6 @@ def progress(total: int, description: str, enabled: bool) -> Any:
     try:
         from tqdm import tqdm
     except ImportError:
+        logger.info("tqdm is not installed (pip install -e \".[dist]\" brings it): progress as a log line every 10 %%")
         return Progress(total, description)
     return tqdm(total=total, desc=description, unit="it", mininterval=1.0, dynamic_ncols=True)
