@@ -31,6 +31,7 @@ from jobs.schema import (
     RUN,
     TOP,
     TRAIN,
+    BadOutput,
     check_model,
     is_entry,
     normalise,
@@ -70,6 +71,8 @@ class Job:
     (``"mypkg.net:build"``, also :attr:`entry`). ``model_params`` holds every key of a zoo model's
     schema (defaults filled in; lists as tuples), or the ``[model.args]`` of an entry. ``data`` is
     ``{"source", "path", ...}``, or ``{"entry": "mypkg.net:batches"}`` (:attr:`data_entry`).
+    ``loss`` is one Keras loss name or a table by output name; ``given`` lists the dotted keys the
+    file (or the overrides) set, so that what the file leaves out can come from a compiled model.
     Build it with :func:`load_job` or :func:`job_from_dict`.
     """
 
@@ -83,7 +86,8 @@ class Job:
     seed: int = TRAIN["seed"].default
     momentum: float = TRAIN["momentum"].default
     grad_clip: float = TRAIN["grad_clip"].default
-    loss: str = TRAIN["loss"].default
+    loss: str | dict[str, str] = TRAIN["loss"].default
+    loss_weights: dict[str, float] | None = TRAIN["loss_weights"].default
     iterations: int = RUN["iterations"].default
     window: tuple[int, int] = RUN["window"].default
     stall_timeout: float | None = RUN["stall_timeout"].default
@@ -96,6 +100,7 @@ class Job:
     device_preset: str = PLACEMENT["device_preset"].default
     profile_steps: int = PLACEMENT["profile_steps"].default
     data: dict[str, Any] = field(default_factory=lambda: {"source": "synthetic", "path": None})
+    given: tuple[str, ...] = ()
 
     @property
     def memory_bytes(self) -> int | None:
@@ -214,6 +219,8 @@ class _Validator:
                 continue
             try:
                 values[key] = param.check(normalise(key, raw[key]))
+            except BadOutput as bad:
+                self.fail(f"{prefix}{key}.{bad.output}", bad.value, Param.expected(param))
             except ValueError:
                 self.fail(prefix + key, raw[key], param.expected())
         return values
@@ -245,9 +252,10 @@ def job_from_dict(data: Mapping[str, Any], *, path: Path | None = None, name: st
 
     model_type, params = _model(raw.get("model"), check)
     train = check.table(raw, "train", TRAIN)
-    if ":" not in model_type and "loss" in raw.get("train", {}):
-        check.fail("train.loss", raw["train"]["loss"], f"no train.loss: the zoo model {model_type!r} has its own "
-                   "loss (train.loss is for a [model] entry returning a tf.keras.Model)")
+    for key in ("loss", "loss_weights"):
+        if ":" not in model_type and key in raw.get("train", {}):
+            check.fail(f"train.{key}", raw["train"][key], f"no train.{key}: the zoo model {model_type!r} has its own "
+                       f"loss (train.{key} is for a [model] entry returning a tf.keras.Model)")
     run = check.table(raw, "run", RUN)
     start, end = run["window"]
     if not window_fits(run["window"], run["iterations"]):
@@ -256,8 +264,10 @@ def job_from_dict(data: Mapping[str, Any], *, path: Path | None = None, name: st
                        f"{run['iterations']}: expected 0 <= start < end <= {run['iterations']}")
     placement = check.table(raw, "placement", PLACEMENT)
     data_section = _data(raw.get("data", {}), model_type, check)
+    given = tuple(f"{table}.{key}" for table in sorted(sections) if isinstance(raw.get(table), dict)
+                  for key in raw[table])
     return Job(name=job_name, path=path, model=model_type, model_params=params, **train, **run, **placement,
-               data=data_section)
+               data=data_section, given=given)
 
 
 _ZOO = ", ".join(repr(m) for m in MODEL_PARAMS)

@@ -26,7 +26,13 @@ from typing import Any
 
 from jobs.config import Job, JobError
 
-__all__ = ["call", "describe_call", "folders", "resolve", "takes", "user_error"]
+__all__ = ["DATA_EXPECTED", "MODEL_EXPECTED", "call", "describe_call", "folders", "model_error", "resolve", "takes",
+           "user_error"]
+
+MODEL_EXPECTED = ("a function returning a tf.keras.Model, or a step: a dict or object with loss (a scalar tensor), "
+                  "inputs ({name: placeholder}) and optionally update_ops")
+DATA_EXPECTED = ("a function fn(iteration, batch_size, rank, ranks) returning {input name: array} or, for a "
+                 "Keras model, (x, y)")
 
 
 def folders(job: Job) -> list[Path]:
@@ -95,6 +101,11 @@ def user_error(error: BaseException, job: Job) -> str:
     if frames:
         return f"{text} ({Path(frames[-1].filename).name}:{frames[-1].lineno})"
     return text
+
+
+def model_error(job: Job, problem: str) -> JobError:
+    """``"job.toml: model.entry = 'net:build': <problem>; expected <what a model entry returns>"``."""
+    return JobError(f"{job.source}: model.entry = {job.entry!r}: {problem}; expected {MODEL_EXPECTED}")
 
 
 def resolve(job: Job, key: str, entry: str) -> Callable[..., Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pardnn.errors import InvalidMachineError
@@ -23,10 +24,14 @@ from pardnn.settings import PLACEMENT as SHARED_PLACEMENT
 from pardnn.settings import REQUIRED, Param
 from pardnn.settings import RUN as SHARED_RUN
 
-__all__ = ["DATASETS", "ENTRY", "KERAS_LOSSES", "MODEL_PARAMS", "PLACEMENT", "PLACEMENT_KEYS", "RUN", "TOP", "TRAIN",
-           "Param", "check_model", "is_entry", "normalise", "window_fits"]
+__all__ = ["DATASETS", "DEFAULT", "ENTRY", "JOB_FILE", "KERAS_LOSSES", "MODEL_PARAMS", "PLACEMENT", "PLACEMENT_KEYS",
+           "RUN", "TOP", "TRAIN", "BadOutput", "Param", "PerOutput", "check_model", "is_entry", "normalise",
+           "window_fits"]
 
 _DERIVED = None  # default of a key whose value follows from others (documented per key)
+
+# Where a setting came from, as logs and summaries say it (launcher.settings adds the command line).
+JOB_FILE, DEFAULT = "job file", "default"
 
 
 def _int(default: Any = REQUIRED, low: float | None = 1, high: float | None = None, help: str = "") -> Param:
@@ -40,6 +45,43 @@ def _float(default: Any = REQUIRED, low: float | None = None, high: float | None
 
 def _choice(default: Any, *choices: str, help: str = "") -> Param:
     return Param("str", default, choices=choices, help=help)
+
+
+class BadOutput(ValueError):
+    """A :class:`PerOutput` table's entry is bad: ``output`` names it, ``value`` is what it holds."""
+
+    def __init__(self, output: str, value: Any) -> None:
+        super().__init__(output)
+        self.output, self.value = output, value
+
+
+@dataclass(frozen=True)
+class PerOutput(Param):
+    """A key of a Keras model with several outputs: one value for every output, or a table
+    ``{output name = value}`` (only the table when ``table_only``). Each value is checked as the
+    :class:`Param` would check it; a bad one raises :class:`BadOutput` naming its output."""
+
+    table_only: bool = False
+
+    def expected(self) -> str:
+        each = super().expected()
+        return f"a table by output name, each value {each}" if self.table_only else \
+            f"{each}; or a table of them by output name"
+
+    def check(self, value: Any) -> Any:
+        if not isinstance(value, dict):
+            if self.table_only:
+                raise ValueError
+            return super().check(value)
+        if not value:
+            raise ValueError
+        checked = {}
+        for output, item in value.items():
+            try:
+                checked[output] = super().check(item)
+            except ValueError:
+                raise BadOutput(output, item) from None
+        return checked
 
 
 TOP: dict[str, Param] = {"name": Param("str", _DERIVED, help="job name (default: the file's stem)")}
@@ -59,8 +101,11 @@ TRAIN: dict[str, Param] = {
     "momentum": _float(0.9, 0.0, 1.0, help="momentum optimizer's momentum"),
     "grad_clip": _float(0.0, 0.0, help="clip gradients by their global norm; 0 = off"),
     "seed": _int(0, 0, help="graph-level random seed: weights, dropout and synthetic data"),
-    "loss": _choice("sparse_categorical_crossentropy", *KERAS_LOSSES,
-                    help="Keras loss of a [model] entry returning a tf.keras.Model (mean over the batch)"),
+    "loss": PerOutput("str", "sparse_categorical_crossentropy", choices=KERAS_LOSSES,
+                      help="Keras loss of a [model] entry returning a tf.keras.Model (mean over the batch): "
+                           "one for every output, or a table by output name"),
+    "loss_weights": PerOutput("float", None, 0.0, table_only=True,
+                              help="weight of each output's loss in the total, by output name (default 1)"),
 }
 
 # [model] entry / [data] entry: the user's own code, "package.module:function" (imported by jobs.build).

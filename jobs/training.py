@@ -6,7 +6,9 @@ re-exported here.
 ``build(job)`` creates a fresh ``tf.Graph`` holding the model's forward pass (a zoo model's, or the
 one the job's ``[model] entry`` function makes: :mod:`jobs.usermodel`), the gradients
 (``optimizer.compute_gradients``), an optional ``gradient_hook`` over them (the launcher's Horovod
-allreduce), optional clipping by global norm, and the optimizer update, plus the initializer.
+allreduce), optional clipping by global norm, and the optimizer update, plus the initializer. The
+optimizer, its settings and a Keras model's loss come from the job file, else from the model's own
+``compile``, else the defaults (:mod:`jobs.recipe`); the log says which came from where.
 Nothing runs and no variable is allocated: a paper-size graph builds on a laptop.
 
 Determinism: the graph-level seed is the job's seed, ops are created in a fixed order under fixed
@@ -19,6 +21,7 @@ plain tensors (Horovod's ``sparse_as_dense``).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -33,10 +36,12 @@ from jobs.config import Job, JobError, load_job
 from jobs.costing import COSTS, cost_graph
 from jobs.data import batches
 from jobs.models import model_module
+from jobs.recipe import Recipe, recipe
 from jobs.usermodel import build_net, entry_points, feeder
 from pardnn.graph import CostGraph
 
 v1 = tf.compat.v1
+logger = logging.getLogger(__name__)
 
 __all__ = ["GradientHook", "TrainGraph", "build", "cost_graph", "export_graph"]
 
@@ -50,7 +55,8 @@ class TrainGraph:
 
     ``feed_fn(i)`` is the feed dict of iteration ``i`` (placeholder → array); ``fetches`` is
     ``[train_op, loss]``; ``variables`` are all global variables (weights, batch-norm statistics,
-    optimizer slots) for broadcasting; ``parameters`` counts the trainable weights.
+    optimizer slots) for broadcasting; ``parameters`` counts the trainable weights; ``recipe`` is what
+    the step trains with and where each setting came from.
     """
 
     graph: tf.Graph
@@ -67,12 +73,7 @@ class TrainGraph:
     batch_size: int
     parameters: int
     build_seconds: float
-
-
-def _optimizer(job: Job) -> Any:
-    if job.optimizer == "adam":
-        return v1.train.AdamOptimizer(job.learning_rate)
-    return v1.train.MomentumOptimizer(job.learning_rate, job.momentum)
+    recipe: Recipe
 
 
 def _dense_gradients(grads_and_vars: GradsAndVars) -> GradsAndVars:
@@ -121,10 +122,11 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
     with graph.as_default():
         tf.keras.utils.set_random_seed(job.seed)
         if user is not None and user.model is not None:
-            net = build_net(job, user, batch, graph)
+            net, made = build_net(job, user, batch, graph)
         else:
-            net = model_module(job.model).build(dict(job.model_params), batch)
-        optimizer = _optimizer(job)
+            net, made = model_module(job.model).build(dict(job.model_params), batch), recipe(job)
+        logger.info("%s trains with %s", job.name, made.describe())
+        optimizer = made.make_optimizer()
         trainable = v1.trainable_variables()
         grads_and_vars = _dense_gradients(optimizer.compute_gradients(net.loss, var_list=trainable))
         unused = [var.name for grad, var in grads_and_vars if grad is None]
@@ -136,9 +138,9 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
             raise AssertionError(f"model {job.model}: variables without a gradient: {unused[:5]}")
         if gradient_hook is not None:
             grads_and_vars = list(gradient_hook(grads_and_vars))
-        if job.grad_clip > 0:
+        if made.grad_clip > 0:
             with v1.name_scope("clip_gradients"):
-                clipped, _ = tf.clip_by_global_norm([grad for grad, _ in grads_and_vars], job.grad_clip)
+                clipped, _ = tf.clip_by_global_norm([grad for grad, _ in grads_and_vars], made.grad_clip)
                 grads_and_vars = list(zip(clipped, (var for _, var in grads_and_vars)))
         apply = optimizer.apply_gradients(grads_and_vars, name="apply_gradients")
         train_op = tf.group(apply, *net.update_ops, name="train_step")
@@ -154,7 +156,7 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
 
     parameters = sum(math.prod(var.shape.as_list()) for var in trainable)
     return TrainGraph(graph, net.loss, train_op, init_op, variables, feed_fn, batch, net.tokens_per_step,
-                      [train_op, net.loss], inputs, job, batch, parameters, time.perf_counter() - started)
+                      [train_op, net.loss], inputs, job, batch, parameters, time.perf_counter() - started, made)
 
 
 def export_graph(job: Job | str | Path, path: str | Path, *, costs: str = "estimate", preset: str | None = None,

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs.schema import PLACEMENT, RUN, TRAIN, normalise, window_fits
+from jobs.schema import DEFAULT, JOB_FILE, PLACEMENT, RUN, TRAIN, normalise, window_fits
 from launcher.errors import LaunchError
 from launcher.gpus import adapt, detect_gpus
 from pardnn.machine import parse_bytes
@@ -40,7 +40,7 @@ DEFAULTS: dict[str, Any] = {**{name: None if param.required else param.default f
                             **LAUNCHER_DEFAULTS}
 OVERRIDABLE = tuple(DEFAULTS)
 
-COMMAND_LINE, JOB_FILE, DEFAULT = "command line", "job file", "default"
+COMMAND_LINE = "command line"  # besides JOB_FILE and DEFAULT, the sources jobs.schema names
 
 
 @dataclass(frozen=True)

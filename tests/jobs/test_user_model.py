@@ -278,19 +278,24 @@ def test_a_bad_entry_point_fails_in_one_line(tf, tmp_path, replace, job, parts):
 
 
 @pytest.mark.tf
-def test_a_subclassed_model_without_inputs_is_refused_with_the_fix(tf, tmp_path):
+def test_a_subclassed_model_without_inputs_is_built_from_batch_0(tf, tmp_path):
+    """Refused before issue 29 ("inputs are unknown"); now called on placeholders shaped like batch 0
+    (tests/jobs/test_keras_forms.py has the rest)."""
+    from jobs import build
+
     module = KERAS + textwrap.dedent("""
         class Net(tf.keras.Model):
             def __init__(self):
                 super().__init__()
-                self.dense = tf.keras.layers.Dense(2)
+                self.hidden = tf.keras.layers.Dense(4, activation="relu")
+                self.out = tf.keras.layers.Dense(2, activation="softmax")
 
             def call(self, x):
-                return self.dense(x)
+                return self.out(self.hidden(x))
 
         def subclassed():
             return Net()
     """)
-    one_line_error(write(tmp_path, JOB.replace(":build", ":subclassed"), module),
-                   "model.entry = 'usernet:subclassed': it returned a tf.keras.Model whose inputs are unknown",
-                   "start it from tf.keras.Input(...), or return a step")
+    train = build(load_job(write(tmp_path, JOB.replace(":build", ":subclassed"), module)))
+    assert train.inputs["features"].shape.as_list() == [4, 3] and train.parameters == 3 * 4 + 4 + 4 * 2 + 2
+    assert np.isfinite(one_step(train, tf))

@@ -1,0 +1,158 @@
+"""A ``tf.keras.Model`` from a job's ``[model] entry`` made into a training step in the job's graph.
+
+:func:`keras_net` makes one placeholder per model input (batch dimension = the node's batch):
+
+- a model with known inputs (functional, or ``Sequential`` from a ``tf.keras.Input``): named after
+  them, with their shapes and dtypes (unknown dimensions from batch 0);
+- a subclassed or unbuilt model: shaped like batch 0's arrays (float64 as float32), named and called
+  as :func:`jobs.userbatch.layout_of` reads the batch. Calling the model on them creates its
+  variables in the graph, so they, ``model.losses`` and the update ops are then found as for a
+  functional model.
+
+It then calls the model (``training=True``), names its outputs (a dict's keys, sorted as Keras
+does; else ``model.output_names``), makes one labels placeholder per output shaped like batch 0's
+labels, and sums each output's loss (:mod:`jobs.recipe`: the job file's, else ``model.compile``'s)
+averaged over the batch, times its weight, plus the model's regularisation losses. Update ops
+(batch-norm moving averages) are ``model.get_updates_for(inputs) + model.get_updates_for(None)``:
+in graph mode Keras keeps them on the model, not in ``UPDATE_OPS``, and ``model.updates`` would also
+hold those of the call made while building the model on its ``tf.keras.Input`` (which would need
+that placeholder fed).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import tensorflow as tf
+
+from jobs.config import Job, JobError
+from jobs.entrypoints import model_error, user_error
+from jobs.models.layers import Net
+from jobs.recipe import COMPILED, Recipe, by_output, loss_name
+from jobs.userbatch import LABELS, Batch, Layout, as_dict, check_batch, dtype_of, label_key, layout_of
+
+v1 = tf.compat.v1
+
+__all__ = ["keras_net"]
+
+
+def _input_placeholders(job: Job, model: tf.keras.Model, first: Any, batch: int) -> tuple[Layout, dict[str, tf.Tensor]]:
+    """The model's layout and input placeholders (see the module docstring)."""
+    known = bool(model.inputs)
+    if known:
+        names = list(model.input_names)
+        layout = Layout(names, "list" if len(names) > 1 else "one")
+    else:
+        layout = layout_of(job, first, batch)
+    if LABELS in layout.inputs:
+        raise model_error(job, f"a model input is named {LABELS!r}, the name of the batch's labels: rename the "
+                           "tf.keras.Input" if known else "rename that key of the data")
+    values = as_dict(job, 0, first, layout, batch)
+    placeholders: dict[str, tf.Tensor] = {}
+    with v1.name_scope("inputs"):
+        for index, name in enumerate(layout.inputs):
+            given = values.get(name)
+            if known:
+                symbolic = model.inputs[index]
+                dims, dtype = symbolic.shape.as_list()[1:], symbolic.dtype
+                if given is not None and given.ndim == len(dims) + 1:  # unknown dimensions from batch 0
+                    dims = [g if d is None else d for d, g in zip(dims, given.shape[1:])]
+            else:  # batch 0 has every input: the layout is its own (a scalar fails check_batch)
+                assert given is not None
+                dims, dtype = list(given.shape[1:]), dtype_of(given)
+            placeholders[name] = v1.placeholder(dtype, [batch, *dims], name=_op_name(name))
+    check_batch(job, 0, {k: v for k, v in values.items() if k in layout.inputs}, placeholders)
+    return layout, placeholders
+
+
+def _op_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.\-/]", "_", name)
+
+
+def _call(job: Job, model: tf.keras.Model, layout: Layout, inputs: dict[str, tf.Tensor]) -> list[tuple[str, tf.Tensor]]:
+    """Call the model on ``inputs``; its outputs by name, in order."""
+    x = [inputs[name] for name in layout.inputs]
+    argument: Any = dict(inputs) if layout.call == "dict" else x if layout.call == "list" else x[0]
+    try:
+        result = model(argument, training=True)
+    except Exception as error:
+        raise model_error(job, f"calling the model on placeholders {[t.shape.as_list() for t in x]} raised "
+                           f"{user_error(error, job)}") from error
+    if isinstance(result, Mapping):
+        named = [(str(key), result[key]) for key in sorted(result)]
+    else:
+        tensors = list(result) if isinstance(result, (list, tuple)) else [result]
+        names = list(getattr(model, "output_names", None) or [])
+        if len(names) != len(tensors) or len(set(names)) != len(names):
+            names = [f"output_{i + 1}" for i in range(len(tensors))]
+        named = list(zip(names, tensors))
+    bad = [name for name, tensor in named if not isinstance(tensor, tf.Tensor)]
+    if bad:
+        raise model_error(job, f"the model's output {bad[0]!r} is {type(dict(named)[bad[0]]).__name__}, not a "
+                           "tensor (nested outputs are not supported)")
+    return named
+
+
+def _label_placeholders(job: Job, values: Batch, layout: Layout, batch: int) -> dict[str, tf.Tensor]:
+    assert layout.outputs is not None
+    placeholders = {}
+    with v1.name_scope("inputs/"):  # the input placeholders' scope, entered again
+        for output in layout.outputs:
+            key = label_key(layout.outputs, output)
+            labels = values.get(key)
+            if labels is None or labels.ndim == 0 or labels.shape[0] != batch:
+                shown = "none" if labels is None else f"shape {list(labels.shape)}"
+                raise JobError(f"{job.source}: data.entry = {job.data_entry!r}: batch 0 has {key} {shown}; expected "
+                               f"{key!r} (or y of (x, y)) with batch dimension {batch}, the batch size")
+            placeholders[key] = v1.placeholder(dtype_of(labels), [batch, *labels.shape[1:]], name=_op_name(key))
+    return placeholders
+
+
+def _loss(job: Job, recipe: Recipe, outputs: list[tuple[str, tf.Tensor]], labels: dict[str, tf.Tensor],
+          values: Batch) -> tf.Tensor:
+    names = [name for name, _ in outputs]
+    where = (f"model.entry = {job.entry!r}: model.compile(loss=...)" if recipe.sources["loss"] == COMPILED
+             else f"train.loss = {recipe.loss!r}")
+    terms = []
+    with v1.name_scope("loss"):
+        for (name, output), (loss, weight) in zip(outputs, by_output(job, recipe, names), strict=True):
+            key = label_key(names, name)
+            given = values[key]
+            try:
+                term = tf.reduce_mean(tf.keras.losses.get(loss)(labels[key], output))
+            except Exception as error:
+                which = f", for the output {name!r} ({loss_name(loss)})," if len(names) > 1 else ""
+                raise JobError(f"{job.source}: {where}{which} of labels {given.shape[1:]} {given.dtype} (per sample) "
+                               f"and the model's output {output.shape.as_list()[1:]} raised {user_error(error, job)}; "
+                               "expected a loss and labels that fit the output") from error
+            term = tf.cast(term, tf.float32) if term.dtype != tf.float32 else term
+            terms.append(term if weight == 1.0 else tf.multiply(term, weight, name=f"weighted_{_op_name(name)}"))
+        return terms[0] if len(terms) == 1 else tf.add_n(terms, name="total")
+
+
+def keras_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batch: int) -> tuple[Net, Layout]:
+    """The step of a Keras ``model`` (see the module docstring) and its batch layout.
+
+    Raises
+    ------
+    JobError
+        Batch 0 that does not fit the model, calling the model failing, or a loss that does not fit an
+        output or its labels; one line naming the file, the key, the input or output and what to do.
+    """
+    layout, inputs = _input_placeholders(job, model, first, batch)
+    outputs = _call(job, model, layout, inputs)
+    layout.outputs = [name for name, _ in outputs]
+    values = as_dict(job, 0, first, layout, batch)
+    labels = _label_placeholders(job, values, layout, batch)
+    loss = _loss(job, recipe, outputs, labels, values)
+    x = [inputs[name] for name in layout.inputs]
+    extra = [*model.get_losses_for(None), *model.get_losses_for(x)]
+    if extra:
+        with v1.name_scope("loss/"):
+            loss = tf.add(loss, tf.add_n(extra), name="with_regularization")
+    updates = [u.op if isinstance(u, tf.Tensor) else u for u in [*model.get_updates_for(x),
+                                                                 *model.get_updates_for(None)]]
+    return Net(loss, {**inputs, **labels}, updates), layout
+
