@@ -1,5 +1,7 @@
 """pardnn-launch trains the user's own models (examples/keras_*) under ``mpirun -np 2``, each rank
 standing for a node: the same placement on both, identical replicas after training, a results row.
+And the three models of issue 29 (subclassed; two outputs; compiled) from job files that name only
+their entry points (and, for the uncompiled ones, the loss).
 
 Outside CI these tests skip when horovod or mpirun is missing; in CI (``CI`` set) that fails.
 """
@@ -15,7 +17,7 @@ from tests.mpi.test_launch import LAUNCH, ROOT, _output, _records, mpirun_launch
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
-EXAMPLES = ["keras_cnn", "keras_transformer"]
+EXAMPLES = ["keras_cnn", "keras_transformer", "keras_subclassed", "keras_two_heads"]
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
@@ -54,3 +56,41 @@ def test_two_nodes_train_a_users_keras_model(tmp_path, example):
     assert (row["job"], row["model"], row["nodes"], row["devices_per_node"], row["status"]) == (
         example.replace("_", "-"), "net:build", "2", "4", "complete")
     print(f"\n{example}: {seconds:.1f} s wall, {summary['throughput']['samples_per_s']:.1f} samples/s")
+
+
+# The job files of issue 29's three models: the entries, the batch size (a job file's one required
+# setting), and the loss of the uncompiled ones; nothing else.
+ISSUE_JOBS = {
+    "subclassed": ("build", "batches", "loss = 'sparse_categorical_crossentropy'\n",
+                   "trains with loss 'sparse_categorical_crossentropy' (job file); optimizer adam (default)"),
+    "two_outputs": ("heads", "two", "loss = { cls = 'sparse_categorical_crossentropy', reg = 'mse' }\n",
+                    "reg: 'mse'} (job file); optimizer adam (default)"),
+    "compiled": ("compiled", "two", "", "loss_weights {cls: 1, reg: 0.5} (model.compile); optimizer adam "
+                                        "(model.compile); learning_rate 0.01 (model.compile)"),
+}
+
+
+@pytest.mark.parametrize("name", list(ISSUE_JOBS))
+def test_two_nodes_train_issue_29s_models_from_their_entry_points(tmp_path, name):
+    from tests.jobs.test_keras_forms import MODELS
+
+    model, data, train, logged = ISSUE_JOBS[name]
+    (tmp_path / "usernet.py").write_text(MODELS + "\ndef compiled():\n    return heads('adam')\n")
+    job = tmp_path / "job.toml"
+    job.write_text(f"[model]\nentry = 'usernet:{model}'\n[data]\nentry = 'usernet:{data}'\n[train]\nbatch_size = 8\n"
+                   + train)
+    out = tmp_path / "runs"
+    settings = ["--iterations", "12", "--window", "4:12", "--devices-per-node", "2"]
+    proc, seconds = mpirun_launch([*LAUNCH, str(job), *settings, "--out", str(out), "--no-progress"], timeout=300)
+    assert proc.returncode == 0, _output(proc)
+    [run_dir] = [p for p in out.iterdir() if p.is_dir()]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["nodes"] == 2
+    nodes = summary["per_node"]
+    assert nodes[0]["placement_sha256"] == nodes[1]["placement_sha256"]
+    assert nodes[0]["variables_sha256"] == nodes[1]["variables_sha256"]
+    for rank in (0, 1):
+        losses = [r["loss"] for r in _records(run_dir / f"rank-{rank}.jsonl") if r["event"] == "iteration"]
+        assert len(losses) == 12 and all(loss == loss for loss in losses)  # no NaN
+    assert logged in (run_dir / "rank-0.log").read_text()  # where the loss and the optimizer came from
+    print(f"\n{name}: {seconds:.1f} s wall")
