@@ -182,3 +182,55 @@ def mixed_precision(seed: int = 6) -> KerasModel:
     finally:
         tf.keras.mixed_precision.set_global_policy("float32")
     return KerasModel("mixed_precision", graph, loss, train, _data([(x, _uniform), (y, _uniform)], BATCH, seed))
+
+
+class _Subclassed(tf.keras.Model):
+    """Conv2D → BatchNormalization → ReLU → pooling → Dense(3), made in ``__init__``, applied in ``call``."""
+
+    def __init__(self) -> None:
+        super().__init__(name="subclassed")
+        self.conv = tf.keras.layers.Conv2D(4, 3, use_bias=False)
+        self.norm = tf.keras.layers.BatchNormalization()
+        self.pool = tf.keras.layers.GlobalAveragePooling2D()
+        self.head = tf.keras.layers.Dense(CLASSES)
+
+    def call(self, x: tf.Tensor, training: bool | None = None) -> tf.Tensor:
+        return self.head(self.pool(tf.nn.relu(self.norm(self.conv(x), training=training))))
+
+
+def subclassed(seed: int = 7) -> KerasModel:
+    """A subclassed model (no ``Input``: its variables are made when it is called on the placeholder),
+    cross-entropy, Adam."""
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.keras.utils.set_random_seed(seed)
+        x = tf.compat.v1.placeholder(tf.float32, [BATCH, 8, 8, 3], name="x")
+        y = tf.compat.v1.placeholder(tf.int32, [BATCH], name="y")
+        model = _Subclassed()
+        logits = model(x, training=True)
+        loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True),
+                              name="loss")
+        train = _train_op(loss, model, x)
+    return KerasModel("subclassed", graph, loss, train, _data([(x, _uniform), (y, _labels)], BATCH, seed + 100))
+
+
+def two_outputs(seed: int = 8, features: int = 6) -> KerasModel:
+    """A functional model with two heads on a shared Dense + BatchNormalization trunk, built on its
+    ``Input`` and called on the placeholder: softmax cross-entropy (weight 1) + MSE (weight 0.5), as
+    ``compile(loss_weights=...)`` sums them."""
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.keras.utils.set_random_seed(seed)
+        inputs = tf.keras.Input((features,), name="features")
+        trunk = tf.keras.layers.BatchNormalization()(tf.keras.layers.Dense(16, activation="relu")(inputs))
+        model = tf.keras.Model(inputs, [tf.keras.layers.Dense(CLASSES, activation="softmax", name="cls")(trunk),
+                                        tf.keras.layers.Dense(1, name="reg")(trunk)])
+        x = tf.compat.v1.placeholder(tf.float32, [BATCH, features], name="x")
+        labels = tf.compat.v1.placeholder(tf.int32, [BATCH], name="labels")
+        target = tf.compat.v1.placeholder(tf.float32, [BATCH, 1], name="target")
+        cls, reg = model(x, training=True)
+        loss = tf.add(tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, cls)),
+                      0.5 * tf.reduce_mean(tf.keras.losses.mean_squared_error(target, reg)), name="loss")
+        train = _train_op(loss, model, x)
+    feeds = _data([(x, _uniform), (labels, _labels), (target, _uniform)], BATCH, seed + 100)
+    return KerasModel("two_outputs", graph, loss, train, feeds)

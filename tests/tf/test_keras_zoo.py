@@ -16,8 +16,9 @@ Six ``tf.keras.applications`` (weights=None, 32×32 inputs, Xception at its mini
 built on its own ``Input`` and called on the placeholder, as users often do. Then a two-layer Keras
 GRU (functional ``While`` loops), self-attention (MultiHeadAttention + LayerNormalization on a
 ``None`` batch, costed with ``unknown_dim``), Dense/Dropout/LayerNormalization (Dropout as
-``StatelessIf`` on Keras' learning phase), an Embedding trained with Adam (``Unique``) and a
-``mixed_float16`` conv net.
+``StatelessIf`` on Keras' learning phase), an Embedding trained with Adam (``Unique``), a
+``mixed_float16`` conv net, a subclassed model (layers in ``__init__``, no ``Input``) and a
+functional model with two outputs and two weighted losses.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ MODELS: dict[str, Callable[[], km.KerasModel]] = {
     "dropout_layer_norm": km.dropout_layer_norm,
     "embedding": km.embedding,
     "mixed_precision": km.mixed_precision,
+    "subclassed": km.subclassed,
+    "two_outputs": km.two_outputs,
 }
 
 # The sizing rules each model needs besides static shapes (every one of them fires, no other does).
@@ -89,6 +92,8 @@ RULES = {
     "dropout_layer_norm": {"reserve"},
     "embedding": {"data_dependent", "propagated"},
     "mixed_precision": {"reserve"},
+    "subclassed": {"reserve"},
+    "two_outputs": set(),
 }
 
 
@@ -151,7 +156,7 @@ def test_capture_sizes_every_output_by_the_rules_it_needs(run):
     assert counts["unsized"] == 0 and counts["static"] > _outputs(run) // 2
     assert {rule for rule, count in counts.items() if count and rule != "static"} == RULES[run.name]
     batch_norms = sum(op == "FusedBatchNormV3" for op in run.cost.ops)
-    if run.name not in ("attention", "gru", "embedding", "VGG16"):
+    if run.name not in ("attention", "gru", "embedding", "VGG16", "two_outputs"):  # two_outputs: 2-D batch norm
         # reserve_space_3 of every batch (or layer) norm; its other outputs have static shapes.
         assert counts["reserve"] == batch_norms > 0
     assert (run.cost.out_bytes >= 0).all() and run.cost.out_bytes.sum() > 0
