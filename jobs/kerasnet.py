@@ -47,8 +47,8 @@ def _input_placeholders(job: Job, model: tf.keras.Model, first: Any, batch: int)
     else:
         layout = layout_of(job, first, batch)
     if LABELS in layout.inputs:
-        raise model_error(job, f"a model input is named {LABELS!r}, the name of the batch's labels: rename the "
-                           "tf.keras.Input" if known else "rename that key of the data")
+        fix = "rename the tf.keras.Input" if known else "rename that key of x in the data"
+        raise model_error(job, f"a model input is named {LABELS!r}, the name of the batch's labels: {fix}")
     values = as_dict(job, 0, first, layout, batch)
     placeholders: dict[str, tf.Tensor] = {}
     with v1.name_scope("inputs"):
