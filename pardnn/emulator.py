@@ -107,24 +107,8 @@ def _emulate(n: int, devices: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_
     finish = np.zeros(n)
     ready = np.zeros(n)
     arrival = np.zeros(succ.size)
-    indegree = np.empty(n, np.int64)
-    for v in range(n):
-        indegree[v] = pred_ptr[v + 1] - pred_ptr[v]
-    if chained:
-        for v in range(n):
-            if chain_next[v] >= 0:
-                indegree[chain_next[v]] += 1
-    # Device ready queues: one heap per device in a shared buffer, sized by the ops it holds.
-    per_device = np.zeros(devices, np.int64)
-    for v in range(n):
-        per_device[placement[v]] += 1
-    qbase = np.zeros(devices, np.int64)
-    for d in range(1, devices):
-        qbase[d] = qbase[d - 1] + per_device[d - 1]
-    qsize = np.zeros(devices, np.int64)
-    qtime = np.zeros(n)
-    qkey = np.zeros(n, np.int64)
-    qitem = np.zeros(n, np.int64)
+    indegree = _indegrees(n, pred_ptr, chain_next)
+    qbase, qsize, qtime, qkey, qitem = _device_queues(n, devices, placement)
     # Event heap: key 0 = an op finishes, key 1 = an op becomes ready (its inputs have arrived).
     etime = np.zeros(2 * n)
     ekey = np.zeros(2 * n, np.int64)
@@ -181,6 +165,36 @@ def _emulate(n: int, devices: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_
                 heap_push(etime, ekey, eitem, 0, esize, finish[v], 0, v)
                 esize += 1
     return start, finish, makespan, arrival, sequence
+
+
+@njit(cache=True, nogil=True)
+def _indegrees(n: int, pred_ptr: np.ndarray, chain_next: np.ndarray) -> np.ndarray:
+    """Each op's count of inputs, plus one when an enforced order (``chain_next``) chains it after an op."""
+    indegree = np.empty(n, np.int64)
+    for v in range(n):
+        indegree[v] = pred_ptr[v + 1] - pred_ptr[v]
+    if chain_next.size > 0:
+        for v in range(n):
+            if chain_next[v] >= 0:
+                indegree[chain_next[v]] += 1
+    return indegree
+
+
+@njit(cache=True, nogil=True)
+def _device_queues(n: int, devices: int,
+                   placement: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Empty device ready queues: one heap per device in a shared buffer, sized by the ops it holds.
+
+    Returns each device's ``(base, size)`` in the buffer and the buffer's ``(time, key, item)``
+    columns (for :func:`heap_push` and :func:`heap_pop`).
+    """
+    per_device = np.zeros(devices, np.int64)
+    for v in range(n):
+        per_device[placement[v]] += 1
+    qbase = np.zeros(devices, np.int64)
+    for d in range(1, devices):
+        qbase[d] = qbase[d - 1] + per_device[d - 1]
+    return qbase, np.zeros(devices, np.int64), np.zeros(n), np.zeros(n, np.int64), np.zeros(n, np.int64)
 
 
 def emulate(graph: CostGraph, machine: Machine, placement: np.ndarray, order: np.ndarray | None = None) -> Schedule:

@@ -87,72 +87,94 @@ class _Template:
     skip: bool
 
 
+class _LayerNodes:
+    """The nodes and edges of one layer template as they are added, in order (node ids are list indices)."""
+
+    def __init__(self) -> None:
+        self.nodes: list[tuple[str, str, str, int, int, int, int]] = []  # prefix, suffix, op, cost, size, kind, owner
+        self.src: list[int] = []
+        self.dst: list[int] = []
+
+    def add(self, prefix: str, suffix: str, op: str, cost: int, size: int, kind: int = Kind.NORMAL,
+            owner: int = -1) -> int:
+        self.nodes.append((prefix, suffix, op, cost, size, kind, owner))
+        return len(self.nodes) - 1
+
+    def edges(self, ends: list[int], to: int) -> None:
+        self.src.extend(ends)
+        self.dst.extend([to] * len(ends))
+
+
 def _template(heavy: str, width: int, depth: int, nvars: int, skip: bool, dropout: bool) -> _Template:
-    nodes: list[tuple[str, str, str, int, int, int, int]] = []  # prefix, suffix, op, cost, size, kind, owner
-    src: list[int] = []
-    dst: list[int] = []
-
-    def add(prefix: str, suffix: str, op: str, cost: int, size: int, kind: int = Kind.NORMAL, owner: int = -1) -> int:
-        nodes.append((prefix, suffix, op, cost, size, kind, owner))
-        return len(nodes) - 1
-
-    def edges(ends: list[int], to: int) -> None:
-        src.extend(ends)
-        dst.extend([to] * len(ends))
-
-    if width == 1:  # plain chain: weighted ops, an activation, maybe dropout
-        weighted = [(heavy, heavy, "kernel"), ("BiasAdd", "BiasAdd", "bias"), ("Mul", "Mul", "gamma")]
-        branches = [weighted[:nvars] + [("Relu", "Relu", "")] + ([("Mul", "dropout/Mul", "")] if dropout else [])]
-    else:  # fork-join block: the first nvars branches start with a weighted op
-        branches = [
-            [(heavy, f"branch_{b}/{heavy}", f"branch_{b}/kernel") if b < nvars
-             else ("BatchMatMulV2", f"branch_{b}/BatchMatMulV2", "")]
-            + [(a, f"branch_{b}/{a}", "") for a in itertools.islice(itertools.cycle(_ACTIVATIONS), b, b + depth - 1)]
-            for b in range(width)
-        ]
+    """One layer shape: its variables and forward ops here, then the mirrored backward ops and the updates."""
+    layer = _LayerNodes()
+    branches = _branch_ops(heavy, width, depth, nvars, dropout)
     variables: dict[str, tuple[int, int, int]] = {}
     for _, _, var in itertools.chain.from_iterable(branches):
         if var:  # the variable, then its two Adam slots
-            v = add("", var, "VarHandleOp", _ZERO, _KERNEL if var.endswith("kernel") else _VECTOR, Kind.RESIDUAL,
-                    len(nodes))
-            m = add("", f"{var}/Adam", "VarHandleOp", _ZERO, _PARAM, Kind.RESIDUAL, v)
-            variables[var] = (v, m, add("", f"{var}/Adam_1", "VarHandleOp", _ZERO, _PARAM, Kind.RESIDUAL, v))
+            v = layer.add("", var, "VarHandleOp", _ZERO, _KERNEL if var.endswith("kernel") else _VECTOR,
+                          Kind.RESIDUAL, len(layer.nodes))
+            m = layer.add("", f"{var}/Adam", "VarHandleOp", _ZERO, _PARAM, Kind.RESIDUAL, v)
+            variables[var] = (v, m, layer.add("", f"{var}/Adam_1", "VarHandleOp", _ZERO, _PARAM, Kind.RESIDUAL, v))
     forward: list[tuple[int, str, str, list[int], str]] = []  # node, type, name, inputs, variable
     ends = []
     for branch in branches:
         previous = _IN
         for op, name, var in branch:
-            node = add("", name, op, _HEAVY if op in _HEAVY_TYPES else _LIGHT, _ACT)
-            edges([previous] + ([variables[var][0]] if var else []), node)
+            node = layer.add("", name, op, _HEAVY if op in _HEAVY_TYPES else _LIGHT, _ACT)
+            layer.edges([previous] + ([variables[var][0]] if var else []), node)
             forward.append((node, op, name, [previous], var))
             previous = node
         ends.append(previous)
     out = ends[0]
     if width > 1:
-        out = add("", "concat", "ConcatV2", _LIGHT, _ACT)
-        edges(ends, out)
+        out = layer.add("", "concat", "ConcatV2", _LIGHT, _ACT)
+        layer.edges(ends, out)
         forward.append((out, "ConcatV2", "concat", ends, ""))
     if skip:
-        body, out = out, add("", "add", "AddV2", _LIGHT, _ACT)
-        edges([body, _SKIP], out)
+        body, out = out, layer.add("", "add", "AddV2", _LIGHT, _ACT)
+        layer.edges([body, _SKIP], out)
         forward.append((out, "AddV2", "add", [body], ""))
-    n_fwd = len(nodes)
+    n_fwd = len(layer.nodes)
+    gout = _add_backward(layer, forward, variables, out)
+    prefixes, suffixes, ops, *numbers = zip(*layer.nodes, strict=True)
+    return _Template(tuple(zip(prefixes, suffixes, strict=True)), ops, np.array(numbers, np.int64),
+                     np.array(layer.src, np.int64), np.array(layer.dst, np.int64), n_fwd, out, gout, skip)
 
+
+def _branch_ops(heavy: str, width: int, depth: int, nvars: int, dropout: bool) -> list[list[tuple[str, str, str]]]:
+    """Each branch's ops as (type, name, variable or ""): one branch for a plain chain, ``width`` for a block."""
+    if width == 1:  # plain chain: weighted ops, an activation, maybe dropout
+        weighted = [(heavy, heavy, "kernel"), ("BiasAdd", "BiasAdd", "bias"), ("Mul", "Mul", "gamma")]
+        return [weighted[:nvars] + [("Relu", "Relu", "")] + ([("Mul", "dropout/Mul", "")] if dropout else [])]
+    return [  # fork-join block: the first nvars branches start with a weighted op
+        [(heavy, f"branch_{b}/{heavy}", f"branch_{b}/kernel") if b < nvars
+         else ("BatchMatMulV2", f"branch_{b}/BatchMatMulV2", "")]
+        + [(a, f"branch_{b}/{a}", "") for a in itertools.islice(itertools.cycle(_ACTIVATIONS), b, b + depth - 1)]
+        for b in range(width)
+    ]
+
+
+def _add_backward(layer: _LayerNodes, forward: list[tuple[int, str, str, list[int], str]],
+                  variables: dict[str, tuple[int, int, int]], out: int) -> int:
+    """The gradient ops in reverse topological order, then the variables' updates; returns the node of
+    the gradient of the layer input."""
     upstream = {out: _GRAD}
     input_grads, updates = [], []
     for node, op, name, inputs, var in reversed(forward):  # the mirror: reverse topological order
         cost = _HEAVY if op in _HEAVY_TYPES else _LIGHT
         if var:
             (in_type, in_name), (w_type, w_name) = _WEIGHTED[op]
-            grad = add("gradients/", f"{name}_grad/{in_name}", in_type, cost, _ACT)
-            edges([upstream[node], variables[var][0]], grad)
-            weight = add("gradients/", f"{name}_grad/{w_name}", w_type, cost, _PARAM, Kind.NORMAL, variables[var][0])
-            edges([upstream[node], inputs[0]], weight)
+            grad = layer.add("gradients/", f"{name}_grad/{in_name}", in_type, cost, _ACT)
+            layer.edges([upstream[node], variables[var][0]], grad)
+            weight = layer.add("gradients/", f"{name}_grad/{w_name}", w_type, cost, _PARAM, Kind.NORMAL,
+                               variables[var][0])
+            layer.edges([upstream[node], inputs[0]], weight)
             updates.append((var, weight))
         else:
-            grad = add("gradients/", f"{name}_grad/{_GRAD_TYPE[op]}", _GRAD_TYPE[op], cost, _ACT)
+            grad = layer.add("gradients/", f"{name}_grad/{_GRAD_TYPE[op]}", _GRAD_TYPE[op], cost, _ACT)
             saved = [node] if op in _SAVES_OUTPUT else inputs if op == "BatchMatMulV2" else []
-            edges([upstream[node], *saved], grad)
+            layer.edges([upstream[node], *saved], grad)
         for source in inputs:
             if source == _IN:
                 input_grads.append(grad)
@@ -160,15 +182,14 @@ def _template(heavy: str, width: int, depth: int, nvars: int, skip: bool, dropou
                 upstream[source] = grad
     gout = input_grads[0]
     if len(input_grads) > 1:
-        gout = add("gradients/", "AddN", "AddN", _LIGHT, _ACT)
-        edges(input_grads, gout)
+        gout = layer.add("gradients/", "AddN", "AddN", _LIGHT, _ACT)
+        layer.edges(input_grads, gout)
     for var, weight in updates:
         v, m, s = variables[var]
-        update = add("Adam/update_", f"{var}/ResourceApplyAdam", "ResourceApplyAdam", _UPDATE, _NONE, Kind.REFERENCE, v)
-        edges([weight, v, m, s], update)
-    prefixes, suffixes, ops, *numbers = zip(*nodes, strict=True)
-    return _Template(tuple(zip(prefixes, suffixes, strict=True)), ops, np.array(numbers, np.int64),
-                     np.array(src, np.int64), np.array(dst, np.int64), n_fwd, out, gout, skip)
+        update = layer.add("Adam/update_", f"{var}/ResourceApplyAdam", "ResourceApplyAdam", _UPDATE, _NONE,
+                           Kind.REFERENCE, v)
+        layer.edges([weight, v, m, s], update)
+    return gout
 
 
 @functools.lru_cache(maxsize=8)
@@ -262,17 +283,35 @@ def dnn_graph(
         raise ValueError(f"ops = {ops} is below the smallest graph these options give ({5 + sizes[probs > 0].min()})")
     rng = np.random.default_rng(seed)
     keys = _draw_layers(rng, ops - 5, sizes, probs)  # 5: the input op and the four loss ops
-    layers = keys.size
-    skip_from = np.arange(layers) - rng.integers(2, 5, layers)
+    skip_from = np.arange(keys.size) - rng.integers(2, 5, keys.size)
+    table, layer_of, edge_src, edge_dst = _layout(templates, sizes, keys, skip_from)
+    out_bytes, comp_us = _costs(rng, table, layer_of, keys.size)
+    _, size, kind, owner = table
+    if ccr is not None:
+        out_bytes = _rescale_to_ccr(out_bytes, comp_us, kind, edge_src, ccr)
+    names, op_types = _names(templates, keys)
+    return CostGraph(
+        names, comp_us, out_bytes, edge_src, edge_dst, kind=kind.astype(np.int8),
+        colocation=np.where(kind != Kind.NORMAL, owner, -1), ops=op_types,
+        param_bytes=np.where((size == _KERNEL) | (size == _VECTOR), out_bytes, 0),
+        name=name if name is not None else f"dnn-{ops}-s{seed}",
+    )
 
-    # Layout: input, forward layers 0..L-1, loss, backward layers L-1..0. Each template's layers at once.
+
+def _layout(templates: tuple[_Template, ...], sizes: np.ndarray, keys: np.ndarray,
+            skip_from: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Where every node and edge goes: input, forward layers 0..L-1, loss, backward layers L-1..0, each
+    template's layers at once. Returns the nodes' template rows (cost class, size class, kind, owner: a
+    (4, |V|) array), each node's layer, and the edges' sources and destinations."""
+    layers = keys.size
     n_fwd = np.array([t.n_fwd for t in templates])[keys]
     n_bwd = sizes[keys] - n_fwd
     f_base = 1 + np.cumsum(n_fwd) - n_fwd
     loss = 1 + int(n_fwd.sum())
     b_base = loss + 4 + np.cumsum(n_bwd[::-1])[::-1] - n_bwd
     n = loss + 4 + int(n_bwd.sum())
-    cost, size, kind, owner = np.repeat([[_LIGHT], [_ACT], [Kind.NORMAL], [-1]], n, axis=1)
+    table = np.repeat([[_LIGHT], [_ACT], [Kind.NORMAL], [-1]], n, axis=1)
+    cost, size, kind, owner = table  # views of its rows
     layer_of = np.zeros(n, np.int64)
     layer_of[loss : loss + 4] = layers - 1
     out, gin, gout = np.empty((3, layers), np.int64)
@@ -298,9 +337,15 @@ def dnn_graph(
         ends = np.concatenate((rows, external[at]), axis=1)  # -1, -2, -3 -> the last three columns
         src.append(ends[:, np.where(t.src >= 0, t.src, len(t.ops) - 1 - t.src)].ravel())
         dst.append(ends[:, np.where(t.dst >= 0, t.dst, len(t.ops) - 1 - t.dst)].ravel())
-    edge_src, edge_dst = np.concatenate(src), np.concatenate(dst)
+    return table, layer_of, np.concatenate(src), np.concatenate(dst)
 
-    size_draw = rng.random(n)
+
+def _costs(rng: np.random.Generator, table: np.ndarray, layer_of: np.ndarray,
+           layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each node's output bytes and compute time (µs), drawn as the module docstring says (``table``
+    and ``layer_of`` as :func:`_layout` returns them)."""
+    cost, size, _, owner = table
+    size_draw = rng.random(layer_of.size)
     activation = _log_uniform(rng.random(layers), ACTIVATION_BYTES)[layer_of] * 2.0 ** (size_draw - 0.5)
     activation = np.clip(activation, *ACTIVATION_BYTES)
     inner = _log_uniform(rng.random(layers), INNER_DIM)[layer_of]
@@ -313,11 +358,13 @@ def dnn_graph(
                        LAUNCH_US + 2 * activation / MEMORY_BYTES_PER_US)
     comp_us = np.where(cost == _UPDATE, LAUNCH_US + 7 * out_bytes[owner] / MEMORY_BYTES_PER_US, comp_us)
     comp_us[cost == _ZERO] = 0.0
-    if ccr is not None:
-        out_bytes = _rescale_to_ccr(out_bytes, comp_us, kind, edge_src, ccr)
+    return out_bytes, comp_us
 
+
+def _names(templates: tuple[_Template, ...], keys: np.ndarray) -> tuple[list[str], list[str]]:
+    """Each node's name and op type, in node order (layout of :func:`_layout`)."""
     names, op_types = ["input/IteratorGetNext"], ["IteratorGetNext"]
-    for backward, order in ((False, range(layers)), (True, range(layers - 1, -1, -1))):
+    for backward, order in ((False, range(keys.size)), (True, range(keys.size - 1, -1, -1))):
         if backward:
             names += _LOSS
             op_types += _LOSS_TYPES
@@ -327,12 +374,7 @@ def dnn_graph(
             label = f"layer_{index}/"
             names.extend([prefix + label + suffix for prefix, suffix in t.parts[part]])
             op_types.extend(t.ops[part])
-    return CostGraph(
-        names, comp_us, out_bytes, edge_src, edge_dst, kind=kind.astype(np.int8),
-        colocation=np.where(kind != Kind.NORMAL, owner, -1), ops=op_types,
-        param_bytes=np.where((size == _KERNEL) | (size == _VECTOR), out_bytes, 0),
-        name=name if name is not None else f"dnn-{ops}-s{seed}",
-    )
+    return names, op_types
 
 
 def _rescale_to_ccr(out_bytes: np.ndarray, comp_us: np.ndarray, kind: np.ndarray, src: np.ndarray,

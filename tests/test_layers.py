@@ -5,8 +5,10 @@
 - No import cycle among the library's modules. Every import counts, a function-local one too
   (hiding a cycle inside a function only moves the failure to run time).
 - No file over 400 lines under ``pardnn/`` and ``launcher/``.
+- No function over 80 lines under ``pardnn/``, from its ``def`` line through the last line of its body
+  (docstring included, decorators not); methods and nested functions count on their own.
 
-The imports are read with :mod:`ast`, so nothing is imported to check them.
+The imports and functions are read with :mod:`ast`, so nothing is imported to check them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ LIBRARY = ROOT / "pardnn"
 FORBIDDEN = ("jobs", "launcher", "benchmarks", "tensorflow", "horovod")
 TF_ONLY = ("tensorflow", "horovod")  # allowed inside pardnn/tf/
 MAX_LINES = 400
+MAX_FUNCTION_LINES = 80
 
 
 def module_name(path: Path) -> str:
@@ -138,3 +141,40 @@ def test_no_file_over_400_lines(folder: str) -> None:
             for path in sorted((ROOT / folder).rglob("*.py"))
             if (n := len(path.read_text().splitlines())) > MAX_LINES]
     assert not long, f"files over {MAX_LINES} lines (split them by idea):\n" + "\n".join(long)
+
+
+def function_lengths(path: Path) -> list[tuple[int, str, int]]:
+    """``(line, name, lines)`` of every function in ``path``, nested ones and methods too, by line;
+    ``lines`` runs from the ``def`` line through the last line of the body."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return sorted((node.lineno, node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(tree)
+                  if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None)
+
+
+def test_the_function_counter_counts_def_through_body(tmp_path: Path) -> None:
+    """``top`` spans lines 3-9 (its decorator on line 2 does not count): 7 lines; ``inner`` 5-7: 3;
+    ``method`` 12-13: 2; the async one-liner on line 15: 1."""
+    path = tmp_path / "example.py"
+    path.write_text("import functools\n"
+                    "@functools.cache\n"
+                    "def top() -> int:\n"
+                    '    """Doc."""\n'
+                    "    def inner() -> int:\n"
+                    "        x = 1\n"
+                    "        return x\n"
+                    "\n"
+                    "    return inner()\n"
+                    "\n"
+                    "class Holder:\n"
+                    "    def method(self) -> None:\n"
+                    "        pass\n"
+                    "\n"
+                    "async def quick() -> None: pass\n")
+    assert function_lengths(path) == [(3, "top", 7), (5, "inner", 3), (12, "method", 2), (15, "quick", 1)]
+
+
+def test_no_function_over_80_lines() -> None:
+    long = [f"{path.relative_to(ROOT)}:{line} {name}: {lines} lines"
+            for path in sorted(LIBRARY.rglob("*.py"))
+            for line, name, lines in function_lengths(path) if lines > MAX_FUNCTION_LINES]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them into named steps):\n" + "\n".join(long)

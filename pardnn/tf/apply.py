@@ -160,9 +160,27 @@ def apply(graph: tf.Graph, placement: Mapping[str, int] | npt.ArrayLike, device_
     """
     wanted = _placement_map(placement, names)
     positions = None if order is None else _order_map(order, names)
-    count = len(device_names)
     ops = graph.get_operations()
     by_name = {op.name: op for op in ops}
+    device = _placed_devices(wanted, by_name, len(device_names))
+    groups = colocation_groups(graph)
+    group_device = _group_devices(device, groups)
+    counts = _decide_the_rest(ops, device, groups, group_device)
+    targets, on_host = _targets(ops, device, groups, device_names)
+    # The order is checked in full before the graph is touched.
+    links = [] if positions is None else _links(graph, by_name, wanted, targets, positions)
+    per_device: dict[str, int] = {}
+    for op in ops:
+        op._set_device(targets[op.name])
+        per_device[targets[op.name]] = per_device.get(targets[op.name], 0) + 1
+    for first, then in links:
+        then._add_control_input(first)
+    return ApplyReport(len(wanted), counts["group"], counts["input"], counts["consumer"], counts["default"],
+                       on_host, per_device, len(links))
+
+
+def _placed_devices(wanted: dict[str, int], by_name: Mapping[str, tf.Operation], count: int) -> dict[str, int]:
+    """The placement's ``{op name: device index}``, checked against the graph and the ``count`` devices."""
     device: dict[str, int] = {}
     for name, index in wanted.items():
         if name not in by_name:
@@ -170,7 +188,12 @@ def apply(graph: tf.Graph, placement: Mapping[str, int] | npt.ArrayLike, device_
         if not 0 <= index < count:
             raise InvalidPlacementError(f"op {name!r} is placed on device {index}, outside 0..{count - 1}")
         device[name] = index
-    groups = colocation_groups(graph)
+    return device
+
+
+def _group_devices(device: Mapping[str, int], groups: Mapping[str, str]) -> dict[str, tuple[int, str]]:
+    """``{group label: (device, first placed member by name)}`` of the groups the placement settles;
+    raises if it splits one."""
     group_device: dict[str, tuple[int, str]] = {}
     for name in sorted(device):
         label = groups.get(name)
@@ -181,7 +204,13 @@ def apply(graph: tf.Graph, placement: Mapping[str, int] | npt.ArrayLike, device_
             raise InvalidPlacementError(
                 f"colocation group {label!r} is split: {other!r} on device {first}, {name!r} on device {device[name]}")
         group_device.setdefault(label, (device[name], name))
+    return group_device
 
+
+def _decide_the_rest(ops: Sequence[tf.Operation], device: dict[str, int], groups: Mapping[str, str],
+                     group_device: dict[str, tuple[int, str]]) -> dict[str, int]:
+    """Give every op the placement does not name a device by rules 1-4 of the module docstring (in
+    ``device``, settling its group in ``group_device``); returns how many ops each rule decided."""
     counts = {"group": 0, "input": 0, "consumer": 0, "default": 0}
 
     def decide(op: tf.Operation, candidates: list[tf.Operation], rule: str) -> None:
@@ -214,7 +243,13 @@ def apply(graph: tf.Graph, placement: Mapping[str, int] | npt.ArrayLike, device_
                 label = groups.get(op.name)
                 if label is not None:
                     group_device[label] = (0, op.name)
+    return counts
 
+
+def _targets(ops: Sequence[tf.Operation], device: Mapping[str, int], groups: Mapping[str, str],
+             device_names: Sequence[str]) -> tuple[dict[str, str], int]:
+    """Each op's device string, and how many ops go to the host instead: on GPUs, an op outside every
+    group with no kernel for the devices' type."""
     device_type = tf.DeviceSpec.from_string(device_names[0]).device_type or "CPU"
     kernel_cache: dict[str, bool] = {}
     on_host = 0
@@ -225,16 +260,7 @@ def apply(graph: tf.Graph, placement: Mapping[str, int] | npt.ArrayLike, device_
             target = HOST_DEVICE
             on_host += 1
         targets[op.name] = target
-    # The order is checked in full before the graph is touched.
-    links = [] if positions is None else _links(graph, by_name, wanted, targets, positions)
-    per_device: dict[str, int] = {}
-    for op in ops:
-        op._set_device(targets[op.name])
-        per_device[targets[op.name]] = per_device.get(targets[op.name], 0) + 1
-    for first, then in links:
-        then._add_control_input(first)
-    return ApplyReport(len(wanted), counts["group"], counts["input"], counts["consumer"], counts["default"],
-                       on_host, per_device, len(links))
+    return targets, on_host
 
 
 def _order_map(order: Mapping[str, int] | npt.ArrayLike, names: Sequence[str] | None) -> dict[str, int]:

@@ -78,7 +78,6 @@ def read_reference(
     graph_source = str(graph_path)
     dot = parse_dot(_read_lines(graph_path, "DOT graph"), graph_source)
     index = {op_name: i for i, op_name in enumerate(dot.names)}
-    n = len(dot.names)
     times = _parse_values(_read_lines(times_path, "timings"), str(times_path), index, graph_source, strict, whole=False)
     sizes = _parse_values(
         _read_lines(sizes_path, "tensor sizes"), str(sizes_path), index, graph_source, strict, whole=True
@@ -86,32 +85,10 @@ def read_reference(
     _warn_missing(times, dot.names, str(times_path), "timing", "0 µs")
     _warn_missing(sizes, dot.names, str(sizes_path), "size", "0 bytes")
 
-    kind = np.zeros(n, np.int8)
-    listed: dict[int, tuple[str, int]] = {}
-    for path, code, what in ((variables, Kind.RESIDUAL, "variables"), (references, Kind.REFERENCE, "reference ops")):
-        if path is None:
-            continue
-        for v, number in _parse_names(_read_lines(path, what), str(path), index, graph_source, strict).items():
-            if v in listed:
-                other, other_number = listed[v]
-                raise InvalidGraphError(
-                    f"{path}:{number}: op {dot.names[v]!r} is also listed in {other}:{other_number};"
-                    " an op is either a variable or a reference op"
-                )
-            listed[v] = (str(path), number)
-            kind[v] = code
-    is_noop = np.zeros(n, bool)
-    if noops is not None:
-        is_noop[list(_parse_names(_read_lines(noops, "no-ops"), str(noops), index, graph_source, strict))] = True
-
-    comp_us = np.zeros(n, np.float64)
-    comp_us[list(times)] = list(times.values())
-    out_bytes = np.zeros(n, np.int64)
-    out_bytes[list(sizes)] = list(sizes.values())
-    out_bytes[is_noop] = 0
+    kind, is_noop = _listed_kinds(variables, references, noops, dot.names, index, graph_source, strict)
     src = np.array(dot.src, dtype=np.int64)
     dst = np.array(dot.dst, dtype=np.int64)
-    edge_bytes = np.where(is_noop[src] | is_noop[dst], 0, out_bytes[src])
+    comp_us, out_bytes, edge_bytes = _costs(times, sizes, is_noop, src, dst)
     try:
         return CostGraph(
             dot.names,
@@ -126,6 +103,50 @@ def read_reference(
         )
     except InvalidGraphError as exc:
         raise InvalidGraphError(f"{graph_source}: {exc}") from exc
+
+
+def _listed_kinds(
+    variables: PathLike | None,
+    references: PathLike | None,
+    noops: PathLike | None,
+    names: Sequence[str],
+    index: dict[str, int],
+    graph_source: str,
+    strict: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each op's kind (residual if the variables file lists it, reference if the references file
+    does) and whether the no-ops file lists it; raises for an op in both the first two files."""
+    kind = np.zeros(len(names), np.int8)
+    listed: dict[int, tuple[str, int]] = {}
+    for path, code, what in ((variables, Kind.RESIDUAL, "variables"), (references, Kind.REFERENCE, "reference ops")):
+        if path is None:
+            continue
+        for v, number in _parse_names(_read_lines(path, what), str(path), index, graph_source, strict).items():
+            if v in listed:
+                other, other_number = listed[v]
+                raise InvalidGraphError(
+                    f"{path}:{number}: op {names[v]!r} is also listed in {other}:{other_number};"
+                    " an op is either a variable or a reference op"
+                )
+            listed[v] = (str(path), number)
+            kind[v] = code
+    is_noop = np.zeros(len(names), bool)
+    if noops is not None:
+        is_noop[list(_parse_names(_read_lines(noops, "no-ops"), str(noops), index, graph_source, strict))] = True
+    return kind, is_noop
+
+
+def _costs(
+    times: dict[int, float | int], sizes: dict[int, float | int], is_noop: np.ndarray, src: np.ndarray, dst: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``comp_us``, ``out_bytes`` and ``edge_bytes`` from the parsed files (0 where a file has no entry):
+    a no-op's output, and every edge into or out of a no-op, carry no bytes."""
+    comp_us = np.zeros(is_noop.size, np.float64)
+    comp_us[list(times)] = list(times.values())
+    out_bytes = np.zeros(is_noop.size, np.int64)
+    out_bytes[list(sizes)] = list(sizes.values())
+    out_bytes[is_noop] = 0
+    return comp_us, out_bytes, np.where(is_noop[src] | is_noop[dst], 0, out_bytes[src])
 
 
 def reference_colocation(names: Sequence[str], kind: np.ndarray, src: np.ndarray, dst: np.ndarray) -> list[str | None]:
