@@ -32,8 +32,9 @@ from numba import njit
 
 from benchmarks.report import machine_line, write_section
 from pardnn import partition
-from pardnn.baselines.exact import DEFAULT_MAX_OPS, exact
-from pardnn.emulator import Emulator, _emulate, _upward_rank, emulate
+from pardnn.baselines import exact
+from pardnn.baselines.exact import DEFAULT_MAX_OPS
+from pardnn.emulator import UPWARD_RANK, Emulator, emulate, emulate_sweep, upward_rank_sweep
 from pardnn.errors import MissingDependencyError
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
@@ -115,12 +116,11 @@ def _best_placement(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, comm
     place = np.zeros(n, np.int64)
     fifo = np.zeros(0)  # no priority: each device's queue in order of readiness
     no_chain = np.zeros(0, np.int64)
-    every = np.ones(n, np.bool_)
     top = np.zeros(n, np.int64)  # top[i] = max(place[0..i])
     best, best_place = np.inf, place.copy()
     while True:
-        priority = -_upward_rank(place, succ_ptr, succ, comm, comp, topo_order, every) if ordered else fifo
-        makespan = _emulate(n, k, succ_ptr, succ, comm, pred_ptr, place, comp, topo_rank, priority, no_chain)[2]
+        priority = -upward_rank_sweep(place, succ_ptr, succ, comm, comp, topo_order) if ordered else fifo
+        makespan = emulate_sweep(n, k, succ_ptr, succ, comm, pred_ptr, place, comp, topo_rank, priority, no_chain)[2]
         if makespan < best:
             best, best_place = makespan, place.copy()
         i = n - 1
@@ -153,7 +153,7 @@ def upward_rank_order(graph: CostGraph, machine: Machine, placement: np.ndarray)
     readiness: a list schedule (HEFT's) that gives a free device its ready op of highest upward rank (its
     compute plus the longest path after it, cut edges counted). Not what TensorFlow's executor does; what
     enforcing a per-device order (control dependencies) could buy on the same placement."""
-    return Emulator(graph, machine, ranked=True)(np.asarray(placement, dtype=np.int64)).makespan_us
+    return Emulator(graph, machine, order=UPWARD_RANK)(np.asarray(placement, dtype=np.int64)).makespan_us
 
 
 def run_case(index: int, seed: int, time_limit_s: float) -> dict[str, Any]:

@@ -26,10 +26,12 @@ from pathlib import Path
 from benchmarks.exact import BANDWIDTH, LATENCY, random_dag
 from benchmarks.report import machine_line, write_section
 from pardnn import partition
+from pardnn.emulated import Emulated
 from pardnn.emulator import emulate
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
 from pardnn.memory import track_memory
+from pardnn.pipeline import PAPER
 from pardnn.refine import SECONDS_PER_ELEMENT, SECONDS_PER_MOVE, refine
 from pardnn.synthetic import dnn_graph
 
@@ -55,7 +57,7 @@ def measure(graph: CostGraph, machine: Machine) -> tuple[int, float]:
     per_move, tried = [], 0
     for _ in range(REPEATS):
         began = time.perf_counter()
-        refined = refine(graph, machine, start.placement, schedule, memory, seconds=seconds)
+        refined = refine(graph, machine, Emulated(start.placement, schedule, memory), seconds=seconds)
         elapsed = time.perf_counter() - began
         tried = refined.evaluations
         per_move.append(elapsed / max(1, tried))
@@ -72,7 +74,7 @@ def cases() -> list[tuple[str, CostGraph, Machine]]:
         graph = dnn_graph(ops, seed=0)
         free = Machine(DEVICES)
         rows.append((f"dnn-{ops}", graph, free))
-        peaks = partition(graph, free, memory_heuristic=None, guarded=False).report.evaluation.peak_memory_bytes
+        peaks = partition(graph, free, memory_heuristic=None, **PAPER).report.evaluation.peak_memory_bytes
         limited = Machine(DEVICES, memory=int(LIMIT_FACTOR * sum(peaks) / DEVICES), reserve=0)
         rows.append((f"dnn-{ops}, {LIMIT_FACTOR}× memory", graph, limited))
     return rows

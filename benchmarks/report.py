@@ -234,7 +234,7 @@ def _speed_lines(results: BenchResults) -> list[str]:
 
 
 def _guard_cost_lines(results: BenchResults) -> list[str]:
-    """What the guard, the refinement and the run order add to each command, from its interleaved --no-guard twin."""
+    """What the guard, the refinement and the run order add to each command, from its interleaved paper-alone twin."""
     by_command = {row.command: row for row in results.speed if not row.note}  # not the first run's own graph
     lines = []
     for row in results.speed:
@@ -242,7 +242,7 @@ def _guard_cost_lines(results: BenchResults) -> list[str]:
         if base is not None and row.seconds > 0:
             ratio = row.paired_ratio if row.paired_ratio is not None else base.seconds / row.seconds
             lines.append(f"- The guard, the refinement and the run order add {ratio - 1:+.0%} to `{base.command}` "
-                         f"(the median, over the interleaved rounds, of its time over its `--no-guard` twin's; "
+                         f"(the median, over the interleaved rounds, of its time over its `-a pardnn-paper` twin's; "
                          f"the medians apart: {secs(base.seconds)} against {secs(row.seconds)}, "
                          f"{base.seconds / row.seconds - 1:+.0%}; target ≤ +{GUARD_COST_TARGET:.0%}: "
                          f"{'met' if ratio <= 1 + GUARD_COST_TARGET else '**missed**'}).")

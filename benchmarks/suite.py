@@ -45,9 +45,10 @@ __all__ = ["FULL", "QUICK", "BenchResults", "Progress", "Run", "SuiteConfig", "b
 
 Progress = Callable[[str], None]
 
-BASELINES = tuple(name for name in PLACERS if name != "pardnn")
-LABELS = {"pardnn": "ParDNN", "critical_path": "CP", "linear_clustering": "LC", "metis": "METIS",
-          "topological": "topological", "round_robin": "round robin", "single": "single", "exact": "exact"}
+BASELINES = tuple(name for name, placer in PLACERS.items() if not placer.complete)  # not ParDNN's own
+LABELS = {"pardnn": "ParDNN", "pardnn-paper": "ParDNN (paper)", "critical_path": "CP", "linear_clustering": "LC",
+          "metis": "METIS", "topological": "topological", "round_robin": "round robin", "single": "single",
+          "etf": "ETF", "exact": "exact"}
 HEURISTICS = {"overflow": "I", "balance": "II"}
 SYNTHETIC = "synthetic"
 FILES = "graph files"
@@ -179,16 +180,20 @@ def _from_result(base: Run, result: Any, seconds: float, step1_makespan: float |
 
 
 def _run_baseline(base: Run, graph: CostGraph, machine: Machine, config: SuiteConfig, progress: Progress) -> Run:
-    if base.placer == "linear_clustering" and graph.n > config.lc_max_ops:
+    placer = PLACERS[base.placer]
+    # The suite's limits by placer (data, not branches): time budgets and the largest graph each is run on.
+    budgets = {"linear_clustering": config.lc_budget_s, "exact": config.exact_time_limit_s}
+    sizes = {"linear_clustering": config.lc_max_ops, "exact": config.exact_max_ops}
+    if graph.n > sizes.get(base.placer, graph.n):
         return dataclasses.replace(base, status=SKIPPED_SIZE)
-    if base.placer == "exact" and graph.n > config.exact_max_ops:
-        return dataclasses.replace(base, status=SKIPPED_SIZE)
-    options: dict[str, Any] = ({"time_budget_s": config.lc_budget_s} if base.placer == "linear_clustering" else
-                               {"time_limit_s": config.exact_time_limit_s, "max_ops": config.exact_max_ops}
-                               if base.placer == "exact" else {})
+    options: dict[str, Any] = {}
+    if placer.time_option and base.placer in budgets:
+        options[placer.time_option] = budgets[base.placer]
+    if "max_ops" in placer.options:
+        options["max_ops"] = sizes.get(base.placer, placer.options["max_ops"])
     start = time.perf_counter()
     try:
-        result = PLACERS[base.placer](graph, machine, memory_heuristic=None, **options)
+        result = placer(graph, machine, memory_heuristic=None, **options)
     except MissingDependencyError as exc:
         progress(f"{base.placer}: {exc}")
         return dataclasses.replace(base, status=SKIPPED_DEPENDENCY)

@@ -7,7 +7,7 @@ For every model graph, K and interconnect bandwidth (150 GB/s, NVSwitch, down to
 almost every graph is communication-bound), no memory limit, 25 us per transfer: the emulated
 makespan of ParDNN as `partition()` returns it (the paper's Steps 1-2, the guard, the refinement and
 the run order),
-of the paper's algorithm alone (``guarded=False``) and of every cheap placement (one device,
+of the paper's algorithm alone (``**PAPER``) and of every cheap placement (one device,
 contiguous topological split, round robin, critical path, METIS). Writes the section ``sweep`` of
 ``benchmarks/RESULTS.md``: per bandwidth, how often each ParDNN is slower than some cheap placement
 and by how much at worst (the issue's target: 0), and the geometric mean of ParDNN over the best
@@ -28,10 +28,11 @@ from benchmarks.report import machine_line, write_section
 from pardnn import Machine, partition
 from pardnn.errors import MissingDependencyError
 from pardnn.io import read_any_graph
+from pardnn.pipeline import PAPER
 from pardnn.placers import PLACERS
 
 HERE = Path(__file__).resolve().parent
-CHEAP = ("single", "topological", "round_robin", "critical_path", "linear_clustering", "metis")
+CHEAP = tuple(name for name, placer in PLACERS.items() if placer.cheap)  # the guard's candidates
 BANDWIDTHS_GBPS = (150.0, 50.0, 16.0, 4.0, 1.0)
 SECTION = "sweep"
 
@@ -49,7 +50,7 @@ def measure(paths: Sequence[Path], ks: Sequence[int], bandwidths: Sequence[float
                 row["pardnn"] = result.report.evaluation.makespan_us
                 row["unordered"] = partition(graph, machine, ordered=False).report.evaluation.makespan_us
                 row["order_kept"] = result.order is not None
-                row["paper"] = partition(graph, machine, guarded=False).report.evaluation.makespan_us
+                row["paper"] = partition(graph, machine, **PAPER).report.evaluation.makespan_us
                 for name in CHEAP:
                     try:
                         row[name] = PLACERS[name](graph, machine).report.evaluation.makespan_us
@@ -68,7 +69,7 @@ def render(rows: Sequence[dict[str, object]], command: str, seconds: float) -> s
              f"Command: `{command}` ({seconds:.0f} s). Machine: {machine_line()}.", "",
              f"{len({r['graph'] for r in rows})} graphs × K = {ks} "
              "× bandwidth, no memory limit, 25 us per transfer. *ParDNN* is `partition()` as it ships "
-             "(Steps 1-2, guard, refinement, run order); *paper* is Steps 1-2 alone (`--no-guard`). Each is "
+             "(Steps 1-2, guard, refinement, run order); *paper* is Steps 1-2 alone (`-a pardnn-paper`). Each is "
              "compared with every cheap "
              f"placement ({', '.join(CHEAP)}; METIS when installed) on the same emulator: *slower* counts the "
              "comparisons it loses, *worst* is its largest makespan / that placement's, *geomean* its makespan over "

@@ -26,10 +26,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pardnn.emulator import Schedule, emulate
+from pardnn.emulated import emulate_and_track
+from pardnn.emulator import Schedule
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
-from pardnn.memory import MemoryProfile, track_memory
+from pardnn.memory import MemoryProfile
 
 __all__ = ["Groups", "groups_by_vote", "keep_groups_whole", "resolve_groups"]
 
@@ -111,8 +112,8 @@ def resolve_groups(graph: CostGraph, machine: Machine, placement: np.ndarray, ed
         candidates.append((voted, "vote"))
     best: tuple[tuple[float, float], Groups] | None = None
     for (place, moved), rule in candidates:
-        schedule = emulate(graph, machine, place)
-        memory = track_memory(graph, machine, place, schedule) if machine.bounded else None
+        answer = emulate_and_track(graph, machine, place)
+        schedule, memory = answer.schedule, answer.memory
         over = 0.0 if memory is None else float(np.maximum(memory.peak_bytes - machine.limits_bytes, 0).sum())
         key = (over, schedule.makespan_us)
         if best is None or key < best[0]:

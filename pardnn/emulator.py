@@ -26,10 +26,11 @@ from numba import njit
 
 from pardnn.checks import chain_next, check_order, check_placement
 from pardnn.graph import CostGraph
-from pardnn.levels import _bottom_levels
+from pardnn.levels import bottom_levels_sweep
 from pardnn.machine import Machine
 
-__all__ = ["Emulator", "Schedule", "emulate", "heap_pop", "heap_push"]
+__all__ = ["UPWARD_RANK", "Emulator", "RunOrder", "Schedule", "emulate", "emulate_sweep", "heap_pop", "heap_push",
+           "upward_rank", "upward_rank_sweep"]
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,13 @@ def heap_pop(time: np.ndarray, key: np.ndarray, item: np.ndarray, base: int, siz
 
 
 @njit(cache=True, nogil=True)
-def _emulate(n: int, devices: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_comm: np.ndarray,
+def emulate_sweep(n: int, devices: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_comm: np.ndarray,
              pred_ptr: np.ndarray, placement: np.ndarray, comp: np.ndarray, topo_rank: np.ndarray,
              priority: np.ndarray, chain_next: np.ndarray):
+    """The compiled sweep of :class:`Emulator` (arguments in :class:`~pardnn.graph.CostGraph`'s CSR form).
+
+    Returns ``(start, finish, makespan, edge_arrival, sequence)``.
+    """
     # ``priority`` empty: each device's queue is FIFO by readiness; else ordered by it (lowest first).
     # ``chain_next`` (empty: none): the op each op's device runs next in an enforced order; that op
     # waits for this one to finish, as a control dependency makes it wait.
@@ -197,7 +202,16 @@ def _device_queues(n: int, devices: int,
     return qbase, np.zeros(devices, np.int64), np.zeros(n), np.zeros(n, np.int64), np.zeros(n, np.int64)
 
 
-def emulate(graph: CostGraph, machine: Machine, placement: np.ndarray, order: np.ndarray | None = None) -> Schedule:
+# How each device picks its next op (one parameter, ``order``, everywhere):
+# ``None``: in order of readiness (FIFO, TensorFlow's executor); UPWARD_RANK: its ready op of highest
+# upward rank under the placement emulated (the list schedule :mod:`pardnn.order` enforces); an int
+# array: each op's position in its device's sequence, enforced (each op also waits for the one before
+# it on its device, as the control dependencies of :func:`pardnn.tf.apply` make it wait).
+UPWARD_RANK = "upward_rank"
+RunOrder = None | str | np.ndarray
+
+
+def emulate(graph: CostGraph, machine: Machine, placement: np.ndarray, order: RunOrder = None) -> Schedule:
     """Emulate one training step of ``graph`` placed by ``placement`` on ``machine``.
 
     Parameters
@@ -207,9 +221,9 @@ def emulate(graph: CostGraph, machine: Machine, placement: np.ndarray, order: np
     placement:
         Device index (0..K-1) of every op; validated by :func:`pardnn.checks.check_placement`.
     order:
-        Optional position of every op in its device's run order (:mod:`pardnn.order`); each op then
-        also waits for the op before it on its device to finish, as the control dependencies of
-        :func:`pardnn.tf.apply` make it wait. Validated by :func:`pardnn.checks.check_order`.
+        How each device picks its next op (:data:`RunOrder`): ``None`` in order of readiness,
+        :data:`UPWARD_RANK`, or each op's position in its device's sequence, enforced (validated by
+        :func:`pardnn.checks.check_order`).
 
     Returns
     -------
@@ -217,9 +231,9 @@ def emulate(graph: CostGraph, machine: Machine, placement: np.ndarray, order: np
         Start and finish time of every op, per-edge arrival time, and the makespan (µs).
     """
     place = check_placement(graph, machine, placement)
-    if order is None:
-        return Emulator(graph, machine)(place)
-    return Emulator(graph, machine)(place, chain=chain_next(place, check_order(graph, place, order)))
+    if isinstance(order, np.ndarray) or (order is not None and not isinstance(order, str)):
+        order = check_order(graph, place, order)
+    return Emulator(graph, machine, order=order)(place)
 
 
 class Emulator:
@@ -230,54 +244,55 @@ class Emulator:
     out-of-range device would index out of bounds in the compiled sweep). On a 30-op graph this
     takes an emulation from about 9 µs to 4 µs (the rest is the compiled sweep and the call).
 
-    ``priority`` (float64 per op, optional) replaces the order of readiness in every device's queue:
-    a free device starts its ready op of lowest priority (ties by topological rank). That is not
-    what TensorFlow's executor does; it is what enforcing a per-device order with control
-    dependencies would give, and the benchmarks use it to measure what such an order could buy.
-
-    ``ranked``: the priority is each placement's own upward rank (:func:`pardnn.order.upward_rank`,
-    an O(|V| + |E|) sweep per call): the list schedule whose run order :mod:`pardnn.order` enforces.
-
-    A call's ``chain`` (int64 per op: the op its device runs next, -1 for none;
-    :func:`pardnn.checks.chain_next`) emulates an enforced run order exactly.
+    ``order`` is :func:`emulate`'s (:data:`RunOrder`), the same for every placement emulated: with
+    :data:`UPWARD_RANK` each placement's own upward rank (:func:`upward_rank`, an O(|V| + |E|) sweep
+    per call) orders the queues; positions (dense per device, as :func:`pardnn.checks.check_order`
+    returns them) are enforced under each placement emulated.
     """
 
-    def __init__(self, graph: CostGraph, machine: Machine, priority: np.ndarray | None = None, *,
-                 ranked: bool = False) -> None:
-        self._graph, self._devices, self._ranked = graph, machine.devices, ranked
-        self._every = np.ones(graph.n, np.bool_)  # the rank sweep's mask: every op
+    def __init__(self, graph: CostGraph, machine: Machine, order: RunOrder = None) -> None:
+        self._graph, self._devices = graph, machine.devices
         self._edge_comm = machine.edge_comm_us(graph.succ_bytes)
-        if ranked and priority is not None:
-            raise ValueError("priority and ranked exclude each other: ranked computes the priority per placement")
-        self._priority = np.zeros(0) if priority is None else np.asarray(priority, dtype=np.float64)
-        if priority is not None and self._priority.shape != (graph.n,):
-            raise ValueError(f"priority has {self._priority.size} entries for the {graph.n} ops of {graph.name!r}")
+        self._ranked = isinstance(order, str)
+        if self._ranked and order != UPWARD_RANK:
+            raise ValueError(f"order={order!r}: expected None (order of readiness), {UPWARD_RANK!r} or positions")
+        self._positions = None if order is None or self._ranked else np.asarray(order, dtype=np.int64)
+        if self._positions is not None and self._positions.shape != (graph.n,):
+            raise ValueError(f"order has {self._positions.size} positions for the {graph.n} ops of {graph.name!r}")
 
-    def __call__(self, placement: np.ndarray, chain: np.ndarray | None = None) -> Schedule:
+    def __call__(self, placement: np.ndarray) -> Schedule:
         graph = self._graph
-        priority = self._priority
+        priority = _READINESS
         if self._ranked:
-            priority = -_upward_rank(placement, graph.succ_ptr, graph.succ, self._edge_comm, graph.comp_us,
-                                     graph.topo_order, self._every)
-        start, finish, makespan, arrival, sequence = _emulate(
+            priority = -upward_rank_sweep(placement, graph.succ_ptr, graph.succ, self._edge_comm, graph.comp_us,
+                                          graph.topo_order)
+        chain = _NO_CHAIN if self._positions is None else chain_next(placement, self._positions)
+        start, finish, makespan, arrival, sequence = emulate_sweep(
             graph.n, self._devices, graph.succ_ptr, graph.succ, self._edge_comm, graph.pred_ptr, placement,
-            graph.comp_us, graph.topo_rank, priority, _NO_CHAIN if chain is None else chain)
+            graph.comp_us, graph.topo_rank, priority, chain)
         for array in (start, finish, arrival, sequence):
             array.flags.writeable = False
         return Schedule(start, finish, float(makespan), arrival, sequence)
 
 
 _NO_CHAIN = np.zeros(0, np.int64)
+_READINESS = np.zeros(0)  # no priority: each device's queue in order of readiness
+
+
+def upward_rank(graph: CostGraph, machine: Machine, placement: np.ndarray) -> np.ndarray:
+    """Each op's upward rank under ``placement``: its compute plus the longest path after it, counting
+    the transfer time of cut edges only (HEFT's rank, with the placement known). O(|V| + |E|)."""
+    return upward_rank_sweep(np.asarray(placement, dtype=np.int64), graph.succ_ptr, graph.succ,
+                             machine.edge_comm_us(graph.succ_bytes), graph.comp_us, graph.topo_order)
 
 
 @njit(cache=True, nogil=True)
-def _upward_rank(placement: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, succ_comm: np.ndarray,
-                 comp: np.ndarray, topo_order: np.ndarray, every: np.ndarray) -> np.ndarray:
-    # Each op's upward rank under ``placement``: its compute plus the longest path after it, counting
-    # the transfer time of cut edges only (HEFT's rank, with the placement known). ``every``: all True.
+def upward_rank_sweep(placement: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, succ_comm: np.ndarray,
+                      comp: np.ndarray, topo_order: np.ndarray) -> np.ndarray:
+    """The compiled sweep of :func:`upward_rank` (``succ_comm``: each successor edge's transfer time)."""
     cut_comm = np.zeros(succ_comm.size)
     for v in range(placement.size):
         for k in range(succ_ptr[v], succ_ptr[v + 1]):
             if placement[succ[k]] != placement[v]:
                 cut_comm[k] = succ_comm[k]
-    return _bottom_levels(topo_order, succ_ptr, succ, cut_comm, comp, every)
+    return bottom_levels_sweep(topo_order, succ_ptr, succ, cut_comm, comp, np.ones(placement.size, np.bool_))

@@ -70,8 +70,8 @@ def check_residual_capacity(graph: CostGraph, machine: Machine) -> None:
     """
     limits = machine.limits_bytes
     residual = _residual(graph)
-    total = int(residual.sum())
-    capacity = int(limits.sum())
+    total = sum(residual.tolist())  # Python integers: K limits near 2**63 add up past int64
+    capacity = sum(limits.tolist())
     if total > capacity:
         raise InfeasibleError(
             f"the residual ops (variables, optimizer state) alone need {format_bytes(total)} but the "

@@ -5,7 +5,9 @@ Inception-v3 training graph at 2 GB/s, CCR ≈ 63) its makespan was 1.7-2.6× th
 split or of one device, and a single heavy op alone on a primary path (a 6 GiB variable) can cost
 22× the single-device step. The paper is our floor, not our ceiling, so after the memory heuristic
 the pipeline compares ParDNN's placement with cheap candidates under the same emulator and memory
-tracker, and keeps the fastest that meets every device's limit:
+tracker, and keeps the fastest that meets every device's limit. The candidates are the registry's
+``cheap`` placers (:data:`pardnn.baselines.BASELINES`, in its order), each ``memory_aware`` one also
+blind to the memory sizes on a machine that has them, and ParDNN's own placement folded:
 
 - ``single``: every op on device 0 (no communication at all);
 - ``topological``: K contiguous blocks of the topological order, equal in compute (GPipe-style);
@@ -16,6 +18,9 @@ tracker, and keeps the fastest that meets every device's limit:
 - ``linear_clustering``: Kim and Browne's linear clustering mapped by GLB, run to the end (its
   levels are recomputed incrementally: 0.1 s on 200k ops, :mod:`pardnn.baselines.linear_clustering`);
 - ``metis``: a K-way METIS partition of the undirected graph (when pymetis is installed);
+- ``etf``: earliest-start list scheduling (:mod:`pardnn.baselines.etf`, Baechi's m-ETF made
+  incremental), which fills whichever device is free first: it wins on wide graphs; like the
+  critical-path greedy it reads the memory sizes, so its memory-blind placement is tried too;
 - ``folded``: ParDNN's own placement with its most communication-bound device folded into the
   device it talks to most, repeated while that shortens the step (the heavy-single-op primary).
 
@@ -57,40 +62,64 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from pardnn.baselines.critical_path import critical_path_placement
-from pardnn.baselines.linear_clustering import linear_clustering_placement
-from pardnn.baselines.metis import metis_placement
-from pardnn.baselines.round_robin import round_robin_placement
-from pardnn.baselines.single_device import single_device_placement
-from pardnn.baselines.topological import topological_placement
+from pardnn.baselines import BASELINES
+from pardnn.emulated import Emulated, emulate_and_track, strictly_shorter
 from pardnn.emulator import Schedule, emulate
 from pardnn.errors import MissingDependencyError, NoPlacementFoundError, PardnnError
 from pardnn.graph import CostGraph, Kind
 from pardnn.levels import critical_path_us
 from pardnn.machine import Machine, format_bytes
-from pardnn.memory import MemoryProfile, track_memory
+from pardnn.memory import MemoryProfile
 from pardnn.overflow import handle_overflow
+from pardnn.placer import Placer
+from pardnn.stages import Context
 
-__all__ = ["CANDIDATES", "Guarded", "Prepared", "fold_communicating_devices", "guard", "place_under_memory",
-           "prepare_candidates"]
+__all__ = ["Candidate", "GuardDetails", "Guarded", "Prepared", "candidates", "fold_communicating_devices", "guard",
+           "guard_stage", "place_under_memory", "prepare_candidates"]
 
 PARDNN = "pardnn"
-# The cheap placements the guard compares with, in order of preference on ties.
-CANDIDATES: dict[str, Callable[[CostGraph, Machine], tuple[np.ndarray, dict]]] = {
-    "single": single_device_placement,
-    "topological": topological_placement,
-    "round_robin": round_robin_placement,
-    "critical_path": critical_path_placement,
-    "linear_clustering": linear_clustering_placement,
-    "metis": metis_placement,
-}
 FOLDED = "folded"
-# Under memory limits the critical-path greedy skips devices it thinks full; its memory-blind
-# placement (the CP baseline as benchmarks run it) can still fit the tracker's peaks, and be faster.
-BLIND_CP = "critical_path, memory-blind"
+BLIND = ", memory-blind"  # the label's suffix for a memory-aware placer placed blind to the memory sizes
 # Heuristic I's rounds per start in the last resort: every successful start measured needed at most 11
 # (200k-op synthetic graph, K = 16, 0.8 × demand), while a hopeless one crawls on for hundreds.
 FALLBACK_MAX_ROUNDS = 24
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A cheap placement the guard compares with: a registry placer, maybe blind to the memory sizes."""
+
+    label: str
+    placer: Placer
+    blind: bool = False
+
+    def place(self, graph: CostGraph, machine: Machine) -> np.ndarray:
+        """Its placement (MissingDependencyError when the placer needs what is not installed)."""
+        placed = self.placer.place(graph, replace(machine, memory=None) if self.blind else machine)
+        return np.ascontiguousarray(placed[0], dtype=np.int64)
+
+
+def candidates(machine: Machine) -> list[Candidate]:
+    """The candidates on ``machine``, in order of preference on ties: every ``cheap`` placer of the
+    registry, then, when the machine has memory sizes, every ``memory_aware`` one blind to them."""
+    cheap = [placer for placer in BASELINES.values() if placer.cheap]
+    blind = [Candidate(p.name + BLIND, p, blind=True) for p in cheap if p.memory_aware] if machine.bounded else []
+    return [Candidate(p.name, p) for p in cheap] + blind
+
+
+@dataclass(frozen=True)
+class GuardDetails:
+    """What the report says of the guard: the winner (``None``: nothing fits), ParDNN's own makespan,
+    the kept one, the gain (1.0 when ParDNN's placement is kept or nothing fits; ``None`` when it has
+    no finite value: ParDNN's placement did not fit, or the winner takes 0 µs), every candidate's
+    emulated makespan (``None`` when pruned, unavailable or ruled out) and why, in ``notes``."""
+
+    winner: str | None
+    pardnn_makespan_us: float
+    makespan_us: float
+    speedup_over_pardnn: float | None
+    candidates: dict[str, float | None]
+    notes: dict[str, str]
 
 
 @dataclass
@@ -111,12 +140,17 @@ class Guarded:
     def makespan_us(self) -> float:
         return math.inf if self.schedule is None else self.schedule.makespan_us
 
-    def details(self) -> dict[str, object]:
-        """What the report says: the winner, ParDNN's own makespan, the gain, every candidate."""
-        gain = self.pardnn_makespan_us / self.makespan_us if self.winner not in (None, PARDNN) else 1.0
-        return {"winner": self.winner, "pardnn_makespan_us": self.pardnn_makespan_us,
-                "makespan_us": self.makespan_us, "speedup_over_pardnn": gain,
-                "candidates": dict(self.makespans), "notes": dict(self.notes)}
+    def details(self) -> GuardDetails:
+        gain: float | None = 1.0
+        if self.winner not in (None, PARDNN):
+            finite = self.makespan_us > 0 and math.isfinite(self.pardnn_makespan_us)
+            gain = self.pardnn_makespan_us / self.makespan_us if finite else None
+        return GuardDetails(self.winner, self.pardnn_makespan_us, self.makespan_us, gain, dict(self.makespans),
+                            dict(self.notes))
+
+    def keep(self, answer: Emulated, winner: str) -> None:
+        self.placement, self.winner = answer.placement, winner
+        self.schedule, self.memory = answer.schedule, answer.memory
 
 
 @dataclass(frozen=True)
@@ -131,10 +165,10 @@ class Prepared:
     schedule: Schedule | None = None
 
     @classmethod
-    def make(cls, name: str, graph: CostGraph, machine: Machine) -> Prepared:
-        """Candidate ``name``'s placement only, or why it is unavailable (not installed)."""
+    def make(cls, candidate: Candidate, graph: CostGraph, machine: Machine) -> Prepared:
+        """The candidate's placement only, or why it is unavailable (not installed)."""
         try:
-            return cls(_candidate(name, graph, machine))
+            return cls(candidate.place(graph, machine))
         except MissingDependencyError as exc:
             return cls(None, f"unavailable: {exc}")
 
@@ -148,13 +182,13 @@ def prepare_candidates(graph: CostGraph, machine: Machine, edge_weight: np.ndarr
     """
     prepared = {}
     residual = _residual(graph, machine)
-    for name in _names(machine):
-        made = prepared[name] = Prepared.make(name, graph, machine)
+    for candidate in candidates(machine):
+        made = prepared[candidate.label] = Prepared.make(candidate, graph, machine)
         if made.placement is None:
             continue
         fits = residual is None or _residual_overflow(made.placement, residual, machine) is None
-        prepared[name] = replace(made, bound=_makespan_bound(graph, machine, made.placement, edge_weight),
-                                 schedule=emulate(graph, machine, made.placement) if fits else None)
+        prepared[candidate.label] = replace(made, bound=_makespan_bound(graph, machine, made.placement, edge_weight),
+                                            schedule=emulate(graph, machine, made.placement) if fits else None)
     return prepared
 
 
@@ -172,30 +206,16 @@ def _residual_overflow(placement: np.ndarray, residual: np.ndarray, machine: Mac
             f"by {format_bytes(float(over[d]))}")
 
 
-def _candidate(name: str, graph: CostGraph, machine: Machine) -> np.ndarray:
-    """Candidate ``name``'s placement (MissingDependencyError when it needs what is not installed)."""
-    if name == BLIND_CP:
-        candidate, _ = critical_path_placement(graph, replace(machine, memory=None))
-    else:
-        candidate, _ = CANDIDATES[name](graph, machine)
-    return np.ascontiguousarray(candidate, dtype=np.int64)
-
-
-def _names(machine: Machine) -> list[str]:
-    """The candidates to try on ``machine``: every one, and the memory-blind CP when it is bounded."""
-    return [*CANDIDATES, BLIND_CP] if machine.bounded else list(CANDIDATES)
-
-
-def _fits(machine: Machine, memory: MemoryProfile | None) -> bool:
-    return memory is None or bool((memory.peak_bytes <= machine.limits_bytes).all())
-
-
 class _Best:
     """The fastest fitting placement seen so far (strictly faster replaces it)."""
 
     def __init__(self, graph: CostGraph, machine: Machine, out: Guarded, edge_weight: np.ndarray) -> None:
         self.graph, self.machine, self.out, self.edge_weight = graph, machine, out, edge_weight
         self.residual = _residual(graph, machine)
+
+    def rule_out(self, name: str, why: str) -> None:
+        self.out.notes[name] = why
+        self.out.makespans[name] = None
 
     def offer(self, name: str, ahead: Prepared) -> float | None:
         """Emulate ``placement`` unless a lower bound on its makespan already reaches the best, or its
@@ -204,25 +224,22 @@ class _Best:
         the placement, with its bound and emulation when made beforehand (:func:`prepare_candidates`)."""
         graph, machine, out, placement = self.graph, self.machine, self.out, ahead.placement
         bound = _makespan_bound(graph, machine, placement, self.edge_weight) if ahead.bound is None else ahead.bound
-        if bound >= out.makespan_us:
-            out.notes[name] = f"pruned: its makespan is at least {bound:.1f} us"
-            out.makespans[name] = None
+        if not strictly_shorter(bound, out.makespan_us):
+            self.rule_out(name, f"pruned: its makespan is at least {bound:.1f} us")
             return None
-        if self.residual is not None:
-            overflow = _residual_overflow(placement, self.residual, machine)
-            if overflow is not None:
-                out.notes[name] = overflow
-                out.makespans[name] = None
-                return None
+        overflow = None if self.residual is None else _residual_overflow(placement, self.residual, machine)
+        if overflow is not None:
+            self.rule_out(name, overflow)
+            return None
         schedule = emulate(graph, machine, placement) if ahead.schedule is None else ahead.schedule
         out.makespans[name] = schedule.makespan_us
-        if schedule.makespan_us >= out.makespan_us:
+        if not strictly_shorter(schedule.makespan_us, out.makespan_us):
             return schedule.makespan_us
-        memory = track_memory(graph, machine, placement, schedule) if machine.bounded else None
-        if not _fits(machine, memory):
+        answer = emulate_and_track(graph, machine, placement, schedule=schedule)
+        if not answer.fits(machine):
             out.notes[name] = "does not fit the memory limits"
             return schedule.makespan_us
-        out.placement, out.winner, out.schedule, out.memory = placement, name, schedule, memory
+        out.keep(answer, name)
         return schedule.makespan_us
 
 
@@ -281,36 +298,40 @@ def guard(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: S
     Guarded
         The winner (``None`` if nothing fits) and every candidate's makespan.
     """
-    fits = schedule is not None and _fits(machine, memory)
-    own = math.inf if schedule is None else schedule.makespan_us
-    out = Guarded(placement, PARDNN if fits else None, schedule if fits else None, memory if fits else None, own)
-    out.makespans[PARDNN] = None if schedule is None else own
+    own = None if schedule is None else Emulated(np.asarray(placement, dtype=np.int64), schedule, memory)
+    fits = own is not None and own.fits(machine)
+    out = Guarded(placement, PARDNN if fits else None, schedule if fits else None, memory if fits else None,
+                  math.inf if own is None else own.makespan_us)
+    out.makespans[PARDNN] = None if own is None else own.makespan_us
     if machine.devices < 2:
         return out
     best = _Best(graph, machine, out, edge_weight)
-    for name in _names(machine):
-        ahead = Prepared.make(name, graph, machine) if prepared is None else prepared[name]
+    for candidate in candidates(machine):
+        ahead = Prepared.make(candidate, graph, machine) if prepared is None else prepared[candidate.label]
         if ahead.placement is None:
-            out.notes[name] = ahead.note
-            out.makespans[name] = None
+            best.rule_out(candidate.label, ahead.note)
             continue
-        best.offer(name, ahead)
-    if schedule is not None:
-        folded = np.asarray(placement, dtype=np.int64)
-        last = own
-        tried: list[float] = []
-        for _ in range(max(1, math.ceil(math.log2(machine.devices)))):
-            folded, device = fold_communicating_devices(graph, machine, folded, edge_weight)
-            if device < 0:
-                break
-            makespan = best.offer(FOLDED, Prepared(folded))
-            if makespan is None or makespan >= last:
-                break
-            tried.append(makespan)
-            last = makespan
-        if tried:
-            out.makespans[FOLDED] = min(tried)
+        best.offer(candidate.label, ahead)
+    if own is not None:
+        _fold(graph, machine, own, best, edge_weight)
     return out
+
+
+def _fold(graph: CostGraph, machine: Machine, own: Emulated, best: _Best, edge_weight: np.ndarray) -> None:
+    """Offer ParDNN's placement folded, again and again while each fold shortens the step (module docstring)."""
+    folded, last = own.placement, own.makespan_us
+    tried: list[float] = []
+    for _ in range(max(1, math.ceil(math.log2(machine.devices)))):
+        folded, device = fold_communicating_devices(graph, machine, folded, edge_weight)
+        if device < 0:
+            break
+        makespan = best.offer(FOLDED, Prepared(folded))
+        if makespan is None or makespan >= last:
+            break
+        tried.append(makespan)
+        last = makespan
+    if tried:
+        best.out.makespans[FOLDED] = min(tried)
 
 
 def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failure: PardnnError | None, *,
@@ -320,7 +341,7 @@ def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failur
     candidate, keeping the fastest that fits.
 
     Each start gets at most :data:`FALLBACK_MAX_ROUNDS` rounds of heuristic I (each round one
-    emulation), so the last resort costs at most ``8 × 24`` emulations however hopeless the starts;
+    emulation), so the last resort costs at most ``starts × 24`` emulations however hopeless the starts;
     ``progress(start, starts)`` is called before each start; ``prepared``: the candidates the guard
     judged (:func:`prepare_candidates`), so they are not made again.
 
@@ -333,10 +354,10 @@ def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failur
     starts: list[tuple[str, np.ndarray]] = []
     if failure is None:  # heuristic II's placement: let heuristic I repair it too
         starts.append((PARDNN, np.asarray(kept.placement, dtype=np.int64)))
-    for name in _names(machine):
-        made = Prepared.make(name, graph, machine) if prepared is None else prepared[name]
+    for candidate in candidates(machine):
+        made = Prepared.make(candidate, graph, machine) if prepared is None else prepared[candidate.label]
         if made.placement is not None:
-            starts.append((name, made.placement))
+            starts.append((candidate.label, made.placement))
     closest = ""
     for i, (name, start) in enumerate(starts):
         if progress is not None:
@@ -355,3 +376,21 @@ def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failur
             f"ParDNN's placement and from the {', '.join(n for n in tried if n != PARDNN)} placements, and none "
             f"of those fits as it is. ParDNN's: {first}")
     return kept
+
+
+def guard_stage(graph: CostGraph, machine: Machine, current: Emulated | None, context: Context
+                ) -> tuple[Emulated | None, GuardDetails]:
+    """The guard as a polishing stage (:mod:`pardnn.stages`): the fastest fitting of ``current`` and the
+    candidates (made ahead when ``context.ahead`` is set); when none fits and a memory heuristic ran,
+    heuristic I from every start (:func:`place_under_memory`), which raises when that fails too."""
+    prepared = None if context.ahead is None else context.ahead()
+    if current is None:  # Step 2 gave up: no placement of ParDNN's to keep or to fold
+        kept = guard(graph, machine, np.zeros(graph.n, np.int64), None, None, context.edge_weight, prepared)
+    else:
+        kept = guard(graph, machine, current.placement, current.schedule, current.memory, context.edge_weight,
+                     prepared)
+    if kept.winner is None and context.heuristic is not None:
+        kept = place_under_memory(graph, machine, kept, context.failure, prepared=prepared, progress=context.progress)
+    if kept.winner is None or kept.schedule is None:
+        return None, kept.details()
+    return Emulated(np.asarray(kept.placement, dtype=np.int64), kept.schedule, kept.memory), kept.details()

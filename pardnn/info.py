@@ -22,7 +22,7 @@ def graph_info(graph: CostGraph, machine: Machine) -> dict[str, Any]:
 
     Work and critical path are in µs; ``dop`` is work / critical path; ``ccr`` is the
     communication cost of every edge on ``machine`` (latency + bytes / bandwidth) over the work.
-    O(|V| + |E|).
+    Both are ``None`` when no op costs anything (work 0: neither ratio has a value). O(|V| + |E|).
     """
     work = graph.total_work_us
     critical = critical_path_us(graph)
@@ -40,9 +40,9 @@ def graph_info(graph: CostGraph, machine: Machine) -> dict[str, Any]:
         "total_work_us": work,
         "critical_path_us": critical,
         "critical_path_with_comm_us": critical_path_us(graph, edge_comm),
-        "dop": work / critical if critical > 0 else 0.0,
+        "dop": work / critical if critical > 0 else None,
         "total_comm_us": comm,
-        "ccr": comm / work if work > 0 else 0.0,
+        "ccr": comm / work if work > 0 else None,
         "residual_bytes": int(graph.out_bytes[graph.kind == 1].sum()),
         "normal_bytes": int(graph.out_bytes[graph.kind == 0].sum()),
     }

@@ -26,12 +26,12 @@ from numba import njit
 
 from pardnn.graph import CostGraph
 
-__all__ = ["bottom_levels", "critical_path_us", "top_levels", "walk_back", "walk_critical_path",
-           "weighted_levels"]
+__all__ = ["bottom_levels", "bottom_levels_sweep", "critical_path_us", "top_levels", "top_levels_sweep", "walk_back",
+           "walk_critical_path", "weighted_levels"]
 
 
 @njit(cache=True, nogil=True)
-def _top_levels(order: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, pred_weight: np.ndarray,
+def top_levels_sweep(order: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, pred_weight: np.ndarray,
                 comp: np.ndarray, active: np.ndarray) -> np.ndarray:
     top = np.zeros(order.size)
     for v in order:
@@ -49,7 +49,7 @@ def _top_levels(order: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, pred_
 
 
 @njit(cache=True, nogil=True)
-def _bottom_levels(order: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, succ_weight: np.ndarray,
+def bottom_levels_sweep(order: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, succ_weight: np.ndarray,
                    comp: np.ndarray, active: np.ndarray) -> np.ndarray:
     bottom = np.zeros(order.size)
     for i in range(order.size - 1, -1, -1):
@@ -83,14 +83,14 @@ def top_levels(graph: CostGraph, edge_weight: np.ndarray | None = None, active: 
                *, comp_us: np.ndarray | None = None) -> np.ndarray:
     """``tl`` of every op (0 for inactive ops). ``edge_weight`` in graph edge order, default 0."""
     weight, mask, comp = _inputs(graph, edge_weight, active, comp_us)
-    return _top_levels(graph.topo_order, graph.pred_ptr, graph.pred, weight[graph.pred_edge], comp, mask)
+    return top_levels_sweep(graph.topo_order, graph.pred_ptr, graph.pred, weight[graph.pred_edge], comp, mask)
 
 
 def bottom_levels(graph: CostGraph, edge_weight: np.ndarray | None = None, active: np.ndarray | None = None,
                   *, comp_us: np.ndarray | None = None) -> np.ndarray:
     """``bl`` of every op (0 for inactive ops). ``edge_weight`` in graph edge order, default 0."""
     weight, mask, comp = _inputs(graph, edge_weight, active, comp_us)
-    return _bottom_levels(graph.topo_order, graph.succ_ptr, graph.succ, weight, comp, mask)
+    return bottom_levels_sweep(graph.topo_order, graph.succ_ptr, graph.succ, weight, comp, mask)
 
 
 def weighted_levels(graph: CostGraph, edge_weight: np.ndarray | None = None,

@@ -24,6 +24,7 @@ __all__ = ["Machine", "format_bytes", "parse_bandwidth", "parse_bytes", "parse_d
 DEFAULT_RESERVE = 0.10
 DEFAULT_BANDWIDTH_BPS = 150e9  # NVLink 2 / NVSwitch per-direction order of magnitude (DGX-2)
 DEFAULT_LATENCY_US = 25.0
+_INT64_MAX = 2**63 - 1  # the largest size the int64 arrays hold
 
 _PREFIX = {
     "": 1,
@@ -44,10 +45,12 @@ _TIME = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(us|µs|ns|ms|s
 
 
 def parse_bytes(value: str | int | float, what: str = "size") -> int:
-    """``'32GiB'`` → 34359738368. Raises :class:`InvalidMachineError` naming ``what``."""
+    """``'32GiB'`` → 34359738368 (a whole number stays exact). Raises :class:`InvalidMachineError` naming ``what``."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        number = float(value)
-    elif isinstance(value, float):
+        if value < 0:
+            raise InvalidMachineError(f"{what}: {value!r} must be a finite size >= 0")
+        return int(value)
+    if isinstance(value, float):
         number = value
     else:
         match = _SIZE.match(str(value))
@@ -134,25 +137,26 @@ class Machine:
     def _memory_array(self) -> np.ndarray:
         k = self.devices
         if self.memory is None:
-            sizes = np.full(k, np.iinfo(np.int64).max, np.int64)
+            sizes = [_INT64_MAX] * k
         elif isinstance(self.memory, str) and "," in self.memory:
             sizes = self._sizes(self.memory.split(","))
         elif isinstance(self.memory, (str, int, float, np.integer)):
-            sizes = np.full(k, parse_bytes(self.memory, "memory"), np.int64)
+            sizes = [parse_bytes(self.memory, "memory")] * k
         else:
             sizes = self._sizes(list(self.memory))
-        if (sizes <= 0).any():
-            raise InvalidMachineError(f"memory per device must be > 0, got {sizes.tolist()}")
-        sizes.flags.writeable = False
-        return sizes
+        if not all(0 < size <= _INT64_MAX for size in sizes):
+            raise InvalidMachineError(f"memory per device must be > 0 and at most 2**63 - 1 bytes, got {sizes}")
+        array = np.array(sizes, np.int64)
+        array.flags.writeable = False
+        return array
 
-    def _sizes(self, items: Sequence[int | str]) -> np.ndarray:
+    def _sizes(self, items: Sequence[int | str]) -> list[int]:
         if len(items) != self.devices:
             raise InvalidMachineError(
                 f"memory lists {len(items)} sizes for {self.devices} devices; give one size or exactly {self.devices}"
             )
-        return np.array([parse_bytes(v.strip() if isinstance(v, str) else v, f"memory of device {i}")
-                         for i, v in enumerate(items)], np.int64)
+        return [parse_bytes(v.strip() if isinstance(v, str) else v, f"memory of device {i}")
+                for i, v in enumerate(items)]
 
     @property
     def bounded(self) -> bool:
@@ -164,7 +168,9 @@ class Machine:
         """Usable memory per device: ``memory × (1 − reserve)`` (int64; huge when unbounded)."""
         if not self.bounded:
             return self.memory_bytes.copy()
-        return np.floor(self.memory_bytes * (1.0 - self.reserve)).astype(np.int64)
+        usable = np.floor(self.memory_bytes * (1.0 - self.reserve))
+        past = usable >= 2.0**63  # float64 rounds sizes near 2**63 up, past int64: those keep their exact size
+        return np.where(past, self.memory_bytes, np.where(past, 0.0, usable).astype(np.int64))
 
     def comm_us(self, nbytes: np.ndarray | float) -> np.ndarray | float:
         """Cost of moving ``nbytes`` between two different devices, in microseconds."""

@@ -37,6 +37,9 @@ transfer landing — which is what moving an op can relieve, so ``M_pot(n, t)`` 
 while n runs + every buffer owned by n live at ``t``
 (the paper's Table "Terminology").
 
+**Exabytes.** Usage that would pass int64 (2^63 bytes, e.g. a few 2^62-byte tensors on one device)
+saturates at 2^63 - 1 instead of wrapping around, so it fits no limit a machine can have below that.
+
 Complexity: O(|V| + |E|) to build the buffers and O(B log B) to sweep their B <= |V| + |E| events in
 time order (both compiled with numba), twice when a sum is rewritten; potentials at one instant are
 O(B) with NumPy.
@@ -54,7 +57,8 @@ from pardnn.emulator import Schedule
 from pardnn.graph import CostGraph, Kind
 from pardnn.machine import Machine
 
-__all__ = ["ACCUMULATING_TYPES", "REWRITE_FRACTION", "MemoryProfile", "accumulating_ops", "track_memory"]
+__all__ = ["ACCUMULATING_TYPES", "REWRITE_FRACTION", "MemoryProfile", "accumulating_ops", "saturated_bytes",
+           "track_memory"]
 
 # Op types TensorFlow's memory optimizer may turn into an in-place accumulation (memory_optimizer.cc,
 # SchedulingPass), for at least this many inputs (it leaves two-input sums alone), when a device's
@@ -63,6 +67,7 @@ ACCUMULATING_TYPES = frozenset({"AddN", "AccumulateNV2"})
 ACCUMULATING_MIN_INPUTS = 3
 REWRITE_FRACTION = 0.8
 # Bumped whenever the tracker's rules change what a placement needs: keys cached answers (max-batch probes).
+INT64_MAX = 2**63 - 1  # where usage saturates (module docstring, "Exabytes")
 MEMORY_MODEL = 2  # 2: sums done in place under pressure, as Grappler's memory optimizer does
 
 _accumulating_cache: dict[int, tuple[weakref.ref, np.ndarray]] = {}
@@ -131,7 +136,7 @@ class MemoryProfile:
         live = self.live(None, time_us)
         transient = np.bincount(self.buffer_device[live], weights=self.buffer_bytes[live],
                                 minlength=self.residual_bytes.size)
-        return self.residual_bytes + transient.astype(np.int64)
+        return _add_bytes(self.residual_bytes, saturated_bytes(transient))
 
     def usage_at(self, device: int, time_us: float) -> int:
         """Bytes in use on ``device`` at ``time_us`` (Eq. 3)."""
@@ -242,13 +247,27 @@ def _peaks(k: int, residual: np.ndarray, device: np.ndarray, alloc: np.ndarray, 
     event = np.concatenate([-index[lived] - 1, index, -index[~lived] - 1])  # negated-minus-one: a release
     order = np.argsort(time, kind="stable")
     peak, peak_time = _sweep_peaks(k, order, time, event, device, nbytes)
-    return peak + residual, peak_time
+    return _add_bytes(peak, residual), peak_time
+
+
+def saturated_bytes(total: np.ndarray) -> np.ndarray:
+    """Byte counts summed in float64 (``np.bincount`` with weights) as int64, 2^63 - 1 from 2^63 on."""
+    past = total >= 2.0**63
+    return np.where(past, INT64_MAX, np.where(past, 0.0, total).astype(np.int64))
+
+
+def _add_bytes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a + b`` of non-negative int64 byte counts, 2^63 - 1 where it would pass int64."""
+    return np.where(a > INT64_MAX - b, INT64_MAX, a + b)
 
 
 @njit(cache=True, nogil=True)
 def _sweep_peaks(k: int, order: np.ndarray, time: np.ndarray, event: np.ndarray, device: np.ndarray,
                  nbytes: np.ndarray):
+    # in_use is exact modulo 2^64 (int64 wraps): negative once past 2^63; about, its float shadow, tells
+    # when it has passed 2^64 (and wrapped back to positive).
     in_use = np.zeros(k, np.int64)
+    about = np.zeros(k)
     peak = np.zeros(k, np.int64)
     peak_time = np.zeros(k)
     for j in order:
@@ -256,12 +275,15 @@ def _sweep_peaks(k: int, order: np.ndarray, time: np.ndarray, event: np.ndarray,
         if x >= 0:
             d = device[x]
             in_use[d] += nbytes[x]
-            if in_use[d] > peak[d]:
-                peak[d] = in_use[d]
+            about[d] += nbytes[x]
+            now = in_use[d] if in_use[d] >= 0 and about[d] < 1.5e19 else INT64_MAX  # past 2^64: about says
+            if now > peak[d]:
+                peak[d] = now
                 peak_time[d] = time[j]
         else:
             x = -x - 1
             in_use[device[x]] -= nbytes[x]
+            about[device[x]] -= nbytes[x]
     return peak, peak_time
 
 
@@ -288,8 +310,8 @@ def track_memory(graph: CostGraph, machine: Machine, placement: np.ndarray, sche
     residual baseline, buffers, peak and time of peak, and the sums done in place."""
     k = machine.devices
     place = np.asarray(placement, dtype=np.int64)
-    residual = np.bincount(place, weights=np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0),
-                           minlength=k).astype(np.int64)
+    residual = saturated_bytes(np.bincount(place, weights=np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0),
+                                           minlength=k))
 
     def sweep(accumulates: np.ndarray, alloc_at: np.ndarray):
         buffers = _buffers(graph.n, k, graph.succ_ptr, graph.succ, graph.edge_bytes, place, graph.kind,

@@ -42,33 +42,37 @@ O(|V| + |E|) rank sweep per emulation; the positions and chains are O(|V| log |V
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from pardnn.checks import dense_positions
-from pardnn.emulator import Emulator, Schedule
+from pardnn.emulated import Emulated, emulate_and_track, strictly_shorter
+from pardnn.emulator import UPWARD_RANK, Schedule
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
-from pardnn.memory import MemoryProfile, track_memory
-from pardnn.refine import Refined, evaluations_for, refine
+from pardnn.refine import Refined, RefineDetails, evaluations_for, refine
+from pardnn.stages import Context
 
-__all__ = ["MIN_REFINE_MOVES", "Ordered", "order_placement", "positions"]
+__all__ = ["MIN_REFINE_MOVES", "OrderDetails", "order_placement", "order_stage", "positions"]
 
 # Below this many moves in the budget (graphs of about 100,000 ops and more at the default 0.1 s) the
 # placement is not refined under the order: one or two moves there gain next to nothing (on the 200k-op
 # benchmark graph 0.001 %) and cost a chain of 200k ops (0.05 s of a 2 s placement).
 MIN_REFINE_MOVES = 8
 
-@dataclass(frozen=True)
-class Ordered:
-    """A placement with a run order that beats the same stage's unordered answer."""
 
-    placement: np.ndarray
-    position: np.ndarray  # int64 per op: its place in its device's sequence (0 runs first)
-    schedule: Schedule
-    memory: MemoryProfile | None
+@dataclass(frozen=True)
+class OrderDetails:
+    """What the ordering stage tried: whether the order was kept (else ``why_not``), the unordered
+    makespan, the makespan in upward-rank order before and after refining under it, and that refinement."""
+
+    kept: bool
+    unordered_us: float
+    why_not: str | None = None
+    ranked_us: float | None = None
+    ordered_us: float | None = None
+    refine: RefineDetails | None = None
 
 
 def positions(placement: np.ndarray, schedule: Schedule) -> np.ndarray:
@@ -78,30 +82,30 @@ def positions(placement: np.ndarray, schedule: Schedule) -> np.ndarray:
     return dense_positions(np.asarray(placement, dtype=np.int64), schedule.sequence)
 
 
-def order_placement(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: Schedule, *,
-                    seconds: float) -> tuple[Ordered | None, dict[str, Any]]:
-    """The ordering stage (module docstring): ``placement`` refined under upward-rank order, with its
-    positions, if that step is strictly shorter than ``schedule`` (``placement``'s unordered emulation)
-    and fits; else ``None``. Deterministic. Also returns what it tried (the report's ``order`` entry)."""
-    details: dict[str, Any] = {"kept": False, "unordered_us": schedule.makespan_us}
+def order_placement(graph: CostGraph, machine: Machine, current: Emulated, *,
+                    seconds: float) -> tuple[Emulated | None, OrderDetails]:
+    """The ordering stage (module docstring): ``current`` (an unordered, fitting answer) refined under
+    upward-rank order, with its positions, if that step is strictly shorter and fits; else ``None``.
+    Deterministic. Also returns what it tried."""
+    unordered = current.makespan_us
     if machine.devices < 2 or graph.n == 0:
-        details["why_not"] = "one device" if graph.n else "no ops"
-        return None, details
-    place = np.asarray(placement, dtype=np.int64)
-    ranked = Emulator(graph, machine, ranked=True)(place)
-    memory = track_memory(graph, machine, place, ranked) if machine.bounded else None
-    details["ranked_us"] = ranked.makespan_us
-    if memory is not None and not (memory.peak_bytes <= machine.limits_bytes).all():
-        details["why_not"] = "over a device's memory in upward-rank order"
-        return None, details
+        return None, OrderDetails(False, unordered, "one device" if graph.n else "no ops")
+    ranked = emulate_and_track(graph, machine, current.placement, order=UPWARD_RANK)
+    if not ranked.fits(machine):
+        return None, OrderDetails(False, unordered, "over a device's memory in upward-rank order", ranked.makespan_us)
     if evaluations_for(graph, seconds) >= MIN_REFINE_MOVES:
-        refined = refine(graph, machine, place, ranked, memory, seconds=seconds, ranked=True)
+        refined = refine(graph, machine, ranked, seconds=seconds, order=UPWARD_RANK)
     else:
-        refined = Refined(place, ranked, memory, ranked.makespan_us)
-    details.update(ordered_us=refined.schedule.makespan_us, refine=refined.details())
-    if not refined.schedule.makespan_us < schedule.makespan_us * (1 - 1e-9):
-        details["why_not"] = "not shorter than the order of readiness"
-        return None, details
-    details["kept"] = True
-    return Ordered(refined.placement, positions(refined.placement, refined.schedule), refined.schedule,
-                   refined.memory), details
+        refined = Refined(ranked, ranked.makespan_us)
+    answer = refined.answer
+    if not strictly_shorter(answer.makespan_us, unordered):
+        return None, OrderDetails(False, unordered, "not shorter than the order of readiness", ranked.makespan_us,
+                                  answer.makespan_us, refined.details())
+    ordered = replace(answer, order=positions(answer.placement, answer.schedule))
+    return ordered, OrderDetails(True, unordered, None, ranked.makespan_us, answer.makespan_us, refined.details())
+
+
+def order_stage(graph: CostGraph, machine: Machine, current: Emulated, context: Context
+                ) -> tuple[Emulated | None, OrderDetails]:
+    """The ordering stage as a polishing stage (:mod:`pardnn.stages`): ``context.seconds`` of budget."""
+    return order_placement(graph, machine, current, seconds=context.seconds)

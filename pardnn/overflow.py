@@ -52,12 +52,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pardnn.emulator import Schedule, emulate
+from pardnn.emulated import emulate_and_track
+from pardnn.emulator import Schedule
 from pardnn.errors import NoPlacementFoundError
 from pardnn.feasibility import check_feasible, infeasible_message
 from pardnn.graph import CostGraph, Kind
 from pardnn.machine import Machine
-from pardnn.memory import MemoryProfile, track_memory
+from pardnn.memory import MemoryProfile
 from pardnn.units import Units
 
 __all__ = ["OverflowResult", "handle_overflow"]
@@ -284,11 +285,12 @@ def handle_overflow(graph: CostGraph, machine: Machine, placement: np.ndarray, *
     moves: list[tuple[int, int, int]] = []
     rounds = 0
     while True:
-        schedule = emulate(graph, machine, place)
-        memory = track_memory(graph, machine, place, schedule)
-        over = np.flatnonzero(memory.peak_bytes > limits)
-        if over.size == 0:
+        answer = emulate_and_track(graph, machine, place)
+        schedule, memory = answer.schedule, answer.memory
+        assert memory is not None  # the machine has memory sizes
+        if answer.fits(machine):
             return OverflowResult(place, int(np.diff(units.ptr)[frozen].sum()), rounds, moves, schedule, memory)
+        over = np.flatnonzero(memory.peak_bytes > limits)
         moved, capped = 0, rounds == max_rounds
         if not capped:
             rounds += 1

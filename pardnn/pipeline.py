@@ -1,11 +1,12 @@
 """The ParDNN pipeline: slicing → (chunk splitting) → LFLAM mapping → colocation → memory heuristic →
-guard → refinement → ordering → evaluation. :func:`partition` is the public entry point
-(``from pardnn import partition``).
+the polishing stages (guard → refinement → ordering) → evaluation. :func:`partition` is the public
+entry point (``from pardnn import partition``).
 
 ``partition(graph, machine)`` returns the placement and a report of what each stage did and cost.
 Each stage is a module with one public entry (Step 1: :mod:`~pardnn.slicing`, :mod:`~pardnn.mapping`;
-colocation: :mod:`~pardnn.colocation`; Step 2: :mod:`~pardnn.overflow`, :mod:`~pardnn.balance`);
-this module only chains them and measures.
+colocation: :mod:`~pardnn.colocation`; Step 2: :mod:`~pardnn.overflow`, :mod:`~pardnn.balance`;
+polishing: :data:`POLISH`, each of the one shape of :mod:`pardnn.stages`); this module only chains
+them and measures.
 """
 
 from __future__ import annotations
@@ -19,23 +20,25 @@ from typing import Any
 import numpy as np
 
 from pardnn.balance import balance_residuals, split_critical_path
-from pardnn.colocation import resolve_groups
-from pardnn.emulator import Schedule, emulate
+from pardnn.colocation import Groups, resolve_groups
+from pardnn.emulated import Emulated, emulate_and_track
 from pardnn.errors import NoPlacementFoundError, PardnnError
 from pardnn.feasibility import check_feasible, infeasible_message
 from pardnn.graph import CostGraph
-from pardnn.guard import Prepared, guard, place_under_memory, prepare_candidates
+from pardnn.guard import Prepared, guard_stage, prepare_candidates
 from pardnn.machine import Machine
 from pardnn.mapping import map_clusters
 from pardnn.memory import track_memory
-from pardnn.order import order_placement
+from pardnn.order import order_stage
 from pardnn.overflow import handle_overflow
-from pardnn.refine import REFINE_SECONDS, refine
-from pardnn.result import PartitionReport, Progress, Result, communication_ratio
+from pardnn.refine import REFINE_SECONDS, refine_stage
+from pardnn.result import PartitionReport, Progress, Result, communication_ratio, warn_if_uncosted
 from pardnn.simulate import evaluate
 from pardnn.slicing import slice_graph
+from pardnn.stages import Context, Stage, polish
 
-__all__ = ["MEMORY_HEURISTICS", "THREADS_VARIABLE", "available_cores", "partition", "resolve_heuristic"]
+__all__ = ["MEMORY_HEURISTICS", "PAPER", "POLISH", "THREADS_VARIABLE", "available_cores", "partition",
+           "resolve_heuristic"]
 
 # Caps the threads partition() uses (the guard's candidates are made in a second thread when it allows two).
 THREADS_VARIABLE = "PARDNN_THREADS"
@@ -43,6 +46,14 @@ THREADS_VARIABLE = "PARDNN_THREADS"
 
 # The memory heuristics of Step 2, by name (the CLI's and the settings' choices are built from it).
 MEMORY_HEURISTICS = ("overflow", "balance")
+
+# The polishing stages after Step 2, in order; each has its own switch in partition().
+GUARD = Stage("guard", guard_stage, needs_fit=False)  # also answers when Step 2 gave up or does not fit
+REFINE = Stage("refine", refine_stage)
+ORDER = Stage("order", order_stage)
+POLISH = (GUARD, REFINE, ORDER)
+# partition()'s switches for the paper's algorithm alone: no polishing stage.
+PAPER = {"guarded": False, "refine_seconds": 0.0, "ordered": False}
 
 
 def resolve_heuristic(memory_heuristic: str | None, machine: Machine) -> str | None:
@@ -120,16 +131,17 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
     progress:
         Called as ``progress(stage, done, total)`` during long stages.
     guarded:
-        Compare the answer with cheap placements that fit, keep the fastest (:mod:`pardnn.guard`) and
-        refine it by local search on its schedule (:mod:`pardnn.refine`); the default. ``False``
-        returns the paper's algorithm alone.
+        The guard stage (:mod:`pardnn.guard`): compare the answer with cheap placements that fit and
+        keep the fastest; the default.
     refine_seconds:
-        The refinement's budget, turned into a fixed number of emulations (deterministic); 0 skips it.
-        The ordering stage's refinement gets the same budget.
+        The refinement stage's budget (:mod:`pardnn.refine`), turned into a fixed number of emulations
+        (deterministic); 0 skips the stage. The ordering stage's refinement gets the same budget.
     ordered:
-        With the guard: try a run order per device (:mod:`pardnn.order`) and keep it, with the
+        The ordering stage (:mod:`pardnn.order`): try a run order per device and keep it, with the
         placement refined under it, when the step is strictly shorter and fits; the default.
         ``False`` never returns an order (every device runs in order of readiness).
+
+    ``**PAPER`` (:data:`PAPER`) turns every polishing stage off: the paper's algorithm alone.
 
     Returns
     -------
@@ -151,113 +163,100 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
     Slicing O(K(|V| + |E|)), mapping O(|V| log^2 |V|), evaluation O((|V| + |E|) log |V|); heuristic I
     adds one evaluation per round, heuristic II O(|V| + |E|). With the guard on and two or more cores
     (:func:`available_cores`; ``PARDNN_THREADS=1`` turns it off) the guard's candidates are made and
-    emulated in a second thread during Steps 1 and 2; the placement is the same either way.
+    emulated in a second thread during Steps 1 and 2; the placement is the same either way. A graph
+    whose ops all cost 0 µs is placed all the same, with one logged warning (it was never costed).
     """
     heuristic = resolve_heuristic(memory_heuristic, machine)
-    k = machine.devices
+    warn_if_uncosted(graph)  # placed all the same: legal, but almost surely never costed
     seconds: dict[str, float] = {}
     details: dict[str, Any] = {"memory_heuristic": heuristic}
-
-    def report_progress(stage: str) -> Callable[[int, int], None] | None:
-        return None if progress is None else lambda done, total: progress(stage, done, total)
-
-    t0 = time.perf_counter()
+    started = time.perf_counter()
     if heuristic is not None:
         check_feasible(graph, machine)  # a proof that no placement fits ends here (InfeasibleError)
     weight = machine.edge_comm_us(graph.edge_bytes)
     # On two or more cores the guard's candidates are made alongside Steps 1 and 2 (same answer).
-    ahead = _Ahead(graph, machine, weight) if guarded and k >= 2 and available_cores() >= 2 else None
+    ahead = _Ahead(graph, machine, weight) if guarded and machine.devices >= 2 and available_cores() >= 2 else None
     ccr = communication_ratio(graph, machine)
-    clusters = slice_graph(graph, weight, k, progress=report_progress("slicing"))
+    groups = _step1(graph, machine, heuristic, weight, ccr, seconds, details, progress, started)
+    current, failure = _step2(graph, machine, heuristic, groups, seconds, details, progress)
+    switches = ((GUARD, guarded), (REFINE, refine_seconds > 0), (ORDER, ordered))
+    context = Context(weight, refine_seconds, failure, heuristic, None if ahead is None else ahead.result)
+    current = polish(graph, machine, current, [stage for stage, on in switches if on], context, seconds=seconds,
+                     details=details, progress=progress)
+    if current is None:
+        assert failure is not None  # only heuristic I giving up leaves no answer
+        raise failure
+    return _evaluated(graph, machine, current, heuristic, ccr, seconds, details, progress)
+
+
+def _step1(graph: CostGraph, machine: Machine, heuristic: str | None, weight: np.ndarray, ccr: float | None,
+           seconds: dict[str, float], details: dict[str, Any], progress: Progress | None, started: float) -> Groups:
+    """Step 1: graph slicing (with heuristic II's chunk splitting), LFLAM mapping, colocation groups whole."""
+    k = machine.devices
+    clusters = slice_graph(graph, weight, k, progress=_within(progress, "slicing"))
     details["primary_ops"] = np.diff(clusters.ptr[: k + 1]).tolist()
     if heuristic == "balance":
         clusters, details["chunk_split_ops"] = split_critical_path(graph, clusters)
-    seconds["slicing"] = time.perf_counter() - t0
-
-    t1 = time.perf_counter()
+    seconds["slicing"] = time.perf_counter() - started
+    started = time.perf_counter()
     if progress is not None:
         progress("mapping", 0, 1)
-    mapping = map_clusters(graph, weight, clusters, k, ccr)
+    mapping = map_clusters(graph, weight, clusters, k, 0.0 if ccr is None else ccr)  # no work: the low-CCR rule
     groups = resolve_groups(graph, machine, mapping.placement, weight)
-    placement = groups.placement
-    schedule: Schedule | None = groups.schedule
     details.update(colocation_moved=groups.moved, colocation_rule=groups.rule)
     details.update(secondary_clusters=clusters.count - k, mapped_by_locality=mapping.mapped_by_locality,
                    mapped_by_balance=mapping.mapped_by_balance, lookahead_passes=mapping.passes)
-    seconds["mapping"] = time.perf_counter() - t1
+    seconds["mapping"] = time.perf_counter() - started
+    return groups
 
-    failure: PardnnError | None = None
-    order: np.ndarray | None = None
-    memory = groups.memory
-    if heuristic is not None:
-        t2 = time.perf_counter()
-        before = evaluate(graph, machine, placement, schedule=schedule, memory=groups.memory)
-        details.update(peak_before_bytes=before.peak_memory_bytes, makespan_before_us=before.makespan_us,
-                       fits_before=before.memory_fits)
-        seconds["evaluation_before"] = time.perf_counter() - t2
-        t3 = time.perf_counter()
-        moved = 0
-        if heuristic == "overflow":
-            try:
-                handled = handle_overflow(graph, machine, placement, progress=report_progress("memory"))
-            except NoPlacementFoundError as exc:  # the heuristic gave up: no proof, other placements may fit
-                failure = exc
-                details["memory_heuristic_failed"] = str(exc)
-            else:
-                placement, moved = handled.placement, handled.moved_ops
-                schedule, memory = handled.schedule, handled.memory  # its last round's emulation
-                details["overflow_rounds"] = handled.rounds
-        else:
-            balanced = balance_residuals(graph, machine, placement)
-            placement, moved = balanced.placement, balanced.moved_ops
-            schedule, memory = None, None
-            details["residual_units_moved"] = balanced.moved_units
-        details.update(moved_ops=moved, moved_share=moved / graph.n if graph.n else 0.0)
-        seconds["memory"] = time.perf_counter() - t3
-        if failure is None:
-            if schedule is None or memory is None:
-                schedule = emulate(graph, machine, placement)
-                memory = track_memory(graph, machine, placement, schedule)
-            details.update(peak_after_bytes=memory.peak_bytes.tolist(), makespan_after_us=schedule.makespan_us)
 
-    if guarded:
-        t4 = time.perf_counter()
-        if progress is not None:
-            progress("guard", 0, 1)
-        prepared = None if ahead is None else ahead.result()
-        kept = guard(graph, machine, placement, None if failure else schedule, memory, weight, prepared)
-        if kept.winner is None and heuristic is not None:
-            kept = place_under_memory(graph, machine, kept, failure, prepared=prepared,
-                                      progress=report_progress("fallback"))
-        details["guard"] = kept.details()
-        seconds["guard"] = time.perf_counter() - t4
-        if kept.winner is not None:
-            placement, schedule, memory, failure = kept.placement, kept.schedule, kept.memory, None
-            t5 = time.perf_counter()
-            if progress is not None:
-                progress("refine", 0, 1)
-            refined = refine(graph, machine, placement, schedule, memory, seconds=refine_seconds)
-            placement, schedule, memory = refined.placement, refined.schedule, refined.memory
-            details["refine"] = refined.details()
-            seconds["refine"] = time.perf_counter() - t5
-            if ordered:
-                t7 = time.perf_counter()
-                if progress is not None:
-                    progress("order", 0, 1)
-                chosen, details["order"] = order_placement(graph, machine, placement, schedule,
-                                                           seconds=refine_seconds)
-                if chosen is not None:
-                    placement, schedule, memory = chosen.placement, chosen.schedule, chosen.memory
-                    order = chosen.position
-                seconds["order"] = time.perf_counter() - t7
-    if failure is not None:
-        raise failure
+def _step2(graph: CostGraph, machine: Machine, heuristic: str | None, groups: Groups, seconds: dict[str, float],
+           details: dict[str, Any], progress: Progress | None) -> tuple[Emulated | None, PardnnError | None]:
+    """Step 2, the memory heuristic: the answer (``None`` when heuristic I gave up) and why it gave up."""
+    mapped = Emulated(groups.placement, groups.schedule, groups.memory)
+    if heuristic is None:
+        return mapped, None
+    started = time.perf_counter()
+    before = evaluate(graph, machine, mapped.placement, schedule=mapped.schedule, memory=mapped.memory)
+    details.update(peak_before_bytes=before.peak_memory_bytes, makespan_before_us=before.makespan_us,
+                   fits_before=before.memory_fits)
+    seconds["evaluation_before"] = time.perf_counter() - started
+    started = time.perf_counter()
+    if heuristic == "overflow":
+        try:
+            handled = handle_overflow(graph, machine, mapped.placement, progress=_within(progress, "memory"))
+        except NoPlacementFoundError as exc:  # the heuristic gave up: no proof, other placements may fit
+            details.update(memory_heuristic_failed=str(exc), moved_ops=0, moved_share=0.0)
+            seconds["memory"] = time.perf_counter() - started
+            return None, exc
+        placement, moved = handled.placement, handled.moved_ops
+        schedule, tracked = handled.schedule, handled.memory  # its last round's emulation
+        details["overflow_rounds"] = handled.rounds
+    else:
+        balanced = balance_residuals(graph, machine, mapped.placement)
+        placement, moved, schedule, tracked = balanced.placement, balanced.moved_ops, None, None
+        details["residual_units_moved"] = balanced.moved_units
+    details.update(moved_ops=moved, moved_share=moved / graph.n if graph.n else 0.0)
+    seconds["memory"] = time.perf_counter() - started
+    if schedule is not None and tracked is not None:
+        answer = Emulated(np.asarray(placement, dtype=np.int64), schedule, tracked)
+    else:
+        answer = emulate_and_track(graph, machine, placement, schedule=schedule)
+    memory = answer.memory or track_memory(graph, machine, answer.placement, answer.schedule)  # no sizes: peaks anyway
+    details.update(peak_after_bytes=memory.peak_bytes.tolist(), makespan_after_us=answer.makespan_us)
+    return answer, None
 
-    t6 = time.perf_counter()
+
+def _evaluated(graph: CostGraph, machine: Machine, answer: Emulated, heuristic: str | None, ccr: float | None,
+               seconds: dict[str, float], details: dict[str, Any], progress: Progress | None) -> Result:
+    """The kept answer evaluated and reported; raises when a memory heuristic ran and it does not fit
+    (heuristic II alone, with the guard off: it balances memory but cannot guarantee the limits)."""
+    started = time.perf_counter()
     if progress is not None:
         progress("evaluation", 0, 1)
-    evaluation = evaluate(graph, machine, placement, schedule=schedule, memory=memory)
-    seconds["evaluation"] = time.perf_counter() - t6
+    evaluation = evaluate(graph, machine, answer.placement, schedule=answer.schedule, memory=answer.memory,
+                          order=answer.order)
+    seconds["evaluation"] = time.perf_counter() - started
     if heuristic is not None and not evaluation.memory_fits:
         limits = machine.limits_bytes
         peaks = np.array(evaluation.peak_memory_bytes)
@@ -266,8 +265,15 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
             worst, int(peaks[worst]), int(limits[worst]), machine,
             " after memory heuristic II (it balances memory but cannot guarantee the limits; "
             "--memory-heuristic overflow can)"))
-    report = PartitionReport("pardnn", k, graph.n, graph.m, ccr, seconds, evaluation, details)
+    report = PartitionReport("pardnn", machine.devices, graph.n, graph.m, ccr, seconds, evaluation, details)
+    placement = np.array(answer.placement, dtype=np.int64)
     placement.flags.writeable = False
-    if order is not None:
+    order = None
+    if answer.order is not None:
+        order = np.array(answer.order, dtype=np.int64)
         order.flags.writeable = False
     return Result(placement, report, order)
+
+
+def _within(progress: Progress | None, stage: str) -> Callable[[int, int], None] | None:
+    return None if progress is None else lambda done, total: progress(stage, done, total)

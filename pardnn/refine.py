@@ -52,19 +52,21 @@ at K = 16, 130 at K = 4 and 190 at K = 2). A move costs about 10 µs on a 30-op 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numba import njit
 
-from pardnn.emulator import Emulator, Schedule
+from pardnn.emulated import Emulated, emulate_and_track, strictly_shorter
+from pardnn.emulator import Emulator, RunOrder, Schedule
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
-from pardnn.memory import MemoryProfile, track_memory
+from pardnn.memory import MemoryProfile
+from pardnn.stages import Context
 from pardnn.units import units_of
 
-__all__ = ["MAX_EVALUATIONS", "REFINE_SECONDS", "SECONDS_PER_ELEMENT", "SECONDS_PER_MOVE", "Refined", "critical_chain",
-           "evaluations_for", "refine"]
+__all__ = ["MAX_EVALUATIONS", "REFINE_SECONDS", "SECONDS_PER_ELEMENT", "SECONDS_PER_MOVE", "RefineDetails", "Refined",
+           "critical_chain", "evaluations_for", "refine", "refine_stage"]
 
 REFINE_SECONDS = 0.1  # the default budget (on the 200k-op benchmark graph: one move tried)
 # The cost model of one move tried (an emulation, the memory sweep of a kept move, its share of the
@@ -76,24 +78,6 @@ SECONDS_PER_ELEMENT = 1e-7
 MAX_EVALUATIONS = 100_000  # about a second on the smallest graphs
 TRANSFER, DEVICE, NEIGHBOUR, PAIR, KICK = "transfer", "device", "neighbour", "pair", "kick"
 KICK_UNITS = 4  # units moved at random by one kick of the iterated local search
-
-
-@dataclass
-class Refined:
-    """The refined placement and what the search did."""
-
-    placement: np.ndarray
-    schedule: Schedule
-    memory: MemoryProfile | None
-    makespan_before_us: float
-    evaluations: int = 0
-    restarts: int = 0
-    moves: list[tuple[str, int, int, int]] = field(default_factory=list)  # (link, unit's first op, from, to)
-
-    def details(self) -> dict[str, object]:
-        return {"makespan_before_us": self.makespan_before_us, "makespan_after_us": self.schedule.makespan_us,
-                "evaluations": self.evaluations, "moves": sum(kind != KICK for kind, *_ in self.moves),
-                "restarts": self.restarts}
 
 
 def evaluations_for(graph: CostGraph, seconds: float) -> int:
@@ -210,99 +194,165 @@ def _most_feeding_device(ops: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray
     return out
 
 
-def refine(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: Schedule,
-           memory: MemoryProfile | None, *, seconds: float = REFINE_SECONDS, ranked: bool = False) -> Refined:
-    """Shorten the emulated step of ``placement`` by moves on its critical chain (module docstring).
+@dataclass(frozen=True)
+class RefineDetails:
+    """What the refinement did: the makespan before and after, emulations spent, moves kept, kicks kept."""
 
-    ``schedule`` and ``memory`` are ``placement``'s emulation (``memory`` ``None`` on an unbounded
-    machine). Returns the best placement found, never slower than ``placement``, within the limits.
-    ``ranked``: every trial is emulated with its devices in upward-rank order (:mod:`pardnn.order`),
-    and ``schedule`` must be such an emulation too.
-    """
-    out = Refined(np.array(placement, dtype=np.int64), schedule, memory, schedule.makespan_us)
-    budget = evaluations_for(graph, seconds)
-    if budget == 0 or machine.devices < 2 or graph.n == 0:
-        return out
-    unit = units_of(graph)
-    first_op = np.full(int(unit.max()) + 1, graph.n, np.int64)
-    np.minimum.at(first_op, unit, np.arange(graph.n))
-    members_of = np.argsort(unit, kind="stable")
-    bounds = np.searchsorted(unit[members_of], np.arange(first_op.size + 1)).tolist()
+    makespan_before_us: float
+    makespan_after_us: float
+    evaluations: int
+    moves: int
+    restarts: int
 
-    def members_of_unit(u: int) -> np.ndarray:
-        return members_of[bounds[u] : bounds[u + 1]]
 
-    limits = machine.limits_bytes
-    units = int((first_op < graph.n).sum())  # unit ids of grouped ops' own slots are empty
-    # The whole neighbourhood (every unit to every other device) is searched once the chain's moves
-    # are exhausted, when the budget could afford one sweep of it; the deep search (linked pairs of
-    # units too, then kicks) when it could afford two sweeps of that.
-    whole = units * (machine.devices - 1) <= budget
-    deep = 2 * (units + graph.m) * machine.devices <= budget
+@dataclass
+class Refined:
+    """The refined answer (never slower than the start, within the limits) and the search's log:
+    ``moves`` as ``(link, unit's first op, from, to)``, kicks included."""
 
-    emulate = Emulator(graph, machine, ranked=ranked)  # trials come from a checked placement: no re-check
+    answer: Emulated
+    makespan_before_us: float
+    evaluations: int = 0
+    restarts: int = 0
+    moves: list[tuple[str, int, int, int]] = field(default_factory=list)
 
-    def attempt(moving: list[int], target: int, kind: str) -> bool:
-        members = members_of_unit(moving[0]) if len(moving) == 1 else np.concatenate(
-            [members_of_unit(u) for u in moving])
-        if (out.placement[members] == target).all():
+    @property
+    def placement(self) -> np.ndarray:
+        return self.answer.placement
+
+    @property
+    def schedule(self) -> Schedule:
+        return self.answer.schedule
+
+    @property
+    def memory(self) -> MemoryProfile | None:
+        return self.answer.memory
+
+    def details(self) -> RefineDetails:
+        return RefineDetails(self.makespan_before_us, self.answer.makespan_us, self.evaluations,
+                             sum(kind != KICK for kind, *_ in self.moves), self.restarts)
+
+
+class _Search:
+    """The local search of the module docstring over one graph, machine and budget; ``out`` holds the
+    best answer so far (every accepted move replaces it)."""
+
+    def __init__(self, graph: CostGraph, machine: Machine, start: Emulated, budget: int, order: RunOrder) -> None:
+        self.graph, self.machine, self.budget = graph, machine, budget
+        self.out = Refined(replace(start, placement=np.array(start.placement, dtype=np.int64)), start.makespan_us)
+        self.unit = unit = units_of(graph)
+        self.first_op = first_op = np.full(int(unit.max()) + 1, graph.n, np.int64)
+        np.minimum.at(first_op, unit, np.arange(graph.n))
+        self._members = np.argsort(unit, kind="stable")
+        self._bounds = np.searchsorted(unit[self._members], np.arange(first_op.size + 1)).tolist()
+        self.units = units = int((first_op < graph.n).sum())  # unit ids of grouped ops' own slots are empty
+        # The whole neighbourhood (every unit to every other device) is searched once the chain's moves
+        # are exhausted, when the budget could afford one sweep of it; the deep search (linked pairs of
+        # units too, then kicks) when it could afford two sweeps of that.
+        self.whole = units * (machine.devices - 1) <= budget
+        self.deep = 2 * (units + graph.m) * machine.devices <= budget
+        self.emulator = Emulator(graph, machine, order=order)  # trials come from a checked placement: no re-check
+        # The sweep's and the kicks' unit order, and the linked pairs: only made when they can be used.
+        self.order = np.argsort(first_op, kind="stable")[:units].tolist() if self.whole or self.deep else []
+        linked = zip(unit[graph.edge_src].tolist(), unit[graph.edge_dst].tolist(), strict=True) if self.deep else ()
+        self.pairs = sorted({(min(a, b), max(a, b)) for a, b in linked if a != b})
+
+    def members_of_unit(self, u: int) -> np.ndarray:
+        return self._members[self._bounds[u] : self._bounds[u + 1]]
+
+    @property
+    def spent(self) -> bool:
+        return self.out.evaluations >= self.budget
+
+    def attempt(self, moving: list[int], target: int, kind: str) -> bool:
+        """Move the units ``moving`` to ``target``; kept when strictly shorter and fitting."""
+        members = self.members_of_unit(moving[0]) if len(moving) == 1 else np.concatenate(
+            [self.members_of_unit(u) for u in moving])
+        placement = self.out.answer.placement
+        if (placement[members] == target).all():
             return False
-        trial = out.placement.copy()
+        trial = placement.copy()
         trial[members] = target
-        return accept(trial, (kind, int(first_op[moving[0]]), int(out.placement[members[0]]), int(target)))
+        return self.accept(trial, (kind, int(self.first_op[moving[0]]), int(placement[members[0]]), int(target)))
 
-    def accept(trial: np.ndarray, move: tuple[str, int, int, int], *, worse: bool = False) -> bool:
+    def accept(self, trial: np.ndarray, move: tuple[str, int, int, int], *, worse: bool = False) -> bool:
+        """Emulate ``trial``; keep it when it fits and is strictly shorter (or, ``worse``, whatever its makespan)."""
+        out = self.out
         out.evaluations += 1
-        trial_schedule = emulate(trial)
-        if not (worse or trial_schedule.makespan_us < out.schedule.makespan_us * (1 - 1e-12)):
+        schedule = self.emulator(trial)
+        if not (worse or strictly_shorter(schedule.makespan_us, out.answer.makespan_us)):
             return False
-        trial_memory = track_memory(graph, machine, trial, trial_schedule) if machine.bounded else None
-        if trial_memory is not None and not (trial_memory.peak_bytes <= limits).all():
+        answer = emulate_and_track(self.graph, self.machine, trial, schedule=schedule)  # memory only when it pays
+        if not answer.fits(self.machine):
             return False
         out.moves.append(move)
-        out.placement, out.schedule, out.memory = trial, trial_schedule, trial_memory
+        out.answer = answer
         return True
 
-    # The sweep's and the kicks' unit order, and the linked pairs: only made when they can be used.
-    order = np.argsort(first_op, kind="stable")[:units].tolist() if whole or deep else []
-    linked = zip(unit[graph.edge_src].tolist(), unit[graph.edge_dst].tolist(), strict=True) if deep else ()
-    pairs = sorted({(min(a, b), max(a, b)) for a, b in linked if a != b})
-
-    def chain_move() -> bool:
+    def chain_move(self) -> bool:
+        """The first move on the critical chain that shortens the step, costliest links first."""
+        out, unit = self.out, self.unit
         # The costliest links only (stable: ties keep chain order).
-        links = critical_chain(graph, out.placement, out.schedule, keep=max(16, 2 * (budget - out.evaluations)))
-        for u, target in _candidates(graph, machine, out.placement, unit, first_op, links):
-            if out.evaluations >= budget:
+        links = critical_chain(self.graph, out.answer.placement, out.answer.schedule,
+                               keep=max(16, 2 * (self.budget - out.evaluations)))
+        for u, target in _candidates(self.graph, self.machine, out.answer.placement, unit, self.first_op, links):
+            if self.spent:
                 return False
             kind = next((k for k, b, a, _ in links if unit[a] == u or unit[b] == u), DEVICE)
-            if attempt([u], target, kind):
+            if self.attempt([u], target, kind):
                 return True
         return False
 
-    def sweep() -> bool:  # the whole neighbourhood, in op order: every unit, then every linked pair
-        for moving in [[u] for u in order] + [list(pair) for pair in pairs]:
-            for target in range(machine.devices):
-                if out.evaluations >= budget:
+    def sweep(self) -> bool:
+        """The whole neighbourhood, in op order: every unit, then every linked pair, to every device."""
+        for moving in [[u] for u in self.order] + [list(pair) for pair in self.pairs]:
+            for target in range(self.machine.devices):
+                if self.spent:
                     return False
-                if attempt(moving, target, NEIGHBOUR if len(moving) == 1 else PAIR):
+                if self.attempt(moving, target, NEIGHBOUR if len(moving) == 1 else PAIR):
                     return True
         return False
 
-    def descend() -> None:
-        while out.evaluations < budget and (chain_move() or (whole and sweep())):
+    def descend(self) -> None:
+        while not self.spent and (self.chain_move() or (self.whole and self.sweep())):
             pass
 
-    descend()
-    rng = np.random.default_rng(0)
-    while deep and out.evaluations < budget:  # iterated local search: kick, descend, keep if better
-        kept = (out.placement, out.schedule, out.memory, len(out.moves))
-        trial = out.placement.copy()
-        for u in rng.choice(units, size=min(units, KICK_UNITS), replace=False).tolist():
-            trial[members_of_unit(order[u])] = rng.integers(machine.devices)
-        if accept(trial, (KICK, -1, -1, -1), worse=True):
-            out.restarts += 1
-            descend()
-            if not out.schedule.makespan_us < kept[1].makespan_us * (1 - 1e-12):
-                out.placement, out.schedule, out.memory = kept[:3]
-                del out.moves[kept[3]:]
-    return out
+    def iterate(self) -> None:
+        """Iterated local search: kick, descend, keep if strictly shorter, else go back to before the kick."""
+        rng = np.random.default_rng(0)
+        out, machine = self.out, self.machine
+        while self.deep and not self.spent:
+            before, logged = out.answer, len(out.moves)
+            trial = before.placement.copy()
+            for u in rng.choice(self.units, size=min(self.units, KICK_UNITS), replace=False).tolist():
+                trial[self.members_of_unit(self.order[u])] = rng.integers(machine.devices)
+            if self.accept(trial, (KICK, -1, -1, -1), worse=True):
+                out.restarts += 1
+                self.descend()
+                if not strictly_shorter(out.answer.makespan_us, before.makespan_us):
+                    out.answer = before
+                    del out.moves[logged:]
+
+
+def refine(graph: CostGraph, machine: Machine, start: Emulated, *, seconds: float = REFINE_SECONDS,
+           order: RunOrder = None) -> Refined:
+    """Shorten the emulated step of ``start`` by moves on its critical chain (module docstring).
+
+    ``start``: a fitting answer, emulated in ``order`` (:data:`~pardnn.emulator.RunOrder`: every trial
+    is emulated in it too). Returns the best answer found, never slower than ``start``, within the
+    limits, with the search's log.
+    """
+    budget = evaluations_for(graph, seconds)
+    if budget == 0 or machine.devices < 2 or graph.n == 0:
+        return Refined(start, start.makespan_us)
+    search = _Search(graph, machine, start, budget, order)
+    search.descend()
+    search.iterate()
+    return search.out
+
+
+def refine_stage(graph: CostGraph, machine: Machine, current: Emulated, context: Context
+                 ) -> tuple[Emulated, RefineDetails]:
+    """The refinement as a polishing stage (:mod:`pardnn.stages`): ``context.seconds`` of budget."""
+    refined = refine(graph, machine, current, seconds=context.seconds)
+    return refined.answer, refined.details()

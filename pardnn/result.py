@@ -1,10 +1,12 @@
 """What every placer returns: a :class:`Result` (placement + :class:`PartitionReport`).
 
-Shared by ParDNN's pipeline and the baseline placers, so their reports compare field by field.
+Shared by ParDNN's pipeline and the baseline placers, so their reports compare field by field, and so
+is the one warning every placer gives (:func:`warn_if_uncosted`, once per call).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -15,7 +17,9 @@ from pardnn.graph import CostGraph
 from pardnn.machine import Machine
 from pardnn.simulate import Evaluation
 
-__all__ = ["PartitionReport", "Progress", "Result", "communication_ratio"]
+__all__ = ["PartitionReport", "Progress", "Result", "communication_ratio", "warn_if_uncosted"]
+
+logger = logging.getLogger(__name__)
 
 # Called as ``progress(stage, done, total)`` during long stages.
 Progress = Callable[[str, int, int], None]
@@ -29,7 +33,7 @@ class PartitionReport:
     devices: int
     ops: int
     edges: int
-    ccr: float
+    ccr: float | None  # None: the graph has no work
     stage_seconds: dict[str, float]
     evaluation: Evaluation
     details: dict[str, Any] = field(default_factory=dict)
@@ -58,7 +62,23 @@ class Result:
     order: np.ndarray | None = None
 
 
-def communication_ratio(graph: CostGraph, machine: Machine) -> float:
-    """CCR: the cost of all edges if cut, over the total work (the paper's Table "DoP and CCR")."""
+def communication_ratio(graph: CostGraph, machine: Machine) -> float | None:
+    """CCR: the cost of all edges if cut, over the total work (the paper's Table "DoP and CCR");
+    ``None`` when no op costs anything (no work: no ratio)."""
     work = graph.total_work_us
-    return float(machine.edge_comm_us(graph.edge_bytes).sum()) / work if work > 0 else 0.0
+    return float(machine.edge_comm_us(graph.edge_bytes).sum()) / work if work > 0 else None
+
+
+def warn_if_uncosted(graph: CostGraph) -> bool:
+    """Log a warning, and return ``True``, when ``graph`` has ops and every one costs 0 µs.
+
+    Legal, and placed like any graph, but almost surely a mistake: a step captured for its structure
+    (:func:`pardnn.tf.capture`) and never costed, so the placement cannot weigh compute at all.
+    """
+    if graph.n == 0 or graph.comp_us.any():
+        return False
+    logger.warning("every op of graph %r (%s ops) costs 0 us, so its placement cannot weigh compute: was it "
+                   "captured but never costed? Cost it with pardnn.tf.profile or pardnn.tf.estimate, "
+                   "`pardnn capture --profile N` or `--estimate PRESET`, or the job's [placement] costs",
+                   graph.name, f"{graph.n:,}")
+    return True

@@ -15,11 +15,12 @@ from typing import Any
 import numpy as np
 
 from pardnn.checks import check_placement, colocation_violations
+from pardnn.emulated import emulate_and_track
 from pardnn.emulator import Schedule, emulate
 from pardnn.graph import CostGraph
 from pardnn.levels import critical_path_us
 from pardnn.machine import Machine
-from pardnn.memory import MemoryProfile, track_memory
+from pardnn.memory import MemoryProfile
 
 __all__ = ["Evaluation", "evaluate", "lower_bound_us"]
 
@@ -45,9 +46,12 @@ class Evaluation:
     ops_per_device: list[int]
 
     @property
-    def ratio(self) -> float:
-        """Makespan over lower bound (1.0 is optimal)."""
-        return self.makespan_us / self.lower_bound_us if self.lower_bound_us > 0 else 1.0
+    def ratio(self) -> float | None:
+        """Makespan over lower bound (1.0 is optimal). A bound of 0 (no op costs anything) gives 1.0 for
+        a makespan of 0 and ``None`` for a longer one (transfers only: no finite ratio)."""
+        if self.lower_bound_us > 0:
+            return self.makespan_us / self.lower_bound_us
+        return 1.0 if self.makespan_us <= 0 else None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -80,8 +84,11 @@ def evaluate(graph: CostGraph, machine: Machine, placement: np.ndarray, *,
     O((|V| + |E|) log |V|): one emulation, one memory sweep, one critical-path sweep.
     """
     place = check_placement(graph, machine, placement)
-    schedule = emulate(graph, machine, place, order=order) if schedule is None else schedule
-    memory = track_memory(graph, machine, place, schedule) if memory is None else memory
+    if memory is None:
+        answer = emulate_and_track(graph, machine, place, order=order, schedule=schedule, track=True)
+        schedule, memory = answer.schedule, answer.memory
+    elif schedule is None:
+        schedule = emulate(graph, machine, place, order=order)
     bound, critical = lower_bound_us(graph, machine.devices)
     cut = place[graph.edge_src] != place[graph.edge_dst]
     limits = machine.limits_bytes if machine.bounded else None

@@ -1,46 +1,46 @@
-"""Baseline placers behind ParDNN's signature: ``f(graph, machine, *, memory_heuristic=None, progress=None,
-**options) -> Result``.
+"""The baseline placers: one registry line each (:class:`pardnn.placer.Placer`), the public signature
+``f(graph, machine, *, memory_heuristic="auto", progress=None, **options) -> Result`` generated.
 
-``BASELINES`` maps a name to its placer (:mod:`pardnn.placers` adds ParDNN itself and looks placers
-up by name). Every placer keeps
-colocation groups whole, is deterministic (byte-identical placements across runs; LC only when it
-finishes within its time budget) and reports through the same
-:class:`~pardnn.result.PartitionReport` as ParDNN, with ``stage_seconds`` holding ``placement``
-and ``evaluation``. None has a memory heuristic: ``memory_heuristic`` must be ``None`` (``exact`` keeps
-residual bytes within the limits as a constraint of its model).
+:data:`BASELINES` maps a name to its placer (:data:`pardnn.placers.PLACERS` adds ParDNN itself). Its
+order is the guard's order of preference among the ``cheap`` ones (a candidate must be strictly
+faster than those before it). Every placer keeps colocation groups whole, is deterministic
+(byte-identical placements across runs; LC only when it finishes within its time budget) and reports
+through the same :class:`~pardnn.result.PartitionReport` as ParDNN, with ``stage_seconds`` holding
+``placement`` and ``evaluation``. None has a memory heuristic (``exact`` keeps residual bytes within
+the limits as a constraint of its model).
 
 ========================  ===========================================================  ====================
 name                      placer                                                       complexity
 ========================  ===========================================================  ====================
-``pardnn``                :func:`pardnn.partition` (the paper)                        O(K(|V|+|E|) + |V| log² |V|)
+``single``                everything on device 0                                        O(|V|)
+``topological``           contiguous blocks of the topological order, equal compute     O(|V|)
+``round_robin``           i-th op in topological order to device i mod K               O(|V|)
 ``critical_path``         Mayer et al. 2017: critical path on device 0, greedy rest     O(K|V| + |E|)
 ``linear_clustering``     Kim and Browne 1988 linear clustering + GLB (time budget)    incremental levels
 ``metis``                 METIS K-way on the undirected graph (needs ``pymetis``)       multilevel, ~O(|V|+|E|)
-``topological``           contiguous blocks of the topological order, equal compute     O(|V|)
-``round_robin``           i-th op in topological order to device i mod K               O(|V|)
-``single``                everything on device 0                                        O(|V|)
+``etf``                   earliest-start list scheduling (Baechi's m-ETF, by priority)  O(|E| + |V|(log |V| + K))
 ``exact``                 CP-SAT optimum of placement + schedule (<= 60 ops; a bound)  exponential
 ========================  ===========================================================  ====================
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from pardnn.baselines.critical_path import critical_path
-from pardnn.baselines.exact import GraphTooLargeError, exact
-from pardnn.baselines.linear_clustering import linear_clustering
-from pardnn.baselines.metis import MissingDependencyError, metis
-from pardnn.baselines.round_robin import round_robin
-from pardnn.baselines.single_device import single_device
-from pardnn.baselines.topological import topological
-from pardnn.result import Result
+from pardnn.baselines.critical_path import critical_path_placement
+from pardnn.baselines.etf import etf_placement
+from pardnn.baselines.exact import DEFAULT_MAX_OPS, DEFAULT_TIME_LIMIT_S, GraphTooLargeError, exact_placement
+from pardnn.baselines.linear_clustering import DEFAULT_TIME_BUDGET_S, linear_clustering_placement
+from pardnn.baselines.metis import DEFAULT_SEED, MissingDependencyError, metis_placement
+from pardnn.baselines.round_robin import round_robin_placement
+from pardnn.baselines.single_device import single_device_placement
+from pardnn.baselines.topological import topological_placement
+from pardnn.placer import Placer
 
 __all__ = [
     "BASELINES",
     "GraphTooLargeError",
     "MissingDependencyError",
     "critical_path",
+    "etf",
     "exact",
     "linear_clustering",
     "metis",
@@ -49,12 +49,25 @@ __all__ = [
     "topological",
 ]
 
-BASELINES: dict[str, Callable[..., Result]] = {
-    "critical_path": critical_path,
-    "linear_clustering": linear_clustering,
-    "metis": metis,
-    "topological": topological,
-    "round_robin": round_robin,
-    "single": single_device,
-    "exact": exact,
-}
+single_device = Placer("single", single_device_placement, cheap=True,
+                       summary="everything on device 0 (no communication, no parallelism)")
+topological = Placer("topological", topological_placement, cheap=True,
+                     summary="K contiguous blocks of the topological order, equal in compute (GPipe-style)")
+round_robin = Placer("round_robin", round_robin_placement, cheap=True,
+                     summary="op i of the topological order on device i mod K")
+critical_path = Placer("critical_path", critical_path_placement, cheap=True, memory_aware=True,
+                       summary="the critical path on device 0, the rest greedily (Mayer et al. 2017)")
+linear_clustering = Placer("linear_clustering", linear_clustering_placement,
+                           options={"time_budget_s": DEFAULT_TIME_BUDGET_S}, cheap=True, time_option="time_budget_s",
+                           summary="Kim and Browne's linear clustering mapped by GLB")
+metis = Placer("metis", metis_placement, options={"seed": DEFAULT_SEED}, cheap=True,
+               summary="a K-way METIS partition of the undirected graph (needs pymetis)")
+etf = Placer("etf", etf_placement, cheap=True, memory_aware=True,
+             summary="earliest-start list scheduling by priority (Baechi's m-ETF, incremental)")
+exact = Placer("exact", exact_placement,
+               options={"time_limit_s": DEFAULT_TIME_LIMIT_S, "max_ops": DEFAULT_MAX_OPS, "ordered": True},
+               time_option="time_limit_s", order_option="ordered",
+               summary="the CP-SAT optimum of placement and schedule (small graphs; a bound)")
+
+BASELINES: dict[str, Placer] = {placer.name: placer for placer in (
+    single_device, topological, round_robin, critical_path, linear_clustering, metis, etf, exact)}

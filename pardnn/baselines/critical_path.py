@@ -24,19 +24,17 @@ Complexity: O(|V| + |E|) for the levels and the path, O(K|V| + |E|) for the gree
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 from numba import njit
 
-from pardnn.baselines._common import finish, reject_memory_heuristic
 from pardnn.graph import CostGraph, Kind
 from pardnn.levels import bottom_levels, walk_critical_path
 from pardnn.machine import Machine
-from pardnn.result import Progress, Result
+from pardnn.memory import saturated_bytes
 
-__all__ = ["critical_path", "critical_path_ops", "critical_path_placement"]
+__all__ = ["critical_path_ops", "critical_path_placement"]
 
 
 def critical_path_ops(graph: CostGraph, edge_weight: np.ndarray) -> tuple[np.ndarray, float]:
@@ -101,44 +99,6 @@ def _greedy(order: np.ndarray, placement: np.ndarray, group: np.ndarray, group_d
     return overflow
 
 
-def critical_path(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = None,
-                  progress: Progress | None = None) -> Result:
-    """Critical path on device 0, every other op greedily to the least-loaded device with memory.
-
-    Parameters
-    ----------
-    graph, machine:
-        What to place, and on what.
-    memory_heuristic:
-        Must be ``None`` (the signature is :func:`pardnn.partition`'s); the greedy's own
-        memory check (module docstring) is always on.
-    progress:
-        Called as ``progress(stage, done, total)``.
-
-    Returns
-    -------
-    Result
-        Colocation groups whole. ``details``: ``critical_path_ops`` (length of the path),
-        ``critical_path_us`` (its cost with communication), ``pinned_ops`` (ops on device 0 before
-        the greedy: the path and its groups), ``memory_overflow_ops`` (ops that left their device
-        over its limit in the greedy's model; module docstring).
-
-    Raises
-    ------
-    ValueError
-        ``memory_heuristic`` is not ``None``.
-
-    Notes
-    -----
-    O(K|V| + |E|).
-    """
-    reject_memory_heuristic("critical_path", memory_heuristic)
-    t0 = time.perf_counter()
-    placement, details = critical_path_placement(graph, machine)
-    return finish(graph, machine, placement, algorithm="critical_path", placement_seconds=time.perf_counter() - t0,
-                  details=details, progress=progress)
-
-
 def critical_path_placement(graph: CostGraph, machine: Machine) -> tuple[np.ndarray, dict[str, Any]]:
     """The placement of :func:`critical_path` and its details, without the evaluation (for the guard)."""
     n, k = graph.n, machine.devices
@@ -150,8 +110,8 @@ def critical_path_placement(graph: CostGraph, machine: Machine) -> tuple[np.ndar
     in_group = graph.colocation >= 0
     unit_comp = np.concatenate((graph.comp_us, np.bincount(graph.colocation[in_group],
                                                            weights=graph.comp_us[in_group], minlength=groups)))
-    unit_bytes = np.concatenate((own_bytes, np.bincount(graph.colocation[in_group], weights=own_bytes[in_group],
-                                                        minlength=groups).astype(np.int64)))
+    group_bytes = np.bincount(graph.colocation[in_group], weights=own_bytes[in_group], minlength=groups)
+    unit_bytes = np.concatenate((own_bytes, saturated_bytes(group_bytes)))
     placement = np.full(n, -1, np.int64)
     group_device = np.full(groups, -1, np.int64)
     pinned_groups = np.unique(graph.colocation[path][graph.colocation[path] >= 0])

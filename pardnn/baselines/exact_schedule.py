@@ -16,12 +16,12 @@ from __future__ import annotations
 import numpy as np
 
 from pardnn.baselines.critical_path import critical_path_placement
-from pardnn.baselines.topological import topological
+from pardnn.baselines.topological import topological_placement
 from pardnn.checks import dense_positions
+from pardnn.emulated import emulate_and_track, strictly_shorter
 from pardnn.emulator import emulate
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
-from pardnn.memory import track_memory
 
 __all__ = ["Candidate", "canonical", "hint_candidate", "list_schedule", "model_order", "pick"]
 
@@ -62,7 +62,7 @@ def hint_candidate(graph: CostGraph, machine: Machine, residual: np.ndarray, uni
     emulated order gives the shortest integer schedule (ties in that order)."""
     best: tuple[int, Candidate] | None = None
     for name, place in (("single", np.zeros(graph.n, np.int64)),
-                        ("topological", np.array(topological(graph, machine).placement)),
+                        ("topological", topological_placement(graph, machine)[0]),
                         ("critical_path", critical_path_placement(graph, machine)[0])):
         load = np.bincount(place, weights=residual, minlength=machine.devices)
         if machine.bounded and (load > machine.limits_bytes).any():
@@ -111,8 +111,8 @@ def model_order(graph: CostGraph, machine: Machine, placement: np.ndarray, start
     key[np.lexsort((graph.topo_rank, np.asarray(starts)))] = np.arange(graph.n)  # a linear extension of the DAG
     order = dense_positions(place, key)
     ordered = emulate(graph, machine, place, order=order)
-    if not ordered.makespan_us < fifo_us * (1 - 1e-9):
+    if not strictly_shorter(ordered.makespan_us, fifo_us):
         return None
-    if machine.bounded and not (track_memory(graph, machine, place, ordered).peak_bytes <= machine.limits_bytes).all():
+    if not emulate_and_track(graph, machine, place, schedule=ordered).fits(machine):
         return None
     return order, ordered.makespan_us

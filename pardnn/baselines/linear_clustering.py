@@ -47,15 +47,14 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from pardnn.baselines._common import finish, reject_memory_heuristic
 from pardnn.colocation import keep_groups_whole
 from pardnn.emulator import heap_pop, heap_push
 from pardnn.graph import CostGraph
 from pardnn.levels import bottom_levels, top_levels, walk_critical_path
 from pardnn.machine import Machine
-from pardnn.result import Progress, Result
+from pardnn.result import Progress
 
-__all__ = ["DEFAULT_TIME_BUDGET_S", "glb_map", "linear_clustering", "linear_clustering_placement", "linear_clusters"]
+__all__ = ["DEFAULT_TIME_BUDGET_S", "glb_map", "linear_clustering_placement", "linear_clusters"]
 
 DEFAULT_TIME_BUDGET_S = 60.0
 _SWEEP_WORK = 4_000_000  # ops + edges swept per compiled call between two looks at the clock
@@ -248,45 +247,6 @@ def glb_map(graph: CostGraph, edge_weight: np.ndarray, cluster_of: np.ndarray, p
     work = np.bincount(cluster_of, weights=graph.comp_us, minlength=count)
     order = np.lexsort((np.arange(count), start)).astype(np.int64)
     return _least_loaded(order, work, k)
-
-
-def linear_clustering(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = None,
-                      progress: Progress | None = None, time_budget_s: float = DEFAULT_TIME_BUDGET_S) -> Result:
-    """Linear clustering with recomputed critical paths, then GLB mapping.
-
-    Parameters
-    ----------
-    graph, machine:
-        What to place, and on what.
-    memory_heuristic:
-        Must be ``None`` (the signature is :func:`pardnn.partition`'s); LC ignores memory.
-    progress:
-        Called as ``progress(stage, done, total)``; ``clustering`` reports ops clustered.
-    time_budget_s:
-        Wall-time budget of the clustering, seconds (default 60). Past it the ops left become
-        single-op clusters (module docstring).
-
-    Returns
-    -------
-    Result
-        Colocation groups whole. ``details``: ``timeout``, ``time_budget_s``, ``paths`` (critical
-        paths extracted), ``singletons`` (single-op clusters left by a timeout), ``clusters``,
-        ``clustering_seconds``, ``mapping_seconds``, ``colocation_moved``.
-
-    Raises
-    ------
-    ValueError
-        ``memory_heuristic`` is not ``None``, or ``time_budget_s`` is negative or NaN.
-
-    Notes
-    -----
-    See the module notes: worst case O(|V| (|V| + |E|) log |V|), far less in practice.
-    """
-    reject_memory_heuristic("linear_clustering", memory_heuristic)
-    placement, details = linear_clustering_placement(graph, machine, time_budget_s=time_budget_s, progress=progress)
-    return finish(graph, machine, placement, algorithm="linear_clustering",
-                  placement_seconds=details["clustering_seconds"] + details["mapping_seconds"], details=details,
-                  progress=progress)
 
 
 def linear_clustering_placement(graph: CostGraph, machine: Machine, *, time_budget_s: float = math.inf,

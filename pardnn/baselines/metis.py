@@ -27,18 +27,15 @@ multilevel K-way scheme, about O(|V| + |E| + K log K).
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
-from pardnn.baselines._common import finish, reject_memory_heuristic
 from pardnn.errors import MissingDependencyError
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
-from pardnn.result import Progress, Result
 
-__all__ = ["MissingDependencyError", "contract_groups", "metis", "metis_placement"]
+__all__ = ["MissingDependencyError", "contract_groups", "metis_placement"]
 
 _WEIGHT_TOTAL = 1 << 28
 DEFAULT_SEED = 0
@@ -93,45 +90,6 @@ def _integer_weights(values: np.ndarray, offset: int) -> np.ndarray:
     total = float(values.sum())
     scaled = np.floor(values * (_WEIGHT_TOTAL / total)) if total > 0 else np.zeros(values.size)
     return np.maximum(scaled.astype(np.int64) + offset, 1)
-
-
-def metis(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = None,
-          progress: Progress | None = None, seed: int = DEFAULT_SEED) -> Result:
-    """K-way METIS partition of the undirected, group-contracted graph: balanced compute, minimal cut.
-
-    Parameters
-    ----------
-    graph, machine:
-        What to place, and on what.
-    memory_heuristic:
-        Must be ``None`` (the signature is :func:`pardnn.partition`'s); memory is not a
-        METIS constraint here (module docstring).
-    progress:
-        Called as ``progress(stage, done, total)``.
-    seed:
-        METIS's random seed (fixed, so placements are deterministic).
-
-    Returns
-    -------
-    Result
-        Colocation groups whole (contracted). ``details``: ``vertices`` and ``arcs`` of the
-        contracted graph, ``edge_cut`` (METIS's objective, in scaled units), ``memory_constraint``
-        (``False``).
-
-    Raises
-    ------
-    MissingDependencyError
-        pymetis is not installed (only raised when METIS is needed, i.e. K > 1).
-    ValueError
-        ``memory_heuristic`` is not ``None``.
-    """
-    reject_memory_heuristic("metis", memory_heuristic)
-    t0 = time.perf_counter()
-    if progress is not None:
-        progress("metis", 0, 1)
-    placement, details = metis_placement(graph, machine, seed)
-    return finish(graph, machine, placement, algorithm="metis", placement_seconds=time.perf_counter() - t0,
-                  details=details, progress=progress)
 
 
 def metis_placement(graph: CostGraph, machine: Machine, seed: int = DEFAULT_SEED) -> tuple[np.ndarray, dict[str, Any]]:

@@ -14,53 +14,15 @@ Complexity: O(|V|) (plus the evaluation).
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
-from pardnn.baselines._common import finish, reject_memory_heuristic
 from pardnn.colocation import keep_groups_whole
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine
-from pardnn.result import Progress, Result
 
-__all__ = ["topological", "topological_placement"]
-
-
-def topological(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = None,
-                progress: Progress | None = None) -> Result:
-    """Split the topological order into K contiguous blocks of equal compute.
-
-    Parameters
-    ----------
-    graph, machine:
-        What to place, and on what.
-    memory_heuristic:
-        Must be ``None`` (the signature is :func:`pardnn.partition`'s).
-    progress:
-        Called as ``progress(stage, done, total)``.
-
-    Returns
-    -------
-    Result
-        ``details["block_work_us"]``: each block's compute before colocation;
-        ``details["colocation_moved"]``: ops moved to keep their group whole.
-
-    Raises
-    ------
-    ValueError
-        ``memory_heuristic`` is not ``None``.
-
-    Examples
-    --------
-    A 4-op chain with compute ``[1, 1, 1, 1]`` on 2 devices is placed ``[0, 0, 1, 1]``.
-    """
-    reject_memory_heuristic("topological", memory_heuristic)
-    t0 = time.perf_counter()
-    placement, details = topological_placement(graph, machine)
-    return finish(graph, machine, placement, algorithm="topological", placement_seconds=time.perf_counter() - t0,
-                  details=details, progress=progress)
+__all__ = ["topological_placement"]
 
 
 def topological_placement(graph: CostGraph, machine: Machine) -> tuple[np.ndarray, dict[str, Any]]:

@@ -13,9 +13,11 @@ memory).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from pardnn.errors import InfeasibleError, PardnnError
 
@@ -67,10 +69,30 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+class _WarningLine(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"pardnn: {record.levelname.lower()}: {record.getMessage()}"
+
+
+@contextlib.contextmanager
+def _warnings_on_stderr() -> Iterator[None]:
+    """The library's logged warnings (``pardnn.*`` loggers) as ``pardnn: warning: ...`` lines on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(_WarningLine())
+    library = logging.getLogger("pardnn")
+    library.addHandler(handler)
+    try:
+        yield
+    finally:
+        library.removeHandler(handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``pardnn`` with ``argv`` (default: ``sys.argv[1:]``); return the exit code.
 
     Raises ``SystemExit`` for ``--help``, ``--version`` and bad command lines (code 2), as argparse does.
+    The library's warnings are printed on stderr as ``pardnn: warning: ...`` lines.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -80,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        with _warnings_on_stderr():
+            return int(args.func(args))
     except InfeasibleError as exc:  # exit 3 either way; "infeasible" only with a proof
         print(f"pardnn: infeasible: {exc}" if exc.proven else f"pardnn: {exc}", file=sys.stderr)
         if getattr(args, "command", None) == "place":

@@ -15,8 +15,9 @@ from typing import Any
 
 from pardnn.errors import PardnnError
 from pardnn.machine import Machine, format_bytes
+from pardnn.placers import PLACERS, get_placer
 from pardnn.refine import REFINE_SECONDS
-from pardnn.settings import ALGORITHMS, PLACEMENT
+from pardnn.settings import PLACEMENT
 
 from .options import (
     EXIT_OK,
@@ -29,6 +30,7 @@ from .options import (
     machine_from_args,
     param_type,
     print_json,
+    ratio_text,
     read_graph,
     us,
 )
@@ -52,8 +54,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"total work           {us(info['total_work_us'])}")
     print(f"critical path        {us(info['critical_path_us'])} (with communication: "
           f"{us(info['critical_path_with_comm_us'])})")
-    print(f"degree of parallelism (DoP = work / critical path)   {info['dop']:.2f}")
-    print(f"comm-to-comp ratio   (CCR = comm of all edges / work) {info['ccr']:.2f}"
+    print(f"degree of parallelism (DoP = work / critical path)   {ratio_text(info['dop'])}")
+    print(f"comm-to-comp ratio   (CCR = comm of all edges / work) {ratio_text(info['ccr'])}"
           f"  at {args.bandwidth}, {args.latency}")
     print(f"memory               {format_bytes(info['residual_bytes'])} residual, "
           f"{format_bytes(info['normal_bytes'])} of normal outputs")
@@ -144,9 +146,6 @@ def add_simulate(sub: Any) -> None:
 
 
 # --------------------------------------------------------------------------------------- place
-LC_TIME_BUDGET_S = 60.0
-
-
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -159,33 +158,29 @@ def _seconds(text: str) -> float:
 
 def cmd_place(args: argparse.Namespace) -> int:
     from pardnn.io import write_placement
-    from pardnn.placers import get_placer
 
     graph = read_graph(args.graph)
     machine = machine_from_args(args, graph, args.devices)
     progress = StageProgress() if graph.n > PROGRESS_MIN_OPS and not args.quiet else None
+    placer = get_placer(args.algorithm)
     options: dict[str, Any] = {}
-    if args.algorithm == PARDNN:
+    if placer.memory_heuristics:
         # No --memory-heuristic: "auto", which pardnn.pipeline.resolve_heuristic decides from the machine.
         heuristic: str | None = "auto" if args.memory_heuristic is None else args.memory_heuristic
-        if args.no_guard:
-            options["guarded"] = False
-        if args.no_order:
-            options["ordered"] = False
-        options["refine_seconds"] = args.refine_seconds
+    elif args.memory_heuristic not in (None, "none"):
+        with_heuristics = ", ".join(name for name, p in PLACERS.items() if p.memory_heuristics)
+        raise PardnnError(f"--memory-heuristic {args.memory_heuristic} works with --algorithm {with_heuristics} "
+                          f"only; {args.algorithm} has none (its report still says whether memory fits)")
     else:
-        if args.memory_heuristic not in (None, "none"):
-            raise PardnnError(f"--memory-heuristic {args.memory_heuristic} works with --algorithm {PARDNN} only; "
-                              f"{args.algorithm} has none (its report still says whether memory fits)")
         heuristic = None
-        if args.algorithm == "linear_clustering":
-            options["time_budget_s"] = LC_TIME_BUDGET_S if args.time_budget is None else args.time_budget
-        elif args.algorithm == "exact":
-            if args.time_budget is not None:
-                options["time_limit_s"] = args.time_budget
-            if args.no_order:
-                options["ordered"] = False
-    placer = get_placer(args.algorithm)
+    # The switches of the polishing stages, each where the placer has that option.
+    for option, value in (("guarded", not args.no_guard), ("refine_seconds", args.refine_seconds)):
+        if option in placer.options:
+            options[option] = value
+    if placer.order_option and args.no_order:
+        options[placer.order_option] = False
+    if placer.time_option and args.time_budget is not None:
+        options[placer.time_option] = args.time_budget
     try:
         result = placer(graph, machine, memory_heuristic=heuristic, progress=progress, **options)
     finally:
@@ -211,15 +206,16 @@ def add_place(sub: Any) -> None:
                                    "emulated makespan against the lower bound, and per-device load and memory.")
     place.add_argument("graph", help="graph file (.json or .json.gz)")
     add_machine_options(place, devices_required=True)
-    baselines = ", ".join(name for name in ALGORITHMS if name != PARDNN)
+    placers = "; ".join(f"{name}: {placer.summary}" for name, placer in PLACERS.items())
+    budgets = ", ".join(f"{name} {placer.options[placer.time_option]:g} s" for name, placer in PLACERS.items()
+                        if placer.time_option)
     place.add_argument("--algorithm", "-a", type=param_type("algorithm"), default=PARDNN,
                        metavar=choices_metavar("algorithm"),
-                       help=f"placer: {PARDNN} (the paper; default) or a baseline to compare with: {baselines} "
-                            "(see pardnn.baselines; metis needs pymetis)")
+                       help=f"placer (default {PARDNN}): {placers}")
     place.add_argument("--time-budget", type=float, default=None,
-                       help=f"seconds linear_clustering may spend before it stops clustering (default: "
-                            f"{LC_TIME_BUDGET_S:g}), or the exact placer's CP-SAT time limit in deterministic "
-                            "seconds (default: the placer's own; it reports the optimum or its proven bound)")
+                       help=f"seconds a placer with a time budget may spend (default: its own: {budgets}); "
+                            "linear_clustering stops clustering, exact (CP-SAT, deterministic seconds) reports the "
+                            "best found and its proven bound")
     place.add_argument("--memory-heuristic", type=param_type("memory_heuristic"), default=None,
                        metavar=choices_metavar("memory_heuristic"),
                        help=f"{PLACEMENT['memory_heuristic'].help.replace('the memory limit', '--memory')}; "
@@ -233,10 +229,11 @@ def add_place(sub: Any) -> None:
                             "turned into a fixed number of emulations so every run gives the same placement; "
                             "0 turns it off (default: %(default)s)")
     place.add_argument("--no-guard", action="store_true",
-                       help="return ParDNN's placement as the paper computes it, even when a cheap placement "
-                            "(one device, contiguous split, round robin, critical path, METIS, a folded device) "
-                            "that fits is faster, and without refinement or run order; by default the fastest is "
-                            "kept, refined, and the report says which")
+                       help="skip the guard stage: keep ParDNN's own placement even when a cheap placement "
+                            "(one device, contiguous split, round robin, critical path, METIS, ETF, a folded "
+                            "device) that fits is faster; by default the fastest is kept and the report says "
+                            "which. The refinement and the run order still run (--refine-seconds 0, "
+                            "--no-run-order); --algorithm pardnn-paper is the paper's algorithm alone")
     place.add_argument("--no-run-order", dest="no_order", action="store_true",
                        help="never write a run order: by default, when running each device's ops in upward-rank "
                             "order (enforced with control dependencies by pardnn.tf.apply) makes the step strictly "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -20,7 +21,7 @@ from pardnn.settings import PLACEMENT
 __all__ = [
     "EPILOG", "EXIT_BAD_INPUT", "EXIT_INFEASIBLE", "EXIT_OK", "EXIT_USAGE", "PROGRESS_MIN_OPS", "StageProgress",
     "add_interconnect_options", "add_machine_options", "add_parser", "choices_metavar", "machine_from_args",
-    "param_type", "print_json", "read_graph", "table", "us",
+    "param_type", "print_json", "ratio_text", "read_graph", "table", "us",
 ]
 
 EXIT_OK = 0
@@ -105,8 +106,24 @@ def read_graph(path: str) -> CostGraph:
 
 # ---------------------------------------------------------------------------------------- output
 def print_json(payload: dict[str, Any]) -> None:
-    json.dump(payload, sys.stdout, indent=2, sort_keys=True)
+    """``payload`` as JSON on stdout; an infinite or NaN number (JSON has none) as ``null``."""
+    json.dump(_finite(payload), sys.stdout, indent=2, sort_keys=True, allow_nan=False)
     sys.stdout.write("\n")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
+
+
+def ratio_text(value: float | None, spec: str = ".2f") -> str:
+    """A ratio formatted by ``spec``, or "—" when it has none (``None``: a zero makespan or work under it)."""
+    return "—" if value is None or not math.isfinite(value) else format(value, spec)
 
 
 def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:

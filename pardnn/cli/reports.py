@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from pardnn.guard import GuardDetails
 from pardnn.machine import format_bytes
+from pardnn.order import OrderDetails
+from pardnn.refine import RefineDetails
 from pardnn.settings import PLACEMENT
 
-from .options import table, us
+from .options import ratio_text, table, us
 
 __all__ = ["PARDNN", "format_evaluation", "format_guard", "format_order", "format_report"]
 
@@ -18,7 +21,7 @@ PARDNN = PLACEMENT["algorithm"].default  # the paper's placer: the only one with
 def format_evaluation(evaluation: Any) -> str:
     lines = [
         f"makespan        {us(evaluation.makespan_us)}   lower bound {us(evaluation.lower_bound_us)}"
-        f"   ratio {evaluation.ratio:.3f}",
+        f"   ratio {ratio_text(evaluation.ratio, '.3f')}",
         f"communication   {evaluation.cut_edges:,} cut edges, {format_bytes(evaluation.cut_bytes)}, "
         f"{us(evaluation.comm_us)} of transfers",
         f"memory          {'fits' if evaluation.memory_fits else 'DOES NOT FIT'}"
@@ -41,7 +44,7 @@ def format_report(report: Any) -> str:
     stages = ", ".join(f"{name} {seconds:.3f} s" for name, seconds in report.stage_seconds.items())
     details = report.details
     lines = [f"{report.algorithm}: {report.ops:,} ops, {report.edges:,} edges on {report.devices} devices; "
-             f"CCR {report.ccr:.2f}",
+             f"CCR {ratio_text(report.ccr)}",
              f"stages          {stages} (total {report.total_seconds:.3f} s)"]
     if details.get("memory_heuristic"):
         before = details["peak_before_bytes"]
@@ -57,9 +60,9 @@ def format_report(report: Any) -> str:
     if "guard" in details:
         lines.append(f"guard           {format_guard(details['guard'])}")
     if "refine" in details:
-        refined = details["refine"]
-        lines.append(f"refine          {refined['moves']} moves accepted of {refined['evaluations']} tried: makespan "
-                     f"{us(refined['makespan_before_us'])} -> {us(refined['makespan_after_us'])}")
+        refined: RefineDetails = details["refine"]
+        lines.append(f"refine          {refined.moves} moves accepted of {refined.evaluations} tried: makespan "
+                     f"{us(refined.makespan_before_us)} -> {us(refined.makespan_after_us)}")
     if "order" in details:
         lines.append(f"order           {format_order(details['order'])}")
     if "primary_ops" in details:
@@ -72,23 +75,26 @@ def format_report(report: Any) -> str:
     return "\n".join(lines)
 
 
-def format_guard(guard: dict[str, Any]) -> str:
+def format_guard(guard: GuardDetails) -> str:
     """One line: which placement the guard kept, and by how much it beat ParDNN's own."""
-    others = [name for name in guard["candidates"] if name != PARDNN]
-    emulated = [name for name in others if guard["candidates"][name] is not None]
-    if guard["winner"] == PARDNN:
+    others = [name for name in guard.candidates if name != PARDNN]
+    emulated = [name for name in others if guard.candidates[name] is not None]
+    if guard.winner == PARDNN:
         return (f"kept ParDNN's placement: none of {len(others)} cheap placements that fit is faster "
                 f"({len(emulated)} emulated, {len(others) - len(emulated)} ruled out by a lower bound or unavailable)")
-    own = guard["pardnn_makespan_us"]
-    return (f"{guard['winner']} is {guard['speedup_over_pardnn']:.2f}x faster than ParDNN's own placement "
-            f"({us(guard['makespan_us'])} vs {'none that fits' if own == float('inf') else us(own)}); using it")
+    own, speedup = guard.pardnn_makespan_us, guard.speedup_over_pardnn
+    if guard.winner is None:  # no memory heuristic to make one fit
+        return f"no placement tried fits the memory limits (no memory heuristic); kept ParDNN's ({us(own)})"
+    by = "" if speedup is None else f"{speedup:.2f}x "  # None: ParDNN's did not fit, or the winner takes 0 us
+    return (f"{guard.winner} is {by}faster than ParDNN's own placement "
+            f"({us(guard.makespan_us)} vs {'none that fits' if own == float('inf') else us(own)}); using it")
 
 
-def format_order(order: dict[str, Any]) -> str:
+def format_order(order: OrderDetails) -> str:
     """One line: whether the ordering stage kept a run order, and what it buys."""
-    if order["kept"]:
+    if order.kept and order.ordered_us is not None:  # kept only when strictly shorter: unordered > 0
+        before, after = order.unordered_us, order.ordered_us
         return (f"each device runs in upward-rank order (written as positions, enforced by pardnn.tf.apply): "
-                f"makespan {us(order['unordered_us'])} -> {us(order['ordered_us'])} "
-                f"({order['unordered_us'] / order['ordered_us']:.2f}x)")
-    tried = f", {us(order['ordered_us'])} in upward-rank order" if "ordered_us" in order else ""
-    return f"none kept ({order['why_not']}{tried}): each device runs in order of readiness"
+                f"makespan {us(before)} -> {us(after)}" + (f" ({before / after:.2f}x)" if after > 0 else ""))
+    tried = f", {us(order.ordered_us)} in upward-rank order" if order.ordered_us is not None else ""
+    return f"none kept ({order.why_not}{tried}): each device runs in order of readiness"

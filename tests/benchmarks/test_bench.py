@@ -366,7 +366,7 @@ def test_the_guard_cost_is_the_median_paired_ratio_and_ignores_the_first_run_row
     from benchmarks.speed import SpeedRow
 
     rows = [SpeedRow("pardnn place GRAPH -k 4 -o placement.txt", 1.30, None),
-            SpeedRow("pardnn place GRAPH -k 4 --no-guard -o placement.txt", 1.00, None,
+            SpeedRow("pardnn place GRAPH -k 4 -a pardnn-paper -o placement.txt", 1.00, None,
                      twin_of="pardnn place GRAPH -k 4 -o placement.txt", paired_ratio=1.20),
             SpeedRow("pardnn place GRAPH -k 4 -o placement.txt", 11.0, 10.0, note="first run")]
     [line] = [line for line in _guard_cost_lines(SimpleNamespace(speed=rows)) if line]

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, InvalidPlacementError, Machine
-from pardnn.emulator import Emulator, emulate
+from pardnn.emulator import Emulator, emulate, emulate_sweep
 from pardnn.simulate import lower_bound_us
 from tests.conftest import random_dags
 
@@ -58,16 +58,19 @@ def test_device_queue_is_fifo_by_readiness():
     assert s.start_us.tolist() == [0, 1, 11, 2, 12]
 
 
-def test_a_priority_replaces_the_order_of_readiness():
+def test_a_priority_replaces_the_order_of_readiness_in_the_sweep():
     """The graph of the FIFO test above, with priorities root 0, w 1, x 5, z 2 (lowest first). Device 0
     has root and w at 0: root 0..1; at 1 w and x: w 1..11; by 11 x and z (ready at 7) wait: z before
     x although x was ready first: z 11..12, x 12..13."""
     names = ["root", "w", "x", "y", "z"]
     g = CostGraph(names, [1, 10, 1, 5, 1], [0] * 5, [0, 0, 3], [2, 3, 4])
-    s = Emulator(g, Machine(2, **SLOW_LINK), priority=np.array([0, 1, 5, 0, 2.0]))(np.array([0, 0, 0, 1, 0]))
-    assert s.start_us.tolist() == [0, 1, 12, 2, 11]
-    with pytest.raises(ValueError, match="priority has 2 entries for the 5 ops"):
-        Emulator(g, Machine(2), priority=np.zeros(2))
+    machine = Machine(2, **SLOW_LINK)
+    start = emulate_sweep(g.n, 2, g.succ_ptr, g.succ, machine.edge_comm_us(g.succ_bytes), g.pred_ptr,
+                          np.array([0, 0, 0, 1, 0]), g.comp_us, g.topo_rank, np.array([0, 1, 5, 0, 2.0]),
+                          np.zeros(0, np.int64))[0]
+    assert start.tolist() == [0, 1, 12, 2, 11]
+    with pytest.raises(ValueError, match="order has 2 positions for the 5 ops"):
+        Emulator(g, Machine(2), order=np.zeros(2, np.int64))
 
 
 def test_fifo_ties_break_by_topological_rank():

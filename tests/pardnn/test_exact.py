@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, InfeasibleError, Machine
-from pardnn.baselines import BASELINES, MissingDependencyError
-from pardnn.baselines.exact import RELATIVE_GAP, GraphTooLargeError, exact
+from pardnn.baselines import BASELINES, MissingDependencyError, exact
+from pardnn.baselines.exact import RELATIVE_GAP, GraphTooLargeError
 from pardnn.checks import check_placement, colocation_violations
 from pardnn.errors import PardnnError
 from pardnn.placers import PLACERS

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from pardnn import CostGraph, Machine, partition
 from pardnn.checks import chain_next, check_order
-from pardnn.emulator import Emulator, emulate
+from pardnn.emulated import emulate_and_track
+from pardnn.emulator import UPWARD_RANK, Emulator, emulate
 from pardnn.errors import InfeasibleError, InvalidPlacementError
 from pardnn.memory import track_memory
 from pardnn.order import order_placement, positions
@@ -44,12 +45,12 @@ def test_a_chain_waits_for_the_op_before_even_when_another_is_ready():
 
 def test_the_ranked_emulator_gives_upward_rank_order():
     g, machine, placement = fork(), Machine(2, **FAST), np.array([0, 0, 0, 1])
-    ranked = Emulator(g, machine, ranked=True)(placement)
+    ranked = Emulator(g, machine, order=UPWARD_RANK)(placement)
     assert ranked.makespan_us == pytest.approx(112.0)
     assert positions(placement, ranked).tolist() == [0, 2, 1, 0]
     assert chain_next(placement, positions(placement, ranked)).tolist() == [2, -1, 1, -1]
-    with pytest.raises(ValueError, match="exclude each other"):
-        Emulator(g, machine, priority=np.zeros(4), ranked=True)
+    with pytest.raises(ValueError, match=r"order='fifo': expected None \(order of readiness\), 'upward_rank'"):
+        Emulator(g, machine, order="fifo")
 
 
 @given(random_dags(max_ops=30), st.integers(2, 4), st.sampled_from([1e6, 1e9]), st.integers(0, 2**31))
@@ -58,7 +59,7 @@ def test_replaying_a_list_schedule_as_chains_reproduces_it(g, k, bandwidth, seed
     pardnn.tf.apply enforces is what the report emulated."""
     machine = Machine(k, bandwidth=bandwidth, latency=1.0)
     placement = np.random.default_rng(seed).integers(0, k, g.n)
-    ranked = Emulator(g, machine, ranked=True)(placement)
+    ranked = Emulator(g, machine, order=UPWARD_RANK)(placement)
     replay = emulate(g, machine, placement, order=positions(placement, ranked))
     assert replay.start_us.tolist() == ranked.start_us.tolist()
     assert replay.finish_us.tolist() == ranked.finish_us.tolist()
@@ -101,7 +102,7 @@ def test_partition_keeps_an_order_only_when_it_is_shorter():
     plain = partition(grouped, machine, ordered=False)
     ordered = partition(grouped, machine)
     assert plain.order is None and plain.report.evaluation.makespan_us == pytest.approx(121.0)
-    assert ordered.order is not None and ordered.report.details["order"]["kept"]
+    assert ordered.order is not None and ordered.report.details["order"].kept
     assert ordered.report.evaluation.makespan_us == pytest.approx(112.0)
     assert ordered.placement.tolist() in ([0, 0, 0, 1], [1, 1, 1, 0]) and ordered.order.tolist() == [0, 2, 1, 0]
 
@@ -132,6 +133,5 @@ def test_the_ordering_stage_never_slows_and_keeps_memory(g, k, bandwidth, share)
 
 def test_order_placement_reports_why_it_kept_none():
     g, machine = fork(), Machine(1)
-    chosen, details = order_placement(g, machine, np.zeros(4, np.int64), emulate(g, machine, np.zeros(4, int)),
-                                      seconds=0.1)
-    assert chosen is None and details["kept"] is False
+    chosen, details = order_placement(g, machine, emulate_and_track(g, machine, np.zeros(4, np.int64)), seconds=0.1)
+    assert chosen is None and details.kept is False

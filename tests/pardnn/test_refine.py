@@ -9,8 +9,10 @@ from hypothesis import strategies as st
 
 from pardnn import CostGraph, Machine, partition
 from pardnn.checks import colocation_violations
+from pardnn.emulated import Emulated
 from pardnn.emulator import emulate
 from pardnn.memory import track_memory
+from pardnn.pipeline import PAPER
 from pardnn.refine import DEVICE, TRANSFER, critical_chain, evaluations_for, refine
 from tests.conftest import random_dags
 
@@ -45,17 +47,17 @@ def test_refine_pulls_the_transfers_onto_one_device():
     g, machine = chain(), Machine(2, **SLOW)
     placement = np.array([0, 1, 0])
     schedule = emulate(g, machine, placement)
-    out = refine(g, machine, placement, schedule, None, seconds=1.0)
+    out = refine(g, machine, Emulated(placement, schedule, None), seconds=1.0)
     # First a joins b (10 + 10 + 1000 + 10 = 1030 us), then c joins them: one device, 30 us.
     assert len(set(out.placement.tolist())) == 1
     assert out.schedule.makespan_us == pytest.approx(30.0)
-    assert out.details()["moves"] == 2 and out.makespan_before_us == pytest.approx(2030.0)
+    assert out.details().moves == 2 and out.makespan_before_us == pytest.approx(2030.0)
 
 
 def test_refine_spreads_a_busy_device():
     g = CostGraph(["x", "y"], [100.0, 100.0], [0, 0], [], [], name="two")
     machine = Machine(2)
-    out = refine(g, machine, np.array([0, 0]), emulate(g, machine, np.array([0, 0])), None, seconds=1.0)
+    out = refine(g, machine, Emulated(np.array([0, 0]), emulate(g, machine, np.array([0, 0])), None), seconds=1.0)
     assert sorted(out.placement.tolist()) == [0, 1] and out.schedule.makespan_us == pytest.approx(100.0)
 
 
@@ -66,7 +68,7 @@ def test_refine_respects_memory_limits():
     machine = Machine(2, memory=[2000, 500], reserve=0.0)
     placement = np.array([0, 0])
     schedule = emulate(g, machine, placement)
-    out = refine(g, machine, placement, schedule, track_memory(g, machine, placement, schedule), seconds=1.0)
+    out = refine(g, machine, Emulated(placement, schedule, track_memory(g, machine, placement, schedule)), seconds=1.0)
     assert out.placement.tolist() == [1, 0] and out.schedule.makespan_us == pytest.approx(100.0)
     assert (out.memory.peak_bytes <= machine.limits_bytes).all()
 
@@ -77,17 +79,17 @@ def test_budget_is_deterministic_and_zero_turns_it_off():
     assert evaluations_for(g, 0.2) == evaluations_for(g, 0.2) >= 1
     placement = np.array([0, 1, 0])
     machine = Machine(2, **SLOW)
-    out = refine(g, machine, placement, emulate(g, machine, placement), None, seconds=0.0)
+    out = refine(g, machine, Emulated(placement, emulate(g, machine, placement), None), seconds=0.0)
     assert out.placement.tolist() == [0, 1, 0] and out.evaluations == 0
 
 
 @given(random_dags(max_ops=25), st.integers(2, 4), st.sampled_from(["150GB/s", "1GB/s"]))
 def test_refine_never_slows_never_splits_a_group_and_is_deterministic(g, k, bandwidth):
     machine = Machine(k, bandwidth=bandwidth)
-    placement = partition(g, machine, guarded=False).placement
+    placement = partition(g, machine, **PAPER).placement
     schedule = emulate(g, machine, placement)
-    first = refine(g, machine, placement, schedule, None, seconds=0.05)
-    second = refine(g, machine, placement, schedule, None, seconds=0.05)
+    first = refine(g, machine, Emulated(placement, schedule, None), seconds=0.05)
+    second = refine(g, machine, Emulated(placement, schedule, None), seconds=0.05)
     assert first.schedule.makespan_us <= schedule.makespan_us
     assert first.evaluations <= evaluations_for(g, 0.05)
     assert first.placement.tobytes() == second.placement.tobytes()
@@ -110,7 +112,7 @@ def test_a_linked_pair_moves_together_when_no_single_move_helps():
         single = placement.copy()
         single[op] = 1 - single[op]
         assert emulate(g, machine, single).makespan_us >= 1030.0 - 1e-9
-    out = refine(g, machine, placement, schedule, None, seconds=1.0)
+    out = refine(g, machine, Emulated(placement, schedule, None), seconds=1.0)
     assert out.placement.tolist() == [0, 0, 0, 0] and out.schedule.makespan_us == pytest.approx(40.0)
     assert [kind for kind, *_ in out.moves] == ["pair"]
 
@@ -119,11 +121,11 @@ def test_a_linked_pair_moves_together_when_no_single_move_helps():
 def test_the_deep_search_keeps_every_device_within_its_limit(g, k, share):
     """Kicks and pair moves under memory limits: the answer fits wherever the start fitted."""
     machine = Machine(k, bandwidth="1GB/s")
-    placement = partition(g, machine, guarded=False).placement
+    placement = partition(g, machine, **PAPER).placement
     peaks = track_memory(g, machine, placement, emulate(g, machine, placement)).peak_bytes
     limited = Machine(k, bandwidth="1GB/s", memory=max(1, int(peaks.max() / share)), reserve=0.0)
     schedule = emulate(g, limited, placement)
     memory = track_memory(g, limited, placement, schedule)
-    out = refine(g, limited, placement, schedule, memory, seconds=0.5)
+    out = refine(g, limited, Emulated(placement, schedule, memory), seconds=0.5)
     assert out.schedule.makespan_us <= schedule.makespan_us
     assert (out.memory.peak_bytes <= limited.limits_bytes).all()

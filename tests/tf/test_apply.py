@@ -142,14 +142,14 @@ def test_an_order_is_enforced_and_trains_like_one_device():
     """The LSTM model placed on 4 devices with its upward-rank order: every device runs its sequenced
     ops in that order (traced), initialisation and variable reads still run alone, and the losses equal
     the one-device run's."""
-    from pardnn.emulator import Emulator
+    from pardnn.emulator import UPWARD_RANK, Emulator
     from pardnn.order import positions
 
     expected, model, feeds = _lstm_against_one_device(8)
     cost, _ = profile_with_report(model.graph, model.fetches, lambda step: feeds[step], steps=3, warmup=1)
     machine = Machine(4, bandwidth="1GB/s")
     placement = partition(cost, machine, ordered=False).placement
-    order = positions(placement, Emulator(cost, machine, ranked=True)(placement))
+    order = positions(placement, Emulator(cost, machine, order=UPWARD_RANK)(placement))
     report = apply(model.graph, placement, device_names(4), names=cost.names, order=order)
     pairs = _chained_pairs(model.graph, cost.names, placement, order)
     assert report.ordered > 0 and report.ordered <= len(pairs)
