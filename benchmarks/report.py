@@ -281,7 +281,7 @@ def render_markdown(results: BenchResults, command: str, artifacts: Path, result
              "", f"Machine: {machine_line()}. Load average (1/5/15 min) {load[0]} at the start, {load[1]} at the end: "
              "the machine may be shared, so compare ratios within this file, not seconds across runs.", "",
              "Written by the command above; do not edit by hand. The per-run CSV and the plots are in "
-             f"[`{link}/`]({link}/) (generated, not committed).", ""]
+             f"`{link}/` (generated, not committed).", ""]
     if not config.graph_files:
         lines += [f"Graph files: none (the full suite runs the model graphs in `{MODEL_GRAPHS}/` when it exists; "
                   f"`python -m jobs.paper --out {MODEL_GRAPHS}` writes them).", ""]
@@ -328,7 +328,7 @@ def _suite_lines(suite: str, runs: Sequence[Run], config: SuiteConfig, link: str
              "wall time of the placer call (its evaluation included). † LC stopped at its time budget "
              f"({config.lc_budget_s:g} s) and mapped the ops left singly; LC is skipped above {config.lc_max_ops:,} "
              "ops.", "", *_free_table(runs), "",
-             f"![makespan / lower bound]({link}/ratio-{_slug(suite)}.png)", ""]
+             f"Plot: `{link}/ratio-{_slug(suite)}.png` (makespan / lower bound; generated, not committed).", ""]
     if any(r.factor is not None for r in runs):
         lines += ["### Under memory limits", "",
                   "Limit per device = factor × demand / K, demand = the sum over devices of ParDNN Step 1's "
@@ -342,7 +342,8 @@ def _suite_lines(suite: str, runs: Sequence[Run], config: SuiteConfig, link: str
                   "and II: their runs under every memory limit; the others: their runs without one. Runs that "
                   "timed out, were skipped or were infeasible are left out.", "",
                   *_slope_table(runs, config.devices), "",
-                  f"![placer time against |V|]({link}/time-{_slug(suite)}.png)", ""]
+                  f"Plot: `{link}/time-{_slug(suite)}.png` (placer time against |V|; generated, not committed).",
+                  ""]
     return lines
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCANNED = ("pardnn", "launcher", "jobs", "benchmarks", "examples", "tests")
+SCANNED = ("pardnn", "launcher", "jobs", "benchmarks", "examples")  # what users install and run
 FIRST_PARTY = frozenset({"pardnn", "launcher", "jobs", "benchmarks", "tests"})
 
 # Import name -> the distributions that provide it, where the two differ.
