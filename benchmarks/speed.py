@@ -20,10 +20,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pardnn import partition
 from pardnn.errors import PardnnError
@@ -31,10 +30,9 @@ from pardnn.io import write_graph
 from pardnn.machine import Machine
 from pardnn.synthetic import dnn_graph
 
-if TYPE_CHECKING:
-    from benchmarks.suite import Progress, SuiteConfig
+__all__ = ["FIRST_RUN_DEVICES", "FIRST_RUN_OPS", "Progress", "SpeedRow", "first_run", "speed"]
 
-__all__ = ["FIRST_RUN_DEVICES", "FIRST_RUN_OPS", "SpeedRow", "first_run", "speed"]
+Progress = Callable[[str], None]  # one line of progress (the suite's too)
 
 # The issue's speed targets, in seconds, for 200,000 ops on K = 16.
 TARGET_OPS, TARGET_DEVICES = 200_000, 16
@@ -66,12 +64,11 @@ class SpeedRow:
     paired_ratio: float | None = None  # twins: median over rounds of the command's time / this one's
 
 
-def speed(config: SuiteConfig, progress: Progress = print) -> tuple[list[SpeedRow], str]:
-    """Median wall time of the ``pardnn`` commands on one synthetic graph, each in a fresh interpreter,
-    then of the first run (:func:`first_run`)."""
-    ops, k, repeats = config.speed_ops, config.speed_devices, config.speed_repeats
+def speed(ops: int, k: int, repeats: int, seed: int = 0, progress: Progress = print) -> tuple[list[SpeedRow], str]:
+    """Median wall time of the ``pardnn`` commands on one synthetic graph of ``ops`` ops at K = ``k`` (the
+    suite's ``speed_*`` settings), each in a fresh interpreter, then of the first run (:func:`first_run`)."""
     at_target = ops == TARGET_OPS and k == TARGET_DEVICES
-    graph = dnn_graph(ops, seed=config.seed)
+    graph = dnn_graph(ops, seed=seed)
     peaks = partition(graph, Machine(k), memory_heuristic=None).report.evaluation.peak_memory_bytes
     limit = int(SPEED_LIMIT_FACTOR * sum(peaks) / k)
     rows = []
@@ -116,7 +113,7 @@ def speed(config: SuiteConfig, progress: Progress = print) -> tuple[list[SpeedRo
         seconds, _ = _median_wall([*CLI, "simulate", str(graph_path), str(placement), "-k", str(k)], repeats)
         rows.append(SpeedRow(shown, seconds, TARGET_SIMULATE_S if at_target else None))
         progress(f"speed: {shown}: {seconds:.2f} s")
-    rows.append(first_run(repeats, config.seed, progress))
+    rows.append(first_run(repeats, seed, progress))
     return rows, f"{graph.name}: {graph.n:,} ops, {graph.m:,} edges, K = {k}"
 
 

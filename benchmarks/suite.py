@@ -24,12 +24,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.speed import TARGET_DEVICES, TARGET_OPS, SpeedRow, speed
+from benchmarks.speed import TARGET_DEVICES, TARGET_OPS, Progress, SpeedRow, speed
 from pardnn import partition
 from pardnn.baselines.exact import DEFAULT_MAX_OPS as EXACT_MAX_OPS
 from pardnn.errors import InfeasibleError, MissingDependencyError, PardnnError
@@ -42,8 +42,6 @@ from pardnn.warmup import warm_up
 
 __all__ = ["FULL", "QUICK", "BenchResults", "Progress", "Run", "SuiteConfig", "bench_graph", "graph_paths",
            "run_suite"]
-
-Progress = Callable[[str], None]
 
 BASELINES = tuple(name for name, placer in PLACERS.items() if not placer.complete)  # not ParDNN's own
 LABELS = {"pardnn": "ParDNN", "pardnn-paper": "ParDNN (paper)", "critical_path": "CP", "linear_clustering": "LC",
@@ -266,7 +264,8 @@ def run_suite(config: SuiteConfig, progress: Progress = print) -> BenchResults:
     load_before = os.getloadavg()
     files = [read_any_graph(path) for path in config.graph_files]
     warm_up()  # also fills numba's on-disk cache, which the timed commands load
-    rows, speed_graph = speed(config, progress) if config.speed_ops > 0 else ([], "")
+    rows, speed_graph = (speed(config.speed_ops, config.speed_devices, config.speed_repeats, config.seed, progress)
+                         if config.speed_ops > 0 else ([], ""))
     runs: list[Run] = []
     for ops in config.sizes:
         runs += bench_graph(SYNTHETIC, dnn_graph(ops, seed=config.seed), config, progress)
