@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from jobs.schema import micro_batches_arg, positive_int
 from pardnn.cli.options import EXIT_OK, add_parser, param_type, us
 from pardnn.errors import MissingDependencyError, PardnnError
 from pardnn.machine import format_bytes
@@ -52,16 +53,6 @@ def _call_function_spec(target: str) -> tuple[Any, Any, Any, str]:
                       "(and .feed_fn to profile), or a tuple (graph, fetches[, feed_fn])")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
-    return value
-
-
 def cmd_capture(args: argparse.Namespace) -> int:
     from pardnn.io import write_graph
     from pardnn.presets import preset
@@ -74,8 +65,9 @@ def cmd_capture(args: argparse.Namespace) -> int:
         from jobs import load_job
 
         job = load_job(args.target)  # a bad job file fails before TensorFlow loads
-    elif args.batch_size is not None:
-        raise PardnnError("--batch-size applies to job files only; MODULE:FUNCTION builds its own graph")
+    elif args.batch_size is not None or args.micro_batches is not None:
+        option = "--batch-size" if args.batch_size is not None else "--micro-batches"
+        raise PardnnError(f"{option} applies to job files only; MODULE:FUNCTION builds its own graph")
     try:
         import pardnn.tf  # noqa: F401  (TensorFlow, checked before the graph is built)
     except ImportError as exc:
@@ -90,7 +82,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
     else:
         from jobs import build
 
-        train = build(job, args.batch_size)
+        train = build(job, args.batch_size, micro_batches=args.micro_batches)
         feed_fn, name, memory = train.feed_fn, job.name, FROM_JOB
         if args.estimate is None and args.profile is None:  # the job's own [placement] settings
             device, steps = job.device_preset, job.profile_steps if job.costs == "profile" else None
@@ -129,7 +121,10 @@ def register_capture(sub: Any) -> None:
                        help=f"roofline costs for a device preset: {_PRESETS} (no session runs)")
     costs.add_argument("--profile", metavar="N", type=param_type("profile_steps"),
                        help="measure N traced training steps on this machine (allocates and runs the model)")
-    capture.add_argument("--batch-size", type=_positive_int, default=None, help="override the job's batch size")
+    capture.add_argument("--batch-size", type=positive_int, default=None, help="override the job's batch size")
+    capture.add_argument("--micro-batches", type=micro_batches_arg, default=None, metavar="M",
+                         help="override the job's [train] micro_batches: split the batch into M micro-batches, "
+                              "their gradients summed into one update (M must divide the batch)")
     capture.add_argument("--name", default=None, help="graph name (default: the job's name or the function's)")
     capture.set_defaults(func=cmd_capture)
 

@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from jobs.config import Job, JobError
 from jobs.entrypoints import model_error, user_error
+from jobs.microbatch import micro_step, scope
 from jobs.models.layers import Net
 from jobs.recipe import COMPILED, Recipe, by_output, loss_name
 from jobs.userbatch import LABELS, Batch, Layout, as_dict, check_batch, dtype_of, label_key, layout_of
@@ -132,8 +133,10 @@ def _loss(job: Job, recipe: Recipe, outputs: list[tuple[str, tf.Tensor]], labels
         return terms[0] if len(terms) == 1 else tf.add_n(terms, name="total")
 
 
-def keras_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batch: int) -> tuple[Net, Layout]:
-    """The step of a Keras ``model`` (see the module docstring) and its batch layout.
+def keras_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batch: int,
+              micro: int = 1) -> tuple[Net, Layout]:
+    """The step of a Keras ``model`` (see the module docstring) and its batch layout; ``micro`` > 1
+    calls the model once per micro-batch (:func:`_micro_net`).
 
     Raises
     ------
@@ -142,17 +145,51 @@ def keras_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batch
         output or its labels; one line naming the file, the key, the input or output and what to do.
     """
     layout, inputs = _input_placeholders(job, model, first, batch)
+    if micro > 1:
+        return _micro_net(job, model, recipe, first, batch, micro, layout, inputs), layout
     outputs = _call(job, model, layout, inputs)
     layout.outputs = [name for name, _ in outputs]
     values = as_dict(job, 0, first, layout, batch)
     labels = _label_placeholders(job, values, layout, batch)
     loss = _loss(job, recipe, outputs, labels, values)
     x = [inputs[name] for name in layout.inputs]
+    loss, updates = _with_model_extras(model, x, loss)
+    return Net(loss, {**inputs, **labels}, updates), layout
+
+
+def _with_model_extras(model: tf.keras.Model, x: list[tf.Tensor], loss: tf.Tensor) -> tuple[tf.Tensor, list[Any]]:
+    """The loss with the model's own losses of the call on ``x`` (regularization), and its update ops."""
     extra = [*model.get_losses_for(None), *model.get_losses_for(x)]
     if extra:
         with v1.name_scope("loss/"):
             loss = tf.add(loss, tf.add_n(extra), name="with_regularization")
     updates = [u.op if isinstance(u, tf.Tensor) else u for u in [*model.get_updates_for(x),
                                                                  *model.get_updates_for(None)]]
-    return Net(loss, {**inputs, **labels}, updates), layout
+    return loss, updates
 
+
+def _micro_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batch: int, micro: int, layout: Layout,
+               inputs: dict[str, tf.Tensor]) -> Net:
+    """The model called on each of ``micro`` slices of the full-batch placeholders (``tf.split`` in the
+    graph, so the feed is the plain step's), each slice's loss against its slice of the labels."""
+    with v1.name_scope("micro_batches/"):
+        pieces = {name: tf.split(tensor, micro, name=f"split_{_op_name(name)}") for name, tensor in inputs.items()}
+    nets: list[Net] = []
+    labels: dict[str, tf.Tensor] = {}
+    label_pieces: dict[str, list[tf.Tensor]] = {}
+    values: Batch = {}
+    for index in range(micro):
+        with v1.name_scope(scope(index)):
+            sliced = {name: parts[index] for name, parts in pieces.items()}
+            outputs = _call(job, model, layout, sliced)
+            if index == 0:
+                layout.outputs = [name for name, _ in outputs]
+                values = as_dict(job, 0, first, layout, batch)
+                labels = _label_placeholders(job, values, layout, batch)
+                with v1.name_scope("micro_batches/"):
+                    label_pieces = {key: tf.split(tensor, micro, name=f"split_{_op_name(key)}")
+                                    for key, tensor in labels.items()}
+            loss = _loss(job, recipe, outputs, {key: parts[index] for key, parts in label_pieces.items()}, values)
+            loss, updates = _with_model_extras(model, [sliced[name] for name in layout.inputs], loss)
+            nets.append(Net(loss, {}, updates))
+    return micro_step(nets, {**inputs, **labels})

@@ -13,6 +13,7 @@ This module does not import TensorFlow.
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,8 +26,8 @@ from pardnn.settings import REQUIRED, Param
 from pardnn.settings import RUN as SHARED_RUN
 
 __all__ = ["DATASETS", "DEFAULT", "ENTRY", "JOB_FILE", "KERAS_LOSSES", "MODEL_PARAMS", "PLACEMENT", "PLACEMENT_KEYS",
-           "RUN", "TOP", "TRAIN", "BadOutput", "Param", "PerOutput", "check_model", "is_entry", "normalise",
-           "window_fits"]
+           "RUN", "TOP", "TRAIN", "BadOutput", "Param", "PerOutput", "check_model", "is_entry", "micro_batches_arg",
+           "normalise", "positive_int", "window_fits"]
 
 _DERIVED = None  # default of a key whose value follows from others (documented per key)
 
@@ -96,6 +97,8 @@ KERAS_LOSSES = ("sparse_categorical_crossentropy", "categorical_crossentropy", "
 
 TRAIN: dict[str, Param] = {
     "batch_size": _int(help="samples per step on one node (the launcher may override it)"),
+    "micro_batches": _int(1, help="split the node's batch into M micro-batches, gradients summed into one update "
+                                  "(M must divide the batch; 1 = the whole batch at once)"),
     "optimizer": _choice("adam", "adam", "momentum"),
     "learning_rate": _float(1e-3, 0.0, low_open=True),
     "momentum": _float(0.9, 0.0, 1.0, help="momentum optimizer's momentum"),
@@ -107,6 +110,26 @@ TRAIN: dict[str, Param] = {
     "loss_weights": PerOutput("float", None, 0.0, table_only=True,
                               help="weight of each output's loss in the total, by output name (default 1)"),
 }
+
+
+def positive_int(text: str) -> int:
+    """A command-line whole number >= 1 (``--batch-size``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
+    return value
+
+
+def micro_batches_arg(text: str) -> int:
+    """``--micro-batches M`` of ``pardnn-launch`` and ``pardnn capture``: a whole number >= 1."""
+    if text.strip().lower() == "auto":
+        raise argparse.ArgumentTypeError("'auto' (choosing M by emulating each) is not built yet; give a whole number "
+                                          "M >= 1 that divides the batch")
+    return positive_int(text)
+
 
 # [model] entry / [data] entry: the user's own code, "package.module:function" (imported by jobs.build).
 ENTRY = "'module:function' (e.g. 'mypkg.net:build')"

@@ -35,6 +35,7 @@ import tensorflow as tf
 from jobs.config import Job, JobError, load_job
 from jobs.costing import COSTS, cost_graph
 from jobs.data import batches
+from jobs.microbatch import mean_gradients, micro_size, split_feed, zoo_copies
 from jobs.models import model_module
 from jobs.recipe import Recipe, recipe
 from jobs.usermodel import build_net, entry_points, feeder
@@ -89,7 +90,7 @@ def _dense_gradients(grads_and_vars: GradsAndVars) -> GradsAndVars:
 
 
 def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook | None = None, *,
-          shard: tuple[int, int] = (0, 1)) -> TrainGraph:
+          shard: tuple[int, int] = (0, 1), micro_batches: int | None = None) -> TrainGraph:
     """The training graph of ``job``.
 
     Parameters
@@ -105,16 +106,22 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
         ``(rank, ranks)``: which part of the data this data-parallel rank reads (default all); a
         ``[data] entry`` gets them as its ``rank, ranks``. (``pardnn-launch`` keeps the default and
         shards by iteration: node ``r`` of ``N`` reads batch ``i·N + r`` at its step ``i``.)
+    micro_batches:
+        Overrides ``job.micro_batches``: M > 1 splits the batch into M micro-batches whose gradients
+        are summed into one update (:mod:`jobs.microbatch`); 1 builds the plain step.
 
     Raises
     ------
     JobError
-        A batch size < 1, the job's data files missing or malformed, or its entry points (the user's
-        model and data functions) missing, failing or returning what they should not.
+        A batch size < 1, micro-batches that do not divide it, the job's data files missing or malformed, or
+        its entry points (the user's model and data functions) missing, failing or returning what they
+        should not.
     """
     batch = job.batch_size if batch_size is None else batch_size
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise JobError(f"{job.source}: batch size {batch!r}: expected a whole number >= 1")
+    micro = job.micro_batches if micro_batches is None else micro_batches
+    size = micro_size(job, batch, micro)
     started = time.perf_counter()
     user = entry_points(job, batch, shard)  # the job's own model and data functions, if any
     feed = batches(job, batch, shard=shard) if user is None or user.data is None else None
@@ -122,13 +129,24 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
     with graph.as_default():
         tf.keras.utils.set_random_seed(job.seed)
         if user is not None and user.model is not None:
-            net, made = build_net(job, user, batch, graph)
+            net, made = build_net(job, user, batch, graph, micro)
+        elif micro > 1:
+            if user is not None:
+                raise JobError(f"{job.source}: micro_batches {micro} with a [data] entry for the zoo model "
+                               f"{job.model!r} is not built yet; use micro_batches = 1 or the zoo's data")
+            module = model_module(job.model)
+            net = zoo_copies(lambda size: module.build(dict(job.model_params), size), micro, size)
+            made = recipe(job)
         else:
             net, made = model_module(job.model).build(dict(job.model_params), batch), recipe(job)
-        logger.info("%s trains with %s", job.name, made.describe())
+        logger.info("%s trains with %s%s", job.name, made.describe(),
+                    f"; {micro} micro-batches of {size}" if micro > 1 else "")
         optimizer = made.make_optimizer()
         trainable = v1.trainable_variables()
-        grads_and_vars = _dense_gradients(optimizer.compute_gradients(net.loss, var_list=trainable))
+        if net.micro_losses:
+            grads_and_vars = mean_gradients(net.micro_losses, trainable, _dense_gradients)
+        else:
+            grads_and_vars = _dense_gradients(optimizer.compute_gradients(net.loss, var_list=trainable))
         unused = [var.name for grad, var in grads_and_vars if grad is None]
         if unused and job.entry is not None:
             raise JobError(f"{job.source}: model.entry = {job.entry!r}: trainable variables without a gradient "
@@ -151,8 +169,11 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
         assert user is not None
         feed = feeder(job, user, inputs, batch)
 
+    split = micro > 1 and (user is None or user.model is None)  # a zoo model's copies have their own inputs
+
     def feed_fn(iteration: int) -> dict[tf.Tensor, np.ndarray]:
-        return {inputs[name]: value for name, value in feed(iteration).items()}
+        values = feed(iteration)
+        return {inputs[name]: value for name, value in (split_feed(values, micro) if split else values).items()}
 
     parameters = sum(math.prod(var.shape.as_list()) for var in trainable)
     return TrainGraph(graph, net.loss, train_op, init_op, variables, feed_fn, batch, net.tokens_per_step,

@@ -28,7 +28,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from jobs.config import Job
+from jobs.config import Job, JobError
 from jobs.entrypoints import DATA_EXPECTED, MODEL_EXPECTED, call, model_error, resolve, takes
 from jobs.kerasnet import keras_net
 from jobs.models.layers import Net
@@ -81,8 +81,9 @@ def _quiet() -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
 
 
-def build_net(job: Job, entries: Entries, batch: int, graph: tf.Graph) -> tuple[Net, Recipe]:
-    """Call the model entry inside ``graph``; its :class:`Net` and what it trains with (see the module docstring)."""
+def build_net(job: Job, entries: Entries, batch: int, graph: tf.Graph, micro: int = 1) -> tuple[Net, Recipe]:
+    """Call the model entry inside ``graph``; its :class:`Net` and what it trains with (see the module docstring).
+    ``micro`` > 1: a Keras model is called once per micro-batch (:mod:`jobs.microbatch`); a step cannot be."""
     assert entries.model is not None and job.entry is not None
     kwargs = dict(job.model_params)
     if takes(entries.model, "batch_size"):
@@ -97,8 +98,12 @@ def build_net(job: Job, entries: Entries, batch: int, graph: tf.Graph) -> tuple[
             for method in made.ignored:
                 logger.warning("%s: model.entry = %r: %s is not run: pardnn builds the step from the loss, the "
                                "optimizer and the model's update ops", job.source, job.entry, method)
-            net, entries.layout = keras_net(job, result, made, entries.first, batch)
+            net, entries.layout = keras_net(job, result, made, entries.first, batch, micro)
             return net, made
+    if micro > 1:
+        raise JobError(f"{job.source}: model.entry = {job.entry!r}: it returned a step (loss and inputs), which "
+                       f"cannot be split into micro_batches = {micro}; "
+                       "return the tf.keras.Model, or set micro_batches = 1")
     return _step_net(job, result, graph), recipe(job)
 
 

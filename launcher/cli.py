@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from jobs.schema import PLACEMENT, RUN, TRAIN
+from jobs.schema import PLACEMENT, RUN, TRAIN, micro_batches_arg
 from launcher import console, hosts
 from launcher.core import run
 from launcher.env import EMULATE_NODES, launch_rank
@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     _option(run_group, "iterations")
     _option(run_group, "window", type=_window, metavar="START:END")
     _option(run_group, "batch_size", "samples per step on one node", metavar="B")
+    _option(run_group, "micro_batches", type=micro_batches_arg, metavar="M")
     run_group.add_argument("--out", help=f"output directory (default {LAUNCHER_DEFAULTS['out']})")
     run_group.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                            help="no progress bar")

@@ -269,7 +269,8 @@ def _run_node(state: RunState, build: BuildFn, hvd: Any, guard: StopGuard) -> di
 
     with collector.phase("build"):  # once: costed, placed and trained (the hook's devices are set by apply)
         hook = GradientAverager(hvd) if hvd is not None else None
-        trained = build(state.job, batch_size=settings.batch_size, gradient_hook=hook)
+        trained = build(state.job, batch_size=settings.batch_size, gradient_hook=hook,
+                        micro_batches=settings.micro_batches)
         broadcast = broadcast_op(hvd, trained.graph, trained.variables) if hvd is not None else None
     state.samples_per_step = int(trained.samples_per_step)
     state.tokens_per_step = None if trained.tokens_per_step is None else int(trained.tokens_per_step)

@@ -28,7 +28,8 @@ from pardnn.settings import Param
 __all__ = ["DEFAULTS", "OVERRIDABLE", "SCHEMA", "Settings", "parse_window", "resolve"]
 
 # Settings a job file has (the Job field of the same name), checked by the job schema's Param.
-SCHEMA: dict[str, Param] = {"batch_size": TRAIN["batch_size"], **SHARED_RUN, **RUN, **PLACEMENT}
+SCHEMA: dict[str, Param] = {"batch_size": TRAIN["batch_size"], "micro_batches": TRAIN["micro_batches"], **SHARED_RUN,
+                             **RUN, **PLACEMENT}
 # Settings of the launcher only (command line or keyword arguments).
 LAUNCHER_DEFAULTS: dict[str, Any] = {"out": Path("runs"), "progress": True}
 # Checkpoints (launcher.checkpoint): every N iterations (0: none periodic), the folder (default
@@ -64,6 +65,7 @@ class Settings:
     checkpoint_dir: Path | None = None
     resume: str | None = None
     run_order: bool = True
+    micro_batches: int = 1  # the batch split into this many micro-batches per step (jobs.microbatch)
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     gpus: str | None = None  # "8 × NVIDIA A100-SXM4-80GB" when GPUs were detected (launcher.gpus)
 

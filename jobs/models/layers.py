@@ -26,12 +26,14 @@ __all__ = ["LayerNorm", "Net", "dense", "dropout", "layer_norm", "lstm_layer", "
 @dataclass
 class Net:
     """What a model's ``build`` returns: the loss, its input placeholders by name, and extra ops
-    one training step must run (batch-norm moving averages)."""
+    one training step must run (batch-norm moving averages); a micro-batched step's ``loss`` is the
+    mean of its ``micro_losses`` (:mod:`jobs.microbatch`)."""
 
     loss: tf.Tensor
     inputs: dict[str, tf.Tensor]
     update_ops: list[tf.Operation] = field(default_factory=list)
     tokens_per_step: int | None = None
+    micro_losses: list[tf.Tensor] = field(default_factory=list)  # one per micro-batch (jobs.microbatch)
 
 
 def placeholder(dtype: tf.DType, shape: Sequence[int], name: str) -> tf.Tensor:
