@@ -68,8 +68,10 @@ class InjectedFailure(RuntimeError):
     """The failure a test asked for."""
 
 
-def build(job: Job, batch_size: int | None = None, gradient_hook: Any = None) -> TrainGraph:
-    """The contract's ``jobs.build`` for the dense stand-in."""
+def build(job: Job, batch_size: int | None = None, gradient_hook: Any = None, *,
+          micro_batches: int | None = None) -> TrainGraph:
+    """The contract's ``jobs.build`` for the dense stand-in (one batch per step: ``micro_batches`` 1 only)."""
+    assert micro_batches in (None, 1), "the stand-in builds plain steps only"
     import tensorflow as tf
 
     batch = batch_size or job.batch_size

@@ -72,7 +72,8 @@ def test_settings_use_the_job_schemas_params():
     from launcher.settings import SCHEMA
     from pardnn import settings
 
-    assert SCHEMA == {"batch_size": TRAIN["batch_size"], **settings.RUN, **RUN, **PLACEMENT}
+    assert SCHEMA == {"batch_size": TRAIN["batch_size"], "micro_batches": TRAIN["micro_batches"], **settings.RUN,
+                      **RUN, **PLACEMENT}
     assert all(SCHEMA[key] is settings.PLACEMENT[key] for key in PLACEMENT)
     assert SCHEMA["stall_timeout"] is settings.RUN["stall_timeout"]
     assert {key: DEFAULTS[key] for key in PLACEMENT} == {key: param.default for key, param in PLACEMENT.items()}
