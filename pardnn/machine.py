@@ -165,12 +165,15 @@ class Machine:
 
     @property
     def limits_bytes(self) -> np.ndarray:
-        """Usable memory per device: ``memory × (1 − reserve)`` (int64; huge when unbounded)."""
+        """Usable memory per device: ``memory × (1 − reserve)`` (int64; huge when unbounded), at most
+        2^63 - 2 bytes: the memory tracker's usage saturates at 2^63 - 1 (:mod:`pardnn.memory`), which
+        must never fit."""
         if not self.bounded:
             return self.memory_bytes.copy()
         usable = np.floor(self.memory_bytes * (1.0 - self.reserve))
         past = usable >= 2.0**63  # float64 rounds sizes near 2**63 up, past int64: those keep their exact size
-        return np.where(past, self.memory_bytes, np.where(past, 0.0, usable).astype(np.int64))
+        exact = np.where(past, self.memory_bytes, np.where(past, 0.0, usable).astype(np.int64))
+        return np.minimum(exact, _INT64_MAX - 1)
 
     def comm_us(self, nbytes: np.ndarray | float) -> np.ndarray | float:
         """Cost of moving ``nbytes`` between two different devices, in microseconds."""

@@ -38,7 +38,7 @@ while n runs + every buffer owned by n live at ``t``
 (the paper's Table "Terminology").
 
 **Exabytes.** Usage that would pass int64 (2^63 bytes, e.g. a few 2^62-byte tensors on one device)
-saturates at 2^63 - 1 instead of wrapping around, so it fits no limit a machine can have below that.
+saturates at 2^63 - 1 instead of wrapping around, so it fits no limit (a machine's stop at 2^63 - 2).
 
 Complexity: O(|V| + |E|) to build the buffers and O(B log B) to sweep their B <= |V| + |E| events in
 time order (both compiled with numba), twice when a sum is rewritten; potentials at one instant are
