@@ -24,7 +24,8 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 def test_the_readme_is_short() -> None:
     lines = (ROOT / "README.md").read_text().count("\n")
-    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move detail into docs/ (at most {README_MAX_LINES})"
+    assert lines <= README_MAX_LINES, (f"README.md has {lines} lines; move detail into docs/ "
+                                       f"(at most {README_MAX_LINES})")
 
 
 def test_the_readme_opens_with_the_two_commands() -> None:

@@ -64,15 +64,15 @@ def etf_placement(graph: CostGraph, machine: Machine) -> tuple[np.ndarray, dict[
     weight = machine.edge_comm_us(graph.edge_bytes)
     priority = bottom_levels(graph, weight)
     groups = len(graph.group_names)
-    residual = np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0).astype(np.int64)
+    # Bytes as float64: sums of exabyte-sized variables must not wrap around as int64 would.
+    residual = np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0).astype(np.float64)
     in_group = graph.colocation >= 0
-    group_residual = np.bincount(graph.colocation[in_group], weights=residual[in_group],
-                                 minlength=groups).astype(np.int64)
-    limits = machine.limits_bytes if machine.bounded else np.full(k, np.iinfo(np.int64).max // 2, np.int64)
+    group_residual = np.bincount(graph.colocation[in_group], weights=residual[in_group], minlength=groups)
+    limits = machine.limits_bytes.astype(np.float64) if machine.bounded else np.full(k, np.inf)
     placement = np.full(n, -1, np.int64)
     overflow = _schedule(n, k, graph.pred_ptr, graph.pred, weight[graph.pred_edge], graph.succ_ptr, graph.succ,
                          graph.comp_us, priority, graph.topo_rank, graph.colocation, residual, group_residual,
-                         np.asarray(limits, dtype=np.int64), placement)
+                         limits, placement)
     details = {"memory_overflow_ops": int(overflow),
                "devices_used": int(np.unique(placement).size) if n else 0}
     return placement, details
@@ -86,7 +86,7 @@ def _schedule(n: int, k: int, pred_ptr: np.ndarray, pred: np.ndarray, pred_comm:
     # The list schedule of the module docstring; fills ``placement``, returns the memory overflow count.
     finish = np.zeros(n)
     free = np.zeros(k)
-    used = np.zeros(k, np.int64)
+    used = np.zeros(k)
     group_device = np.full(group_residual.size, -1, np.int64)
     same = np.zeros(k)  # per device: the latest finish of an input placed there (reset after each op)
     waiting = np.empty(n, np.int64)
