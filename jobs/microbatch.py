@@ -92,10 +92,10 @@ def mean_gradients(losses: Sequence[tf.Tensor], variables: Sequence[tf.Variable]
     when no loss depends on it); ``dense`` makes a micro-batch's embedding gradients dense first."""
     per_micro = []
     for index, loss in enumerate(losses):
-        with v1.name_scope(f"{scope(index)}/gradients"):
+        with v1.name_scope(f"{scope(index)}/"):  # re-entered: micro_m/gradients/..., micro_m/dense_gradients/...
             grads = tf.gradients(loss, list(variables))
-        used = [(grad, var) for grad, var in zip(grads, variables, strict=True) if grad is not None]
-        made = dict(zip((id(var) for _, var in used), (grad for grad, _ in dense(used)), strict=True))
+            used = [(grad, var) for grad, var in zip(grads, variables, strict=True) if grad is not None]
+            made = dict(zip((id(var) for _, var in used), (grad for grad, _ in dense(used)), strict=True))
         per_micro.append([made.get(id(var)) for var in variables])
     out: list[tuple[tf.Tensor | None, tf.Variable]] = []
     with v1.name_scope("micro_batches/gradients"):
