@@ -140,3 +140,18 @@ def test_a_step_entry_cannot_be_micro_batched(tmp_path):
 
     with pytest.raises(JobError, match=r"returned a step .* cannot be split into micro_batches = 2"):
         build(load_job(job))
+
+
+@pytest.mark.tf
+def test_capture_writes_the_micro_batched_graph(tmp_path, capsys):
+    from pardnn.cli import EXIT_BAD_INPUT, EXIT_OK, main
+    from pardnn.io import read_graph
+
+    out = tmp_path / "micro.json"
+    assert main(["capture", "word-rnn-tiny", "-o", str(out), "--estimate", "v100", "--micro-batches", "4"]) == EXIT_OK
+    names = set(read_graph(out).names)
+    assert {f"micro_{m}/tokens" for m in range(4)} <= names and "tokens" not in names
+    capsys.readouterr()
+    assert main(["capture", "word-rnn-tiny", "-o", str(out), "--micro-batches", "3"]) == EXIT_BAD_INPUT
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert "micro_batches 3 does not divide the batch size 16" in line
