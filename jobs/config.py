@@ -100,6 +100,7 @@ class Job:
     costs: str = PLACEMENT["costs"].default
     device_preset: str = PLACEMENT["device_preset"].default
     profile_steps: int = PLACEMENT["profile_steps"].default
+    placer: str = PLACEMENT["placer"].default
     data: dict[str, Any] = field(default_factory=lambda: {"source": "synthetic", "path": None})
     given: tuple[str, ...] = ()
 

@@ -30,7 +30,7 @@ import tensorflow as tf
 from jobs.config import Job, JobError
 from jobs.entrypoints import model_error, user_error
 from jobs.microbatch import micro_step, scope
-from jobs.models.layers import Net
+from jobs.models.layers import Net, keras_blocks
 from jobs.recipe import COMPILED, Recipe, by_output, loss_name
 from jobs.userbatch import LABELS, Batch, Layout, as_dict, check_batch, dtype_of, label_key, layout_of
 
@@ -77,6 +77,7 @@ def _call(job: Job, model: tf.keras.Model, layout: Layout, inputs: dict[str, tf.
     x = [inputs[name] for name in layout.inputs]
     argument: Any = dict(inputs) if layout.call == "dict" else x if layout.call == "list" else x[0]
     try:
+        keras_blocks(model)  # with pardnn-launch --recompute: each layer's activations recomputed
         result = model(argument, training=True)
     except Exception as error:
         raise model_error(job, f"calling the model on placeholders {[t.shape.as_list() for t in x]} raised "

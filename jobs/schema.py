@@ -147,10 +147,9 @@ RUN: dict[str, Param] = {
 }
 
 # The [placement] table: the keys of the shared schema (pardnn.settings.PLACEMENT) a job file has.
-# ``algorithm`` is not one of them: the launcher places with ParDNN only (baselines are compared
-# offline with ``pardnn place --algorithm``).
+# ``placer`` is pardnn-launch's (``pardnn place`` calls it ``--algorithm``).
 PLACEMENT_KEYS = ("devices_per_node", "memory", "reserve", "memory_heuristic", "run_order", "costs", "device_preset",
-                  "profile_steps")
+                  "profile_steps", "placer")
 PLACEMENT: dict[str, Param] = {key: SHARED_PLACEMENT[key] for key in PLACEMENT_KEYS}
 
 # dataset name -> (models it feeds, extra [data] keys besides ``source`` and ``path``)

@@ -14,23 +14,28 @@ such as Adam's moments, and the non-slot variables its update ops read, such as 
 Batch-norm moving statistics and other non-trainable state follow each node's own data, so they
 differ between nodes by design. A mismatch (:func:`check_variables`) names the nodes on each side
 and the first variable, in name order, whose values differ.
+
+:func:`together` runs a step on every node and, if it fails on any, raises it on all (:func:`agree`),
+keeping its exit code and status (a placement that does not fit stays ``does_not_fit``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from launcher.errors import AgreedError, Inconsistent
+from launcher.failure import exit_code, status_of
 from launcher.topology import Topology
+from pardnn.errors import PardnnError
 from pardnn.graph import CostGraph
 
-__all__ = ["agreed_variables", "average_costs", "check_agreement", "check_variables", "graph_digest",
-           "placement_digest", "variable_digests", "variables_digest"]
+__all__ = ["agree", "agreed_variables", "average_costs", "check_agreement", "check_variables", "graph_digest",
+           "placement_digest", "together", "variable_digests", "variables_digest"]
 
 # The optimizers' update kernels: ApplyAdam, ResourceApplyAdam, ResourceSparseApplyMomentum, ...
 _APPLY = re.compile(r"(Resource)?(Sparse)?Apply[A-Z]\w*")
@@ -136,3 +141,36 @@ def average_costs(topology: Topology, graph: CostGraph) -> CostGraph:
     out_bytes = topology.allreduce(graph.out_bytes, "max")
     edge_bytes = topology.allreduce(graph.edge_bytes, "max")
     return graph.replace(comp_us=comp, out_bytes=out_bytes, edge_bytes=edge_bytes)
+
+
+def agree(topology: Topology, what: str, error: PardnnError | None) -> None:
+    """Raise an :class:`AgreedError` on every rank if ``error`` happened on any (collective).
+
+    The same message from every node is given once, with its exit code and status; different ones
+    are named by node.
+    """
+    outcome = None if error is None else (str(error), exit_code(error), status_of(error))
+    outcomes = topology.allgather(outcome)
+    failed = [(node, o) for node, o in zip(topology.nodes, outcomes, strict=True) if o is not None]
+    if not failed:
+        return
+    code = max(o[1] for _, o in failed)
+    messages: dict[str, list[str]] = {}
+    for node, (message, _, _) in failed:
+        messages.setdefault(message, []).append(node)
+    if len(messages) == 1 and len(failed) == topology.size:
+        agreed = AgreedError(failed[0][1][0], code)
+        agreed.status = failed[0][1][2]
+        raise agreed
+    raise AgreedError(f"{what} failed on " + "; ".join(f"node {', '.join(nodes)}: {message}"
+                                                       for message, nodes in messages.items()), code)
+
+
+def together(topology: Topology, what: str, action: Callable[[], Any]) -> Any:
+    """Run ``action`` on every node; if it raises a PardnnError anywhere, raise it everywhere (collective)."""
+    try:
+        result, error = action(), None
+    except PardnnError as caught:
+        result, error = None, caught
+    agree(topology, what, error)
+    return result

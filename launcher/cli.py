@@ -6,11 +6,13 @@ Each option's type, choices, default and help come from the settings schema (the
 agree.
 Run it with one task per node: ``srun --ntasks-per-node=1 pardnn-launch JOB`` or
 ``mpirun --map-by ppr:1:node pardnn-launch JOB``; on one machine without a launcher it is one node.
+Data parallelism (``--parallelism data``, or ``data`` in ``--compare``) runs one task per device.
 
 Exit codes: 0 success; 1 error (bad job file or setting, a failure on any rank, replicas that
 ended with different weights; one line on stderr); 2 bad command line; 3 infeasible (no placement
-meets memory); 4 stalled (no iteration on any rank within the stall timeout); 143 stopped by
-SIGTERM or SIGUSR1 (a time limit; every rank's files hold what was measured); 130 interrupted (Ctrl-C).
+meets memory) or a placement or replica that does not fit; 4 stalled (no iteration on any rank
+within the stall timeout); 143 stopped by SIGTERM or SIGUSR1 (a time limit; every rank's files hold
+what was measured); 130 interrupted (Ctrl-C).
 
 The first thing :func:`main` does is start the console tee (:mod:`launcher.console`): from then on
 everything the process prints also goes to its ``rank-<r>.log``, and the console shows rank 0's
@@ -31,16 +33,20 @@ from launcher import console, hosts
 from launcher.core import run
 from launcher.env import EMULATE_NODES, launch_rank
 from launcher.failure import exit_code
+from launcher.recompute import WRAPPED
 from launcher.settings import LAUNCHER_DEFAULTS, OVERRIDABLE, SCHEMA, parse_window
+from launcher.variants import DATA, PARALLELISMS, RECOMPUTE
 
 __all__ = ["build_parser", "main"]
 
 EPILOG = f"""\
 precedence: command line, then the job file, then defaults.
-outputs: OUT/<run id>/{{rank-<r>.jsonl, rank-<r>.log, figures-<r>.json, heartbeat-<r>.json, placement.txt,
-  summary.json, status.json}} and a row in OUT/results.csv.
+outputs: OUT/<job>-<placer>-n<N>-k<K>-b<B>-<time>/{{rank-<r>.jsonl, rank-<r>.log, figures-<r>.json,
+  heartbeat-<r>.json, placement.txt, summary.json, status.json}} and a row in OUT/results.csv.
 testing on one machine: {EMULATE_NODES}=1 mpirun -np 2 pardnn-launch JOB (each rank stands for a node).
-exit codes: 0 ok, 1 error, 2 bad command line, 3 infeasible, 4 stalled, 130 interrupted, 143 SIGTERM/SIGUSR1.
+exit codes: 0 ok, 1 error, 2 bad command line, 3 infeasible or does not fit, 4 stalled, 130 interrupted,
+  143 SIGTERM/SIGUSR1.
+more: docs/launcher.md (placers, data parallelism, --compare, pardnn-report's comparison figures).
 """
 
 
@@ -75,10 +81,10 @@ def _shown(value: Any) -> str:
 
 
 def _option(group: argparse._ArgumentGroup, name: str, text: str | None = None, *, show_default: bool = True,
-            **extra: Any) -> None:
+            help_suffix: str = "", **extra: Any) -> None:
     """``--name`` for the setting ``name``: type, choices, default and help (unless ``text``) from :data:`SCHEMA`."""
     param = SCHEMA[name]
-    text = text or param.help or name.replace("_", " ")
+    text = (text or param.help or name.replace("_", " ")) + help_suffix
     if name == "device_preset":  # aliases and capitals are accepted too (v100, A100, ...)
         text += f": {', '.join(param.choices or ())}"
     elif param.choices is not None:
@@ -123,6 +129,18 @@ def build_parser() -> argparse.ArgumentParser:
     _option(placement, "memory_heuristic")
     _option(placement, "run_order", metavar="true|false")
     _option(placement, "device_preset", metavar="PRESET")
+    _option(placement, "placer", metavar="NAME", help_suffix=f": {', '.join(SCHEMA['placer'].choices or ())}")
+    variants = parser.add_argument_group("parallelism and comparisons")
+    variants.add_argument("--parallelism", choices=PARALLELISMS,
+                          help="model: each node's replica placed across its devices (default); data: plain Horovod "
+                               "data parallelism, one rank per device, the whole model on each, the same global batch "
+                               "unless --batch-size (then per device)")
+    variants.add_argument("--recompute", action="store_true", default=None,
+                          help=f"with --parallelism data: gradient checkpointing (tf.recompute_grad per block; "
+                               f"models: {', '.join(WRAPPED)})")
+    variants.add_argument("--compare", metavar="A,B,...",
+                          help=f"train each in turn in this allocation and print one table: placers, {DATA}, "
+                               f"{RECOMPUTE} (one rank per device when data is listed)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log more (every rank)")
     hosts.add_options(parser)
     return parser

@@ -48,11 +48,14 @@ def find_horovod(nodes: int) -> Any:
     return hvd
 
 
-def init_horovod(hvd: Any, nodes: int) -> None:
-    """``hvd.init()`` (collective), checking that Horovod sees one process per node."""
-    hvd.init()
-    if hvd.size() != nodes:
-        raise LaunchError(f"Horovod sees {hvd.size()} processes but the job has {nodes} nodes (one rank per node)")
+def init_horovod(hvd: Any, ranks: int, leaders: Sequence[int] | None = None) -> Any:
+    """``hvd.init()`` (collective), checking that Horovod sees every rank; with ``leaders`` (world ranks)
+    a process set of them is made too, and returned (else ``None``: the global set)."""
+    process_set = None if leaders is None else hvd.ProcessSet(list(leaders))
+    hvd.init(process_sets=None if process_set is None else [process_set])
+    if hvd.size() != ranks:
+        raise LaunchError(f"Horovod sees {hvd.size()} processes but the job has {ranks} ranks")
+    return process_set
 
 
 class GradientAverager:
@@ -66,11 +69,14 @@ class GradientAverager:
         Device index of each placed op (the placement, by op name).
     device_names:
         Device string of each index.
+    process_set:
+        The ranks to average over (default all; the node leaders' set when several ranks share a node).
     """
 
     def __init__(self, hvd: Any, device_of: Mapping[str, int] | None = None,
-                 device_names: Sequence[str] = ()) -> None:
+                 device_names: Sequence[str] = (), process_set: Any = None) -> None:
         self._hvd = hvd
+        self._among = {} if process_set is None else {"process_set": process_set}
         self._device_of = device_of
         self._device_names = list(device_names)
         self._scopes: dict[str, str] = {}  # scope -> the averaged gradient's variable (op name)
@@ -87,7 +93,8 @@ class GradientAverager:
             device = "" if self._device_of is None else self._device_names[self._device_of.get(var.op.name, 0)]
             scope = f"{HOOK_SCOPE}/{index}/"
             with tf.compat.v1.name_scope(scope):
-                grad = self._hvd.allreduce(grad, op=self._hvd.Average, device_dense=device, device_sparse=device)
+                grad = self._hvd.allreduce(grad, op=self._hvd.Average, device_dense=device, device_sparse=device,
+                                           **self._among)
             self._scopes[scope] = var.op.name
             averaged.append((grad, var))
         return averaged
@@ -120,10 +127,12 @@ class GradientAverager:
         return added
 
 
-def broadcast_op(hvd: Any, graph: Any, variables: Sequence[Any]) -> Any:
-    """The op that sets every variable to rank 0's value (run once after initialisation)."""
+def broadcast_op(hvd: Any, graph: Any, variables: Sequence[Any], process_set: Any = None) -> Any:
+    """The op that sets every variable to rank 0's value (run once after initialisation); among the
+    ranks of ``process_set`` (default all)."""
+    among = {} if process_set is None else {"process_set": process_set}
     with graph.as_default():
-        return hvd.broadcast_variables(list(variables), root_rank=0)
+        return hvd.broadcast_variables(list(variables), root_rank=0, **among)
 
 
 def local_costs(graph: Any) -> Any:

@@ -2,7 +2,8 @@
 
 A node with GPUs uses its first K GPUs (K = ``devices_per_node``; more than it has is an error).
 A node without GPUs uses K logical CPU devices (``ConfigProto(device_count={"CPU": K})``) that share
-the host's cores: the development and CI machines run placements for real this way.
+the host's cores: the development and CI machines run placements for real this way. A data-parallel
+rank drives one device (:func:`replica_devices`).
 
 Imports TensorFlow; :mod:`launcher.core` imports this module only when a run starts.
 """
@@ -21,7 +22,7 @@ from pardnn.machine import Machine
 from pardnn.presets import preset
 from pardnn.tf import device_names
 
-__all__ = ["NodeDevices", "node_devices", "node_machine"]
+__all__ = ["NodeDevices", "node_devices", "node_machine", "replica_devices"]
 
 
 @dataclass(frozen=True)
@@ -82,3 +83,21 @@ def node_machine(settings: Settings, devices: NodeDevices) -> Machine:
         memory = spec.memory_bytes
     return Machine(devices.count, memory=memory, bandwidth=spec.link_bandwidth_Bps, latency=spec.latency_us,
                    reserve=settings.reserve)
+
+
+def replica_devices(index: int, node: str) -> NodeDevices:
+    """The one device a data-parallel rank drives: GPU ``index`` of its node, made the process's only
+    visible GPU (so it is ``/device:GPU:0``), or one CPU device when the node has no GPU."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return NodeDevices("cpu", tuple(device_names(1, "cpu")))
+    if index >= len(gpus):
+        raise LaunchError(f"rank {index} of node {node} drives GPU {index}, but the node has {len(gpus)} GPUs; "
+                          "run one rank per GPU")
+    try:
+        tf.config.set_visible_devices(gpus[index], "GPU")
+    except RuntimeError:  # set up already (a comparison's node leader, after its model-parallel runs)
+        if index != 0:
+            raise LaunchError(f"rank {index} of node {node}: TensorFlow set up every GPU before this data-parallel "
+                              "run; a comparison runs model parallelism on each node's first rank only") from None
+    return NodeDevices("gpu", tuple(device_names(1, "gpu")))

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pardnn.errors import PardnnError
 
-__all__ = ["AgreedError", "Inconsistent", "Interrupted", "LaunchError", "Stalled", "Stopped", "Terminated"]
+__all__ = ["UNTRAINED", "AgreedError", "DoesNotFit", "Inconsistent", "Interrupted", "LaunchError", "NotPlaced",
+           "Stalled", "Stopped", "Terminated"]
 
 
 class LaunchError(PardnnError, ValueError):
@@ -63,3 +64,24 @@ class Inconsistent(AgreedError):
     """The nodes' replicas ended training with different weights or optimizer state (found by all ranks)."""
 
     status = "inconsistent"
+
+
+class DoesNotFit(AgreedError):
+    """The step needs more memory than a device has (the emulated placement, or TensorFlow running out):
+    the run ends before training, with a ``results.csv`` row. Exit code 3, as an infeasible placement."""
+
+    status = "does_not_fit"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 3)
+
+
+class NotPlaced(AgreedError):
+    """The placer gave no placement (a graph too large for it, a dependency missing): the run ends
+    before training, with a ``results.csv`` row."""
+
+    status = "no_placement"
+
+
+# The statuses of a run that ended before training on its own terms (a comparison goes on after them).
+UNTRAINED = (DoesNotFit.status, NotPlaced.status)

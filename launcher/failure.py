@@ -59,9 +59,12 @@ def exit_code(error: BaseException) -> int:
 
 
 def status_of(error: BaseException) -> str:
-    """The run's status after ``error``: ``time_limit``, ``interrupted``, ``stalled``, ``inconsistent``, ``failed``."""
+    """The run's status after ``error``: ``time_limit``, ``interrupted``, ``stalled``, ``inconsistent``,
+    ``does_not_fit`` (also TensorFlow out of memory), ``failed``."""
     if isinstance(error, KeyboardInterrupt):
         return "interrupted"
+    if type(error).__name__ == "ResourceExhaustedError":  # TensorFlow out of memory (not imported here)
+        return "does_not_fit"
     return str(getattr(error, "status", "failed"))
 
 

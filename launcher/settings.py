@@ -21,6 +21,7 @@ from typing import Any
 from jobs.schema import DEFAULT, JOB_FILE, PLACEMENT, RUN, TRAIN, normalise, window_fits
 from launcher.errors import LaunchError
 from launcher.gpus import adapt, detect_gpus
+from launcher.variants import variant_settings
 from pardnn.machine import parse_bytes
 from pardnn.settings import RUN as SHARED_RUN
 from pardnn.settings import Param
@@ -35,6 +36,8 @@ LAUNCHER_DEFAULTS: dict[str, Any] = {"out": Path("runs"), "progress": True}
 # Checkpoints (launcher.checkpoint): every N iterations (0: none periodic), the folder (default
 # OUT/<run>/checkpoint), and a checkpoint (folder or "latest") to resume from.
 LAUNCHER_DEFAULTS.update({"checkpoint_every": 0, "checkpoint_dir": None, "resume": None})
+# What runs (launcher.variants): model or data parallelism, gradient checkpointing, placers side by side.
+LAUNCHER_DEFAULTS.update({"parallelism": "model", "recompute": False, "compare": None})
 # Used when neither the command line nor the job sets a value (the job file's own defaults,
 # applied by jobs.load_job, count as the job's). batch_size has none: the job or --batch-size gives it.
 DEFAULTS: dict[str, Any] = {**{name: None if param.required else param.default for name, param in SCHEMA.items()},
@@ -66,6 +69,10 @@ class Settings:
     resume: str | None = None
     run_order: bool = True
     micro_batches: int = 1  # the batch split into this many micro-batches per step (jobs.microbatch)
+    placer: str = "pardnn"
+    parallelism: str = "model"
+    recompute: bool = False
+    compare: tuple[str, ...] = ()
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     gpus: str | None = None  # "8 × NVIDIA A100-SXM4-80GB" when GPUs were detected (launcher.gpus)
 
@@ -143,7 +150,7 @@ def resolve(job: Any, overrides: dict[str, Any] | None = None) -> Settings:
             f"window {start}:{end} ({sources['window']}) must satisfy 0 <= start < end <= iterations = {iterations} "
             f"({sources['iterations']}); pass --window START:END within the iterations, or more --iterations")
     settings = Settings(**checked, out=Path(values["out"]), progress=bool(values["progress"]), sources=sources,
-                        **_checkpoint_settings(values))
+                        **_checkpoint_settings(values), **variant_settings(values, sources))
     # The GPUs there set what the user left unpinned (devices_per_node, device_preset, memory).
     return adapt(settings, job, detect_gpus())
 

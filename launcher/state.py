@@ -33,6 +33,7 @@ from launcher.heartbeat import HEARTBEAT_FILE, Heartbeat, Stall, Watchdog, read_
 from launcher.settings import Settings
 from launcher.summary import RESULTS_COLUMNS, results_row, summarize
 from launcher.topology import Topology
+from launcher.variants import Variant
 
 __all__ = ["RESULTS_FILE", "SUMMARY_FILE", "RunState"]
 
@@ -53,6 +54,9 @@ class RunState:
     topology: Topology
     directory: Path
     collector: Collector
+    variant: Variant = dataclasses.field(default_factory=Variant)
+    batch_size: int | None = None  # samples per step of one replica (the settings' unless data parallel)
+    summary: dict[str, Any] | None = None  # as written to summary.json (rank 0)
     devices: dict[str, Any] = dataclasses.field(default_factory=dict)
     placement: dict[str, Any] = dataclasses.field(default_factory=dict)
     samples_per_step: int = 0
@@ -81,12 +85,22 @@ class RunState:
             return True
 
     # ------------------------------------------------------------------ figures and summaries
+    def variant_info(self) -> dict[str, Any]:
+        """What ran: ``placer`` (``None`` for data parallelism), ``parallelism``, ``recompute``."""
+        variant = self.variant
+        return {"placer": variant.placer, "parallelism": variant.parallelism, "recompute": variant.recompute}
+
+    @property
+    def replica_batch(self) -> int:
+        return self.settings.batch_size if self.batch_size is None else self.batch_size
+
     def run_info(self) -> dict[str, Any]:
         """What a figures file needs to stand alone in ``pardnn-report``: the run's configuration."""
         settings = self.settings
         return {"job": str(getattr(self.job, "name", "job")), "model": getattr(self.job, "model", None),
-                "nodes": self.topology.size, "devices_per_node": settings.devices_per_node,
-                "device_kind": self.devices.get("kind"), "batch_size": settings.batch_size,
+                "nodes": self.topology.node_count, "replicas": self.topology.size, **self.variant_info(),
+                "devices_per_node": settings.devices_per_node,
+                "device_kind": self.devices.get("kind"), "batch_size": self.replica_batch,
                 "iterations": settings.iterations, "window": list(settings.window), "costs": settings.costs,
                 "memory": settings.memory, "placement_sha256": self.placement.get("sha256"),
                 "simulated_makespan_us": self.placement.get("report", {}).get("evaluation", {}).get("makespan_us"),
@@ -108,10 +122,12 @@ class RunState:
     def write_summary(self, status: str, nodes: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
         summary = summarize(status=status, job=self.job, settings=self.settings.to_dict(), nodes=nodes,
                             node_count=self.topology.size, devices=self.devices, placement=self.placement,
+                            replicas_per_node=self.topology.ranks_per_node, batch_size=self.replica_batch,
                             extra={"run_dir": str(self.directory), "emulated_nodes": self.topology.emulated,
-                                   "slurm": slurm_context(), **extra})
+                                   **self.variant_info(), "slurm": slurm_context(), **extra})
         write_json(self.directory / SUMMARY_FILE, summary)
         self.summary_written = True
+        self.summary = summary
         append_csv_row(self.settings.out / RESULTS_FILE, RESULTS_COLUMNS, results_row(summary, utc_now(),
                                                                                       self.directory))
         return summary

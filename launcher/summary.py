@@ -1,9 +1,16 @@
 """The run's summary (``summary.json``, rank 0) and its row in ``results.csv`` for sweeps.
 
-Global throughput is the sum over nodes of each node's throughput over the window: the nodes train
-in lockstep (every step ends with an allreduce), so each node's rate is one replica's share. A run
-that ended early may lack some nodes' figures (``nodes_missing``); its global figures are then
-``None``, and ``window_complete`` says whether every node measured the whole window.
+Global throughput is the sum over replicas of each replica's throughput over the window: the
+replicas (one per node; one per device with data parallelism) train in lockstep (every step ends
+with an allreduce), so each one's rate is its share. A run that ended early may lack some replicas'
+figures (``nodes_missing``); its global figures are then ``None``, and ``window_complete`` says
+whether every replica measured the whole window. A run that never trained (``does_not_fit``) has no
+throughput.
+
+The row says what ran (``placer``, ``parallelism``, ``recompute``) and how the emulated step
+compares with the measured one (``emulated_step_ms``, ``step_ms_median``: the slowest replica's
+median, ``step_ratio`` = measured / emulated), the largest peak memory measured on a device
+(``peak_memory_bytes``) and whether the emulated step fits the devices' memory (``fits``).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ RESULTS_COLUMNS = (
     "finished_utc", "job", "model", "status", "nodes", "devices_per_node", "device_kind", "batch_size",
     "global_batch_size", "iterations", "window", "samples_per_s", "tokens_per_s", "samples_per_s_per_node",
     "step_ms_median", "simulated_makespan_us", "costs", "memory", "placement_sha256", "run_dir", "window_complete",
+    "placer", "parallelism", "recompute", "emulated_step_ms", "step_ratio", "peak_memory_bytes", "fits", "message",
 )
 
 
@@ -53,22 +61,26 @@ def _sum(values: Sequence[float | None]) -> float | None:
 
 def summarize(*, status: str, job: Any, settings: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
               devices: Mapping[str, Any], placement: Mapping[str, Any], extra: Mapping[str, Any],
-              node_count: int | None = None) -> dict[str, Any]:
-    """The summary document. ``nodes`` are the nodes' :meth:`Collector.node_summary` figures, by rank;
-    ``node_count`` the run's nodes (default: as many as figures), more when some figures are missing."""
+              node_count: int | None = None, replicas_per_node: int = 1,
+              batch_size: int | None = None) -> dict[str, Any]:
+    """The summary document. ``nodes`` are the replicas' :meth:`Collector.node_summary` figures, by rank;
+    ``node_count`` the run's replicas (default: as many as figures), more when some figures are missing;
+    ``replicas_per_node`` 1, or K with data parallelism; ``batch_size`` a replica's (default the settings')."""
     count = len(nodes) if node_count is None else node_count
+    trained = all(n["throughput"].get("steps", 1) for n in nodes)
     rates = [n["throughput"]["samples_per_s"] for n in nodes]
     tokens = [n["throughput"]["tokens_per_s"] for n in nodes]
-    whole = len(nodes) == count
-    batch = settings["batch_size"]
+    whole = len(nodes) == count and trained
+    batch = settings["batch_size"] if batch_size is None else batch_size
     return {
         "format": FORMAT,
         "version": 1,
         "status": status,
         "job": job_dict(job),
         "settings": dict(settings),
-        "nodes": count,
-        "devices_per_node": devices["count"],
+        "nodes": count // replicas_per_node,
+        "replicas": count,
+        "devices_per_node": devices["count"] * replicas_per_node,
         "device_kind": devices["kind"],
         "device_names": list(devices["names"]),
         "batch_size": batch,
@@ -94,6 +106,9 @@ def results_row(summary: Mapping[str, Any], finished_utc: str, run_dir: Path) ->
     medians = [m for m in medians if m is not None]
     evaluation = summary["placement"].get("report", {}).get("evaluation", {})
     job = summary["job"]
+    step = summary.get("step_ms") or {}
+    peaks = [peak for n in summary["per_node"] for peak in n.get("memory", {}).get("device_peak_bytes", {}).values()]
+    fits = evaluation.get("memory_fits")
     return {
         "finished_utc": finished_utc,
         "job": job.get("name"),
@@ -117,4 +132,12 @@ def results_row(summary: Mapping[str, Any], finished_utc: str, run_dir: Path) ->
         "placement_sha256": summary["placement"].get("sha256"),
         "run_dir": str(run_dir),
         "window_complete": str(bool(throughput["complete"])).lower(),
+        "placer": summary.get("placer"),
+        "parallelism": summary.get("parallelism", "model"),
+        "recompute": str(bool(summary.get("recompute"))).lower(),
+        "emulated_step_ms": step.get("emulated"),
+        "step_ratio": step.get("ratio"),
+        "peak_memory_bytes": max(peaks, default=None),
+        "fits": "" if fits is None else str(bool(fits)).lower(),
+        "message": summary.get("message"),
     }

@@ -1,4 +1,4 @@
-"""Who runs where: one MPI rank per node, each driving all of its node's devices.
+"""Who runs where: one MPI rank per node, each driving all of its node's devices (or one per device).
 
 :func:`discover` splits ``COMM_WORLD`` by shared memory (``Split_type(COMM_TYPE_SHARED)``): the
 ranks in one piece share a node. More than one rank on a node is an error that shows the fix,
@@ -6,14 +6,21 @@ because ParDNN places one replica across *all* of a node's devices and Horovod m
 per replica. With ``PARDNN_EMULATE_NODES=1`` (a test knob, see :mod:`launcher.env`) every rank is
 a node of its own, so ``mpirun -np 2`` on one machine stands for two nodes.
 
+Data parallelism runs one rank per device instead: ``discover(ranks_per_node=K)`` expects K ranks
+on every node (emulated: ranks ``nK .. nK+K-1`` stand for node ``n``), and :meth:`Topology.leaders`
+gives the node leaders (each node's lowest rank) as a topology of one rank per node, for the
+model-parallel runs of a ``--compare`` that also trains data parallelism.
+
 Without mpi4py, or outside any MPI launcher (an MPI singleton), the run is one node.
 :class:`Topology` wraps the few collectives the launcher needs so that one node needs no MPI.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +44,7 @@ class Topology:
     nodes: tuple[str, ...]
     emulated: bool = False
     comm: Any = None
+    ranks_per_node: int = 1
 
     @property
     def node(self) -> str:
@@ -69,10 +77,56 @@ class Topology:
         self.comm.Allreduce(array, result, op={"sum": MPI.SUM, "max": MPI.MAX}[op])
         return result
 
+    @property
+    def node_count(self) -> int:
+        return self.size // self.ranks_per_node
+
+    @property
+    def local_rank(self) -> int:
+        """This rank's index among the ranks of its node (the device it drives with one rank per device)."""
+        return [r for r, node in enumerate(self.nodes) if node == self.node].index(self.rank)
+
     def check(self) -> None:
-        """Raise :class:`AgreedError` (on every rank) unless each node runs exactly one rank."""
-        if not self.emulated:
-            check_one_rank_per_node(self.nodes)
+        """Raise :class:`AgreedError` (on every rank) unless each node runs exactly ``ranks_per_node`` ranks."""
+        if self.ranks_per_node == 1:
+            if not self.emulated:
+                check_one_rank_per_node(self.nodes)
+            return
+        counts = {node: self.nodes.count(node) for node in self.nodes}
+        wrong = {node: count for node, count in counts.items() if count != self.ranks_per_node}
+        if wrong:
+            listed = "; ".join(f"node {node} runs {count}" for node, count in sorted(wrong.items()))
+            raise AgreedError(
+                f"data parallelism runs one rank per device, {self.ranks_per_node} per node, but {listed}. "
+                f"Launch {self.ranks_per_node} tasks per node (sbatch/srun --ntasks-per-node={self.ranks_per_node}, "
+                f"mpirun --map-by ppr:{self.ranks_per_node}:node), or pass --devices-per-node to match")
+
+    def leaders(self) -> Topology | None:
+        """The node leaders as a topology of one rank per node; ``None`` on the other ranks (collective)."""
+        if self.ranks_per_node == 1:
+            return self
+        names = tuple(dict.fromkeys(self.nodes))
+        leader = self.local_rank == 0
+        comm = None
+        if self.comm is not None:
+            from mpi4py import MPI
+
+            comm = self.comm.Split(0 if leader else MPI.UNDEFINED, self.rank)
+        if not leader:
+            return None
+        return Topology(names.index(self.node), len(names), names, self.emulated, comm if len(names) > 1 else None)
+
+    def leader_ranks(self) -> list[int]:
+        """The world rank of every node's leader, by node."""
+        return [self.nodes.index(node) for node in dict.fromkeys(self.nodes)]
+
+    def wait_for_all(self, poll_seconds: float = 0.05) -> None:
+        """A barrier that sleeps while it waits (MPI's spins: ranks left idle would take the workers' cores)."""
+        if self.comm is None:
+            return
+        request = self.comm.Ibarrier()
+        while not request.Test():
+            time.sleep(poll_seconds)
 
     def abort(self, code: int) -> None:
         """End every rank of the job now (``MPI_Abort``); returns only without MPI."""
@@ -102,17 +156,17 @@ def check_one_rank_per_node(node_of_rank: Sequence[str]) -> None:
         f"(Testing on one machine? {EMULATE_NODES}=1 lets each rank stand for a node.)")
 
 
-def discover() -> Topology:
+def discover(ranks_per_node: int = 1) -> Topology:
     """This process's :class:`Topology` (collective over ``COMM_WORLD`` when MPI runs the job).
 
-    Nodes are named by host (``host#rank`` when emulated). Call :meth:`Topology.check` next: it
-    raises on every rank when ranks share a node.
+    Nodes are named by host (``host#n`` when emulated, node ``n`` = rank // ``ranks_per_node``). Call
+    :meth:`Topology.check` next: it raises on every rank when a node runs another number of ranks.
     """
     try:
         from mpi4py import MPI
     except ImportError:
         logger.info("mpi4py not installed: running as one node")
-        return single_node()
+        return dataclasses.replace(single_node(), ranks_per_node=ranks_per_node)
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     host = MPI.Get_processor_name()
@@ -123,7 +177,8 @@ def discover() -> Topology:
         node_leader = local.bcast(host, root=0)
     finally:
         local.Free()
-    names = [f"{h}#{r}" if emulated else h for r, h in enumerate(comm.allgather(node_leader))]
+    names = [f"{h}#{r // ranks_per_node}" if emulated else h for r, h in enumerate(comm.allgather(node_leader))]
     if emulated and size > 1 and rank == 0:
-        logger.warning("%s=1: each of the %d ranks stands for a node (testing only)", EMULATE_NODES, size)
-    return Topology(rank, size, tuple(names), emulated, comm if size > 1 else None)
+        each = "a node" if ranks_per_node == 1 else f"a device ({ranks_per_node} ranks stand for a node)"
+        logger.warning("%s=1: each of the %d ranks stands for %s (testing only)", EMULATE_NODES, size, each)
+    return Topology(rank, size, tuple(names), emulated, comm if size > 1 else None, ranks_per_node)

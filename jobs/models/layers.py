@@ -8,19 +8,76 @@ current variable scope, so names are deterministic.
 Weights used at many time steps are read once (:func:`weights`), as a TF1 ``RefVariable``'s
 ``kernel/read`` snapshot was: a resource variable used directly gets a new ``ReadVariableOp`` at
 every use, and a cost graph would count every such read as a copy of the weights.
+
+A model marks its blocks with :func:`block`; inside :func:`recomputing` (``pardnn-launch --recompute``)
+each block is built with ``tf.recompute_grad`` (gradient checkpointing), else called as it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import tensorflow as tf
 
 v1 = tf.compat.v1
 
-__all__ = ["LayerNorm", "Net", "dense", "dropout", "layer_norm", "lstm_layer", "lstm_stack", "placeholder", "variable",
-           "weights"]
+__all__ = ["LayerNorm", "Net", "block", "dense", "dropout", "keras_blocks", "layer_norm", "lstm_layer", "lstm_stack",
+           "placeholder", "recomputing", "variable", "weights"]
+
+_RECOMPUTE = contextvars.ContextVar("recompute", default=False)
+
+
+@contextlib.contextmanager
+def recomputing() -> Iterator[None]:
+    """Within it, every :func:`block` is built with ``tf.recompute_grad``."""
+    token = _RECOMPUTE.set(True)
+    try:
+        yield
+    finally:
+        _RECOMPUTE.reset(token)
+
+
+def block(function: Callable[..., object], *tensors: tf.Tensor) -> object:
+    """``function(*tensors)``; inside :func:`recomputing` through ``tf.recompute_grad``: the block's
+    activations are not kept for the backward pass but recomputed from ``tensors``. The block must read
+    everything through ``tensors``, its weights included (gradients reach only them), and create no
+    variables."""
+    return tf.recompute_grad(function)(*tensors) if _RECOMPUTE.get() else function(*tensors)
+
+
+# Layers whose call draws random numbers: a recomputation would draw others, so they are not blocks.
+_RANDOM_LAYERS = ("Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise",
+                  "GaussianDropout", "AlphaDropout")
+
+
+def keras_blocks(model: tf.keras.Model) -> int:
+    """Inside :func:`recomputing`: make each layer of ``model`` called on one tensor a block (its weights
+    are variables, which ``tf.recompute_grad`` differentiates); returns how many may be. Random layers
+    (dropout, noise) are left out. Outside :func:`recomputing`, nothing."""
+    if not _RECOMPUTE.get():
+        return 0
+    count = 0
+    for layer in model.layers:
+        if isinstance(layer, tf.keras.layers.InputLayer) or type(layer).__name__ in _RANDOM_LAYERS:
+            continue
+        if not getattr(layer.call, "recomputed", False):  # a model called again (micro-batches) is wrapped once
+            layer.call = _recomputed_call(layer.call)
+        count += 1
+    return count
+
+
+def _recomputed_call(call: Callable[..., tf.Tensor]) -> Callable[..., tf.Tensor]:
+    def recomputed(inputs: object, *args: object, **kwargs: object) -> tf.Tensor:
+        if args or not isinstance(inputs, tf.Tensor):  # several inputs: called as it is
+            return call(inputs, *args, **kwargs)
+        return tf.recompute_grad(lambda x: call(x, **kwargs))(inputs)  # keywords are bound: graph mode takes none
+
+    recomputed.recomputed = True  # type: ignore[attr-defined]
+    return recomputed
 
 
 @dataclass
@@ -115,6 +172,12 @@ def lstm_step(cell: LSTMWeights, x: tf.Tensor, h: tf.Tensor, c: tf.Tensor) -> tu
     return tf.tanh(new_c) * tf.sigmoid(o), new_c
 
 
+def _step(forget_bias: float, x: tf.Tensor, h: tf.Tensor, c: tf.Tensor, kernel: tf.Tensor,
+          bias: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """:func:`lstm_step` with the weights as inputs (a :func:`block`)."""
+    return lstm_step(LSTMWeights(kernel, bias, forget_bias), x, h, c)
+
+
 def lstm_stack(inputs: Sequence[tf.Tensor], cells: Sequence[LSTMWeights], *, dropout_rate: float = 0.0,
                scope: str = "rnn") -> list[tf.Tensor]:
     """A statically unrolled multi-layer LSTM (``static_rnn`` over a ``MultiRNNCell``) from zero state.
@@ -136,7 +199,7 @@ def lstm_stack(inputs: Sequence[tf.Tensor], cells: Sequence[LSTMWeights], *, dro
             with v1.name_scope(f"step_{step}"):
                 for index, cell in enumerate(cells):
                     with v1.name_scope(f"layer_{index}"):
-                        h, c = lstm_step(cell, x, *state[index])
+                        h, c = block(partial(_step, cell.forget_bias), x, *state[index], cell.kernel, cell.bias)
                         state[index] = (h, c)
                         x = dropout(h, dropout_rate)
                 outputs.append(x)

@@ -75,8 +75,7 @@ def test_placement_table_is_the_shared_schema(tmp_path):
 
     assert PLACEMENT == {key: settings.PLACEMENT[key] for key in PLACEMENT}
     assert set(PLACEMENT) == {"devices_per_node", "memory", "reserve", "memory_heuristic", "run_order", "costs",
-                              "device_preset",
-                              "profile_steps"}
+                              "device_preset", "profile_steps", "placer"}
     defaults = Job("x", None, "wrn", {}, 1)
     assert {key: getattr(defaults, key) for key in PLACEMENT} == {key: p.default for key, p in PLACEMENT.items()}
     job = load_job(write(tmp_path, MINIMAL + "[placement]\nreserve = 0.995\nmemory = 'unlimited'\n"))

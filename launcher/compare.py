@@ -1,0 +1,141 @@
+"""``--compare a,b,...``: several variants of one job, one after the other in one allocation, and one table.
+
+The quick answer to "which is fastest here?". Each entry is a placer (:mod:`launcher.placing`),
+``data`` or ``data+recompute`` (:mod:`launcher.replicas`), trained over the same window in the
+order given:
+
+- the model-parallel entries run on one rank per node (each node's leader, when data parallelism
+  asked for one rank per device; the other ranks wait, asleep): the graph is built and costed once
+  and placed by each placer in turn (:class:`launcher.placing.Costed`; built again, not costed, only
+  after a placement wrote its run order into it);
+- the data-parallel entries run on every rank, one per device, at the same global batch.
+
+Each variant is a run of its own: its folder ``OUT/<job>-<variant>-n<N>-k<K>-b<B>-<time>/`` with
+``summary.json`` and ``status.json``, and its row in ``OUT/results.csv``. The comparison's folder
+``OUT/<job>-compare-...`` holds every rank's log and the table, also printed at the end
+(``comparison.md``, and ``comparison.json``: the rows): samples/s, speed-up over the first entry,
+emulated and measured step (the slowest replica's median) and their ratio, the largest peak memory
+measured on a device, and whether the emulated step fits the memory. An entry that ends before
+training on its own terms (``does_not_fit``, ``no_placement``) keeps its row and the comparison goes
+on; any other error ends the comparison as it would end a run.
+
+On GPUs TensorFlow keeps what a process allocated until the process ends, so the data-parallel
+entries run beside what each node leader's model-parallel runs left allocated on its GPUs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import UNTRAINED, AgreedError
+from launcher.failure import exit_code, one_line, status_of
+from launcher.files import write_json, write_text
+from launcher.lifecycle import (
+    LOG_FILE,
+    Runner,
+    attach_log,
+    detach_log,
+    make_folder,
+    open_run,
+    run_variant,
+    start_horovod,
+)
+from launcher.settings import Settings
+from launcher.signals import StopGuard
+from launcher.state import RunState
+from launcher.summary import results_row
+from launcher.topology import Topology
+from launcher.variants import Variant, variants_of
+from pardnn.machine import format_bytes
+
+__all__ = ["TABLE_FILE", "Where", "compare", "table"]
+
+logger = logging.getLogger("launcher")
+
+TABLE_FILE = "comparison.md"
+ROWS_FILE = "comparison.json"
+
+
+@dataclasses.dataclass
+class Where:
+    """Where the run is, for its error handling: the topology and state of the variant running now."""
+
+    topology: Topology | None = None
+    state: RunState | None = None
+
+
+def _one(job: Any, settings: Settings, topology: Topology, variant: Variant, runner: Runner,
+         where: Where) -> dict[str, Any] | None:
+    """Train ``variant`` on ``topology``; its summary on rank 0. An untrained end is its outcome."""
+    where.topology, where.state = topology, None
+    state, _ = open_run(job, settings, topology, variant, log=False)
+    where.state = state
+    try:
+        with StopGuard(state.stop, exit_now=state.exit_now) as guard:
+            run_variant(state, runner, guard)
+    except AgreedError as error:
+        status = status_of(error)
+        if status not in UNTRAINED:
+            raise
+        state.flush(status, one_line(error), speaker=topology.is_root, exit_code=exit_code(error))
+        if topology.is_root:
+            logger.warning("%s: %s", status, one_line(error))
+    return state.summary
+
+
+def compare(job: Any, settings: Settings, world: Topology, runner: Runner, where: Where) -> dict[str, Any]:
+    """Train every variant of ``settings.compare`` in turn and print the table (collective over ``world``).
+
+    Returns the summaries by variant on rank 0 (``{}`` on the other ranks).
+    """
+    folder = make_folder(world, settings, str(getattr(job, "name", "job")), "compare")
+    handler = attach_log(folder / LOG_FILE.format(rank=world.rank), world)
+    try:
+        start_horovod(runner, world)
+        leaders = world.leaders()
+        summaries: dict[str, dict[str, Any] | None] = {}
+        for variant in variants_of(settings):
+            world.wait_for_all()
+            topology = world if variant.placer is None else leaders
+            if topology is not None:
+                summaries[variant.label] = _one(job, settings, topology, variant, runner, where)
+            where.topology, where.state = world, None
+        world.wait_for_all()
+        if not world.is_root:
+            return {}
+        rows = [None if summary is None else results_row(summary, "", Path(summary["run_dir"]))
+                for summary in summaries.values()]
+        text = table(list(summaries), rows)
+        write_text(folder / TABLE_FILE, f"# {getattr(job, 'name', 'job')}: comparison\n\n{text}\n")
+        write_json(folder / ROWS_FILE, {"variants": list(summaries), "rows": rows})
+        print(text, flush=True)
+        logger.info("comparison of %d variants: %s", len(summaries), folder / TABLE_FILE)
+        return {label: summary for label, summary in summaries.items() if summary is not None}
+    finally:
+        detach_log(handler)
+
+
+def _number(value: Any, digits: int = 1) -> str:
+    return "" if value in (None, "") else f"{float(value):,.{digits}f}"
+
+
+def table(labels: list[str], rows: list[dict[str, Any] | None]) -> str:
+    """The comparison as a Markdown table: one line per variant, speed-up over the first one's samples/s."""
+    head = ("| variant | status | samples/s | speed-up | emulated step ms | measured step ms | measured / emulated "
+            "| peak memory | fits |")
+    lines = [head, "|---" * 9 + "|"]
+    first = rows[0]["samples_per_s"] if rows and rows[0] else None
+    for label, row in zip(labels, rows, strict=True):
+        if row is None:
+            lines.append(f"| {label} | missing | | | | | | | |")
+            continue
+        rate = row["samples_per_s"]
+        speedup = f"{rate / first:.2f}×" if rate and first else ""
+        peak = "" if row["peak_memory_bytes"] is None else format_bytes(row["peak_memory_bytes"])
+        fits = {"true": "yes", "false": "no"}.get(row["fits"], "")
+        steps = " | ".join(_number(row[key], 2) for key in ("emulated_step_ms", "step_ms_median", "step_ratio"))
+        lines.append(f"| {label} | {row['status']} | {_number(rate)} | {speedup} | {steps} | {peak} | {fits} |")
+    return "\n".join(lines)

@@ -1,0 +1,148 @@
+"""A run's life on one rank: its folder, log, state and watch; Horovod; how it ends on an error.
+
+:func:`open_run` makes the run's folder (rank 0 names it: ``<job>-<variant>-n<N>-k<K>-b<B>-<UTC time>``,
+the variant being the placer, ``data`` or ``data-recompute``), attaches this rank's log, starts its
+collector, status and stall watch; :func:`run_variant` trains the variant
+(:mod:`launcher.placing` for a placer, :mod:`launcher.replicas` for data parallelism);
+:func:`end` reports an error once and writes what the run has (:func:`launcher.failure.fail`).
+A standalone run (:func:`launcher.core.run`) opens one; ``--compare`` (:mod:`launcher.compare`)
+one per variant.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from launcher import console
+from launcher.agreement import together
+from launcher.collector import Collector
+from launcher.dataparallel import find_horovod, init_horovod
+from launcher.errors import AgreedError, Stalled, Stopped
+from launcher.failure import exit_code, fail, one_line, shared, status_of
+from launcher.files import check_output_folder
+from launcher.settings import Settings
+from launcher.signals import StopGuard
+from launcher.state import RunState
+from launcher.topology import Topology
+from launcher.variants import Variant
+
+__all__ = ["LOG_FILE", "Runner", "attach_log", "detach_log", "end", "make_folder", "open_run", "run_variant",
+           "start_horovod"]
+
+LOG_FILE = "rank-{rank}.log"
+
+BuildFn = Callable[..., Any]
+
+
+@dataclass
+class Runner:
+    """What the variants of a run share: the graph builder, Horovod and the node leaders' process set
+    (``None``: the global one), and the model-parallel graph once built and costed
+    (:class:`launcher.placing.Costed`)."""
+
+    build: BuildFn
+    hvd: Any = None
+    leaders_set: Any = None
+    costed: Any = None
+
+
+def make_folder(topology: Topology, settings: Settings, job_name: str, label: str) -> Path:
+    """``<out>/<job>-<label>-n<N>-k<K>-b<B>-<UTC time>``, made by rank 0, shared, checked writable
+    everywhere (collective)."""
+    made: tuple[str | None, str | None] = (None, None)
+    if topology.is_root:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        nodes = topology.node_count
+        base = f"{job_name}-{label}-n{nodes}-k{settings.devices_per_node}-b{settings.batch_size}-{stamp}"
+        made = (None, f"cannot make a run folder under {settings.out}: {base}-* all exist")
+        for attempt in range(1, 1000):
+            candidate = settings.out / (base if attempt == 1 else f"{base}-{attempt}")
+            try:
+                candidate.mkdir()
+            except FileExistsError:
+                continue
+            except OSError as error:
+                made = (None, f"--out {settings.out}: cannot create the run folder {candidate.name} "
+                              f"({error.strerror or error}); pass --out a folder you can write to")
+                break
+            made = (candidate.name, None)
+            break
+    name, problem = topology.bcast(made)
+    if problem is not None:
+        raise AgreedError(problem)
+    directory = settings.out / name
+    together(topology, "making the run folder", lambda: check_output_folder(directory))
+    return directory
+
+
+def attach_log(path: Path, topology: Topology) -> logging.Handler | None:
+    """This rank's log file: the console tee's when running under ``pardnn-launch``, else a logging handler."""
+    if console.attach(path, topology.rank, topology.node, topology.size > 1):
+        return None
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    return handler
+
+
+def detach_log(handler: logging.Handler | None) -> None:
+    if handler is not None:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+
+
+def open_run(job: Any, settings: Settings, topology: Topology, variant: Variant, *,
+             log: bool = True) -> tuple[RunState, logging.Handler | None]:
+    """The variant's folder, this rank's log (``log``), collector, status and watch (collective)."""
+    directory = make_folder(topology, settings, str(getattr(job, "name", "job")), variant.slug)
+    handler = attach_log(directory / LOG_FILE.format(rank=topology.rank), topology) if log else None
+    collector = Collector(directory / f"rank-{topology.rank}.jsonl", {"rank": topology.rank, "node": topology.node})
+    state = RunState(job, settings, topology, directory, collector, variant=variant)
+    if topology.is_root:
+        state.write_status("running", None, None)
+    state.start_watch()
+    return state, handler
+
+
+def start_horovod(runner: Runner, topology: Topology) -> None:
+    """Load and start Horovod when several ranks run (collective); with several ranks per node and
+    several nodes, the node leaders get a process set of their own (their model-parallel runs)."""
+    hvd = together(topology, "loading Horovod", lambda: find_horovod(topology.size))
+    if hvd is None:
+        return
+    leaders = topology.leader_ranks() if 1 < len(topology.leader_ranks()) < topology.size else None
+    runner.hvd = hvd
+    runner.leaders_set = init_horovod(hvd, topology.size, leaders)
+
+
+def run_variant(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, Any]:
+    """Train ``state.variant``: a placer's model parallelism or data parallelism."""
+    if state.variant.placer is None:
+        from launcher.replicas import run_data
+
+        return run_data(state, runner, guard)
+    from launcher.placing import run_model
+
+    return run_model(state, runner, guard)
+
+
+def end(error: BaseException, topology: Topology | None, state: RunState | None) -> None:
+    """Report ``error`` once, write the files, and end the other ranks as the error requires."""
+    multi = topology is not None and topology.size > 1
+    speaker = not (multi and shared(error)) or topology.is_root  # type: ignore[union-attr]
+    flush = None
+    if state is not None:
+        if state.finisher is not None and isinstance(error, Stopped) and not isinstance(error, Stalled):
+            # A stop signal: its watcher may be writing the files, or may not have begun (or never will,
+            # once the stop guard closed); the finisher does it once, whoever comes first.
+            state.end_stopped(status_of(error), one_line(error))
+        def flush(status: str, message: str) -> None:
+            state.flush(status, message, speaker=speaker, exit_code=exit_code(error))
+    fail(error, topology, flush, reported=state is not None and not state.claim_report())
+    if multi and isinstance(error, Stopped):
+        RunState.exit_now(exit_code(error))  # peers may be gone: MPI's and Horovod's shutdown would wait

@@ -1,0 +1,190 @@
+"""Model parallelism on one node: build and cost the replica's graph, place it with a placer, apply, train.
+
+Per node (one rank per node; with ``--compare`` and data parallelism, each node's leader):
+
+1. **build** the job's graph (``jobs.build``) on the node's devices (:mod:`launcher.devices`), with
+   the Horovod gradient hook when there are several nodes (:mod:`launcher.dataparallel`; its
+   allreduces get their devices when the placement is applied);
+2. **profile** a few steps or **estimate** costs of that graph (:func:`jobs.costing.cost_graph`, which
+   also attaches the memory limit; the hook's ops count as taking no time); nodes check they built
+   the same graph and average their costs (:mod:`launcher.agreement`). A comparison does 1 and 2
+   once (:class:`Costed`) and builds the graph again only when a placement wrote its run order
+   into it as control dependencies;
+3. **compile** numba's kernels (:func:`pardnn.warmup.warm_up`), then **place** with the variant's
+   placer for the node's K devices and memory (:func:`launcher.variants.place`: ParDNN's placers
+   with a memory heuristic when the devices have a memory size); nodes compare the digests of the
+   placement file; rank 0 writes the emulated step (:mod:`launcher.timeline`). A placement over a
+   device's limit (or a placer that finds none) ends the variant as ``does_not_fit``, untrained
+   (:func:`launcher.outcome.end_untrained`); ``--resume`` checks the checkpoint's digest;
+4. **apply** the placement by op name, the hook's ops on their variable's device;
+5. **train** (:mod:`launcher.training`) and **finish** (:func:`launcher.outcome.finish`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from launcher.agreement import average_costs, check_agreement, placement_digest, together
+from launcher.checkpoint import make_checkpointer, resume_point
+from launcher.dataparallel import GradientAverager, broadcast_op, local_costs
+from launcher.errors import UNTRAINED, AgreedError, DoesNotFit, NotPlaced
+from launcher.failure import status_of
+from launcher.files import write_text
+from launcher.lifecycle import Runner
+from launcher.outcome import end_untrained, finish
+from launcher.signals import StopGuard
+from launcher.state import RunState
+from launcher.timeline import EMULATED_FILE, write_emulated
+from launcher.training import train
+from launcher.variants import check_fits, place
+from pardnn.errors import InfeasibleError, PardnnError
+
+__all__ = ["PLACEMENT_FILE", "Costed", "run_model"]
+
+logger = logging.getLogger("launcher")
+
+PLACEMENT_FILE = "placement.txt"
+
+
+@dataclasses.dataclass
+class Costed:
+    """The node's graph, built and costed once for every placer of a comparison."""
+
+    trained: Any
+    hook: Any
+    broadcast: Any
+    cost: Any
+    machine: Any
+    heuristic: str | None
+    ordered: bool = False  # a placement's run order is in the graph: build it again before the next
+
+
+def _build(state: RunState, runner: Runner) -> tuple[Any, Any, Any]:
+    """The job's graph with the Horovod hook (several nodes), and the initial broadcast."""
+    hvd, among = runner.hvd if state.topology.size > 1 else None, runner.leaders_set
+    hook = GradientAverager(hvd, process_set=among) if hvd is not None else None
+    micro = state.settings.micro_batches  # passed only when set, so builders without micro-batches still serve
+    trained = runner.build(state.job, batch_size=state.settings.batch_size, gradient_hook=hook,
+                           **({} if micro == 1 else {"micro_batches": micro}))
+    broadcast = broadcast_op(hvd, trained.graph, trained.variables, among) if hvd is not None else None
+    return trained, hook, broadcast
+
+
+def _costed(state: RunState, runner: Runner, devices: Any, guard: StopGuard) -> Costed:
+    """Build and cost the graph, or take the comparison's (built again when a run order is in it)."""
+    from jobs.costing import cost_graph
+    from launcher.devices import node_machine
+    from pardnn.pipeline import resolve_heuristic
+
+    settings, topology, collector = state.settings, state.topology, state.collector
+    costed = runner.costed
+    if costed is not None and not costed.ordered:
+        return costed
+    with collector.phase("build"):  # the hook's devices are set by apply
+        trained, hook, broadcast = _build(state, runner)
+    guard.check()
+    if costed is not None:
+        costed = dataclasses.replace(costed, trained=trained, hook=hook, broadcast=broadcast, ordered=False)
+    else:
+        with collector.phase(settings.costs):
+            cost = cost_graph(trained, settings.costs, device_preset=settings.device_preset,
+                              profile_steps=settings.profile_steps, memory_bytes=settings.memory_bytes,
+                              name=str(state.job.name), devices=devices.count, kind=devices.kind,
+                              unknown_dim=settings.batch_size)
+            cost = average_costs(topology, local_costs(cost))
+        guard.check()
+        machine = together(topology, "describing the machine", lambda: node_machine(settings, devices))
+        # A memory heuristic needs a memory size: on a machine without one it is "auto" (none).
+        heuristic = resolve_heuristic(settings.memory_heuristic if machine.bounded else "auto", machine)
+        costed = Costed(trained, hook, broadcast, cost, machine, heuristic)
+    runner.costed = costed
+    return costed
+
+
+def _place(state: RunState, costed: Costed) -> Any:
+    """The variant's placement, the same on every node; ``does_not_fit`` when the placer finds none that
+    fits, ``no_placement`` when it gives none for another reason (e.g. a graph too large for it)."""
+    label = state.variant.label
+
+    def placed() -> Any:
+        try:
+            return place(label, costed.cost, costed.machine, costed.heuristic, ordered=state.settings.run_order)
+        except InfeasibleError as error:
+            raise DoesNotFit(f"{label}: {error}") from None
+        except PardnnError as error:
+            raise NotPlaced(f"{label}: {error}") from None
+
+    try:
+        return together(state.topology, "placing", placed)
+    except AgreedError as error:
+        if status_of(error) in UNTRAINED:
+            end_untrained(state, error)
+        raise
+
+
+def run_model(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, Any]:
+    """Place the node's replica with ``state.variant.placer`` and train it (module docstring)."""
+    settings, topology, collector = state.settings, state.topology, state.collector
+    with collector.phase("import"):
+        import tensorflow as tf
+
+        import pardnn.tf as ptf
+        from launcher.devices import node_devices
+        from pardnn.io import format_placement
+        from pardnn.warmup import warm_up
+    devices = node_devices(settings.devices_per_node, topology.node)
+    state.devices = {"kind": devices.kind, "count": devices.count, "names": list(devices.names)}
+    logger.info("%d node(s) × %d %s device(s); job %s, batch %d per node; placer %s", topology.size, devices.count,
+                devices.kind, getattr(state.job, "name", "?"), settings.batch_size, state.variant.label)
+    costed = _costed(state, runner, devices, guard)
+    trained, hook, cost, machine = costed.trained, costed.hook, costed.cost, costed.machine
+    state.samples_per_step = int(trained.samples_per_step)
+    state.tokens_per_step = None if trained.tokens_per_step is None else int(trained.tokens_per_step)
+
+    with collector.phase("compile"):  # numba's kernels compiled or loaded, timed apart from placing
+        warm_up()
+    with collector.phase("partition"):
+        result = _place(state, costed)
+    # The placement file's bytes, as pardnn.io.write_placement writes them: the run order, if any, is in
+    # them, so the nodes' digests agree on it too.
+    text = format_placement(cost, result.placement, order=result.order)
+    digest = placement_digest(text)
+    check_agreement(topology.nodes, topology.allgather(digest), "placements",
+                    "the placers are deterministic for identical inputs, so check that the nodes run the same versions")
+    placement = dict(zip(cost.names, result.placement.tolist(), strict=True))
+    evaluation = result.report.evaluation
+    state.placement = {"sha256": digest, "placer": state.variant.label, "ops": cost.n, "machine": machine.describe(),
+                       "file": PLACEMENT_FILE, "memory_heuristic": costed.heuristic or "none",
+                       "run_order": result.order is not None, "report": result.report.to_dict()}
+    if topology.is_root:
+        write_text(state.directory / PLACEMENT_FILE, text)
+        state.placement["emulated_makespan_us"] = write_emulated(state.directory / EMULATED_FILE, cost, machine,
+                                                                 result.placement, result.order)
+    logger.info("placement %s by %s: %d ops on %d devices, simulated step %.0f us%s", digest[:12], state.variant.label,
+                cost.n, devices.count, evaluation.makespan_us,
+                "" if result.order is None else " with each device in its run order (enforced)")
+    try:
+        check_fits(state.variant.label, evaluation.peak_memory_bytes, evaluation.limit_bytes, machine)
+    except DoesNotFit as error:
+        end_untrained(state, error)
+    resume = together(topology, "resuming", lambda: resume_point(state, digest))
+
+    with collector.phase("apply"):
+        hooked = hook.placement(trained.graph, placement) if hook is not None else {}
+        wanted = {**placement, **hooked}
+        # The hook's allreduces run on their variables' devices, not where the order put them: they stay
+        # out of the sequences (Horovod orders its collectives itself).
+        order = None if result.order is None else {
+            name: position for name, position in zip(cost.names, result.order.tolist(), strict=True)
+            if name not in hooked}
+        applied = ptf.apply(trained.graph, wanted, devices.names, order=order)
+    costed.ordered = applied.ordered > 0
+    state.placement["apply"] = dataclasses.asdict(applied)
+    guard.check()
+
+    checkpointer = make_checkpointer(state, trained.variables, digest)
+    digests = train(state, trained, costed.broadcast, devices, guard, tf, ptf, checkpointer=checkpointer,
+                    resume=resume)
+    return finish(state, digests)

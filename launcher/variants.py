@@ -1,0 +1,197 @@
+"""What a run trains: a placer's placement of each node's replica, or plain data parallelism.
+
+A :class:`Variant` is one way to train the job on the allocation:
+
+- **model parallelism** (``--placer NAME``, the default ``pardnn``): one rank per node places the
+  node's replica across its K devices with the placer ``NAME`` and Horovod averages gradients
+  across nodes. The placers are the registry's (:data:`pardnn.placers.PLACERS`: the names
+  ``pardnn place --algorithm`` takes) and ``pardnn-paper``, ParDNN as the paper has it (no guard,
+  refinement or run order). Every placement is judged by the same emulator and memory tracker; one
+  over a device's limit is not trained (:func:`check_fits`, status ``does_not_fit``).
+- **data parallelism** (``--parallelism data``): one rank per device, the whole model on each
+  device, Horovod averaging every gradient over all of them; ``--recompute`` adds gradient
+  checkpointing (:mod:`launcher.recompute`).
+
+``--compare a,b,...`` trains several variants one after the other in one allocation
+(:mod:`launcher.compare`): the entries are placer names, ``data`` and ``data+recompute``.
+
+Choices where the issue is silent:
+
+- the global batch is the model-parallel run's (the job's ``batch_size`` per node) for every
+  variant, so a data-parallel replica trains ``batch_size / K`` samples; only a standalone
+  ``--parallelism data`` run reads ``--batch-size`` on the command line as per device;
+- ParDNN's placers take the run's memory heuristic; the baselines have none (they are run as they
+  are, then checked against the limits);
+- ``--recompute`` without ``--parallelism data`` is an error (ParDNN's answer to a model that barely
+  fits is to spread it, not to recompute it), as are checkpoints with ``--compare`` (each variant
+  is a run of its own; resuming one of them is a standalone run).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from launcher.errors import DoesNotFit, LaunchError
+from pardnn.machine import Machine, format_bytes
+from pardnn.pipeline import partition
+from pardnn.placers import PLACERS, get_placer
+from pardnn.result import Result
+from pardnn.settings import LAUNCH_PLACERS, PAPER_PLACER
+
+__all__ = ["DATA", "PARALLELISMS", "RECOMPUTE", "Variant", "check_fits", "place", "ranks_per_node", "replica_batch",
+           "slug", "variant_settings", "variants_of"]
+
+PARALLELISMS = ("model", "data")
+DATA, RECOMPUTE = "data", "data+recompute"
+# pardnn-paper's options of pardnn.partition: the paper's Steps 1 and 2 alone.
+PAPER_OPTIONS = {"guarded": False, "ordered": False, "refine_seconds": 0}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A placer's model parallelism (``placer`` set) or data parallelism (``placer`` ``None``)."""
+
+    placer: str | None = "pardnn"
+    recompute: bool = False
+
+    @property
+    def parallelism(self) -> str:
+        return "data" if self.placer is None else "model"
+
+    @property
+    def label(self) -> str:
+        """The name ``--compare`` takes and the tables show: the placer, ``data`` or ``data+recompute``."""
+        if self.placer is not None:
+            return self.placer
+        return RECOMPUTE if self.recompute else DATA
+
+    @property
+    def slug(self) -> str:
+        return slug(self.label)
+
+
+def slug(label: str) -> str:
+    """A variant's label as file and folder names have it (``data+recompute`` → ``data-recompute``)."""
+    return label.replace("+", "-")
+
+
+def _entry(label: str) -> Variant:
+    if label == DATA:
+        return Variant(None)
+    if label == RECOMPUTE:
+        return Variant(None, recompute=True)
+    return Variant(label)
+
+
+def _compare_entries(value: Any) -> tuple[str, ...]:
+    """``"a,b"`` or a list of names → the names, checked: known, none twice."""
+    names = [part.strip() for part in value.split(",")] if isinstance(value, str) else [str(v) for v in value]
+    allowed = (*LAUNCH_PLACERS, DATA, RECOMPUTE)
+    unknown = [name for name in names if name not in allowed]
+    if not names or unknown or "" in names:
+        raise LaunchError(f"compare: {value!r}: expected a comma-separated list of {', '.join(allowed)}"
+                          + (f" ({', '.join(map(repr, unknown))} is not one)" if unknown else ""))
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise LaunchError(f"compare: {', '.join(twice)} listed twice; list each variant once")
+    return tuple(names)
+
+
+def variant_settings(values: Mapping[str, Any], sources: Mapping[str, str]) -> dict[str, Any]:
+    """``parallelism``, ``recompute`` and ``compare`` of the settings, checked against each other."""
+    parallelism, recompute, compare = values["parallelism"], values["recompute"], values["compare"]
+    if parallelism not in PARALLELISMS:
+        raise LaunchError(f"parallelism: {parallelism!r}: expected one of {', '.join(PARALLELISMS)}")
+    if not isinstance(recompute, bool):
+        raise LaunchError(f"recompute: {recompute!r}: expected true or false")
+    entries = () if compare is None else _compare_entries(compare)
+    if recompute and (parallelism != "data" or entries):
+        raise LaunchError("--recompute is gradient checkpointing for --parallelism data (ParDNN spreads a model "
+                          "that barely fits instead); in --compare list data+recompute")
+    if entries and parallelism == "data" and sources.get("parallelism") != "default":
+        raise LaunchError("--parallelism data and --compare: list data in --compare instead")
+    if entries and (values["resume"] is not None or values["checkpoint_every"] or values["checkpoint_dir"]):
+        raise LaunchError("--compare trains each variant once from the start: no checkpoints or --resume with it")
+    return {"parallelism": parallelism, "recompute": recompute, "compare": entries}
+
+
+def variants_of(settings: Any) -> tuple[Variant, ...]:
+    """The variants a run trains, in order: ``--compare``'s, else the one its settings name."""
+    if settings.compare:
+        return tuple(_entry(label) for label in settings.compare)
+    if settings.parallelism == "data":
+        return (Variant(None, recompute=settings.recompute),)
+    return (Variant(settings.placer),)
+
+
+def ranks_per_node(settings: Any) -> int:
+    """1, or K (one rank per device) when a variant of the run is data parallel."""
+    return settings.devices_per_node if any(v.placer is None for v in variants_of(settings)) else 1
+
+
+def replica_batch(settings: Any, variant: Variant, devices: int) -> int:
+    """Samples per step of one replica: the node's batch for model parallelism; for data parallelism
+    the node's batch split over its ``devices`` (the same global batch), or ``--batch-size`` as given
+    on the command line of a standalone data-parallel run."""
+    batch = int(settings.batch_size)
+    if variant.placer is not None:
+        return batch
+    from launcher.settings import COMMAND_LINE
+
+    source = settings.sources.get("batch_size", "job file")
+    if not settings.compare and source == COMMAND_LINE:
+        return batch
+    if batch % devices:
+        raise LaunchError(f"batch_size {batch} per node ({source}) does not split over {devices} devices for data "
+                          f"parallelism at the same global batch; pass --batch-size, per device with --parallelism "
+                          "data, or a batch size divisible by the devices")
+    return batch // devices
+
+
+def _placer(name: str) -> Any:
+    if name in PLACERS:
+        return get_placer(name)
+    if name == PAPER_PLACER:  # until the registry has it
+        return partial(partition, **PAPER_OPTIONS)
+    raise LaunchError(f"unknown placer {name!r}; expected one of {', '.join(LAUNCH_PLACERS)}")
+
+
+def _takes_heuristic(placer: Any) -> bool:
+    """Whether ``placer`` has memory heuristics: the registry's record says so; a plain function is
+    ParDNN's :func:`~pardnn.partition` (perhaps with options bound) or a baseline without any."""
+    takes = getattr(placer, "memory_heuristics", None)
+    if takes is None:
+        return getattr(placer, "func", placer) is partition
+    return bool(takes)
+
+
+def _order_option(placer: Any) -> str | None:
+    """The option that turns ``placer``'s run order off, if it has one (the registry's record says)."""
+    if hasattr(placer, "order_option"):
+        return placer.order_option
+    return "ordered" if "ordered" in inspect.signature(placer).parameters else None
+
+
+def place(name: str, graph: Any, machine: Machine, heuristic: str | None, *, ordered: bool = True) -> Result:
+    """The placement of ``graph`` by the placer ``name``: ParDNN's placers with ``heuristic``; without a
+    run order when not ``ordered`` (``--run-order false``)."""
+    placer = _placer(name)
+    option = None if ordered else _order_option(placer)
+    options = {} if option is None else {option: False}
+    return placer(graph, machine, memory_heuristic=heuristic if _takes_heuristic(placer) else None, **options)
+
+
+def check_fits(label: str, peaks: Sequence[int], limits: Sequence[int] | None, machine: Machine) -> None:
+    """Raise :class:`DoesNotFit` naming the first device whose emulated peak is over its limit."""
+    if limits is None:
+        return
+    for device, (peak, limit) in enumerate(zip(peaks, limits, strict=True)):
+        if peak > limit:
+            raise DoesNotFit(
+                f"{label}: device {device} needs {format_bytes(peak)} at its peak, over its limit of "
+                f"{format_bytes(limit)} ({machine.describe()}); not trained. Try pardnn (its memory heuristic), "
+                "more devices, a smaller batch or a lower --reserve")
