@@ -1,4 +1,4 @@
-"""``pardnn-report DIR...``: tables and plots of throughput against GPUs, batch size and nodes.
+"""``pardnn-report DIR...``: tables and plots of throughput against GPUs, batch size and nodes, per variant.
 
 Reads ``results.csv`` of each ``DIR`` (the ``--out`` of ``pardnn-launch``; a CSV file path also
 works), and merges the per-rank ``figures-<r>.json`` of every run folder under ``DIR`` that has no
@@ -11,7 +11,12 @@ writes ``report.md`` (the tables, also printed) and PNG plots (matplotlib, Agg b
 - ``<job>-devices.png``: samples/s against devices per node, one line per batch size (one node count);
 - ``<job>-batch.png``: samples/s against batch size per node, one line per devices per node;
 - ``<job>-nodes.png``: samples/s against nodes, one line per (devices, batch), when several node
-  counts were run.
+  counts were run;
+
+each for ParDNN's runs, and as ``<job>-<variant>-*.png`` for every other variant (a placer, ``data``,
+``data-recompute``). Runs that compare variants also get the comparison tables and plots of
+:mod:`launcher.comparisons` (speed-ups, scaling, the emulator's fidelity, with a warning where
+measured / emulated steps spread beyond what a calibration fixes).
 
 Exit codes: 0 success; 1 no readable results (one line naming the file); 2 bad command line.
 """
@@ -29,10 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.comparisons import comparison_plots, comparison_tables, fidelity_warnings
 from launcher.ending import FIGURES_FILE, merge_figures
 from launcher.errors import LaunchError
 from launcher.files import write_text
+from launcher.plotting import plot_lines
 from launcher.summary import RESULTS_COLUMNS
+from launcher.variants import DATA, RECOMPUTE, slug
 
 __all__ = ["Result", "main", "read_results", "recover_rows", "tables"]
 
@@ -42,7 +50,9 @@ _NEEDED = ("job", "status", "nodes", "devices_per_node", "batch_size", "samples_
 
 @dataclass(frozen=True)
 class Result:
-    """One run's row (the columns the report uses)."""
+    """One run's row (the columns the report uses). ``batch``: samples per step on one node (all its
+    replicas). ``variant``: the placer, ``data`` or ``data+recompute`` (``pardnn`` in results files
+    from before placers could be chosen)."""
 
     job: str
     nodes: int
@@ -51,6 +61,19 @@ class Result:
     samples_per_s: float
     tokens_per_s: float | None
     device_kind: str
+    variant: str = "pardnn"
+    emulated_ms: float | None = None
+    measured_ms: float | None = None
+
+
+def _variant(row: dict[str, str]) -> str:
+    if row.get("parallelism") == "data":
+        return RECOMPUTE if row.get("recompute") == "true" else DATA
+    return row.get("placer") or "pardnn"
+
+
+def _float(text: str | None) -> float | None:
+    return float(text) if text else None
 
 
 def read_results(lines: Iterable[str], source: str = "results.csv") -> list[Result]:
@@ -65,10 +88,13 @@ def read_results(lines: Iterable[str], source: str = "results.csv") -> list[Resu
         if (row["status"] != "complete" and row.get("window_complete") != "true") or not row["samples_per_s"]:
             continue  # no throughput over the whole window on every node
         try:
-            rows.append(Result(row["job"], int(row["nodes"]), int(row["devices_per_node"]), int(row["batch_size"]),
-                               float(row["samples_per_s"]),
-                               float(row["tokens_per_s"]) if row.get("tokens_per_s") else None,
-                               row.get("device_kind") or "?"))
+            nodes, per_replica = int(row["nodes"]), int(row["batch_size"])
+            # batch per node: a data-parallel replica's batch is a device's, its node trains K of them
+            batch = int(row["global_batch_size"]) // nodes if row.get("global_batch_size") else per_replica
+            rows.append(Result(row["job"], nodes, int(row["devices_per_node"]), batch,
+                               float(row["samples_per_s"]), _float(row.get("tokens_per_s")),
+                               row.get("device_kind") or "?", _variant(row), _float(row.get("emulated_step_ms")),
+                               _float(row.get("step_ms_median"))))
         except (TypeError, ValueError) as error:
             raise LaunchError(f"{source}, line {line}: {error}") from None
     return rows
@@ -83,14 +109,16 @@ def recover_rows(directory: Path, known: set[str]) -> list[dict[str, object]]:
         if not found:
             continue
         run = found[0]["run"]
-        figures, absent = merge_figures(folder, int(run["nodes"]))
+        figures, absent = merge_figures(folder, int(run.get("replicas") or run["nodes"]))
         statuses = [f["figures_status"] for f in figures]
         ended = [s for s in statuses if s != "running"]
         whole = not absent and all(f["throughput"]["complete"] for f in figures)
         rates = [f["throughput"]["samples_per_s"] for f in figures]
         tokens = [f["throughput"]["tokens_per_s"] for f in figures]
         rows.append({**{k: run.get(k) for k in ("job", "model", "nodes", "devices_per_node", "device_kind",
-                                               "batch_size", "iterations", "costs", "memory", "run_dir")},
+                                               "batch_size", "iterations", "costs", "memory", "run_dir", "placer",
+                                               "parallelism")},
+                     "recompute": str(bool(run.get("recompute"))).lower(),
                      "status": max(set(ended), key=ended.count) if ended else "running",
                      "window": "{}:{}".format(*run["window"]),
                      "samples_per_s": sum(rates) if whole else None,
@@ -130,12 +158,22 @@ def _table(title: str, corner: str, rows: list[int], columns: list[int], cell: d
     return "\n".join([f"### {title}", "", head, rule, *body, ""])
 
 
-def tables(results: Sequence[Result]) -> str:
-    """Markdown tables per job: samples/s by devices × batch (per node count), and by nodes."""
+def _groups(results: Sequence[Result]) -> list[tuple[str, str, list[Result]]]:
+    """``(title, file stem, runs)`` per job and variant: ``trn`` for ParDNN's runs, else ``trn, metis``
+    (``trn-metis``)."""
     out = []
-    for job in sorted({r.job for r in results}):
-        mine = [r for r in results if r.job == job]
-        out.append(f"## {job}\n")
+    for job, variant in sorted({(r.job, r.variant) for r in results}, key=lambda k: (k[0], k[1] != "pardnn", k[1])):
+        mine = [r for r in results if (r.job, r.variant) == (job, variant)]
+        plain = variant == "pardnn"
+        out.append((job if plain else f"{job}, {variant}", job if plain else f"{job}-{slug(variant)}", mine))
+    return out
+
+
+def tables(results: Sequence[Result]) -> str:
+    """Markdown tables per job and variant: samples/s by devices × batch (per node count), and by nodes."""
+    out = []
+    for title, _, mine in _groups(results):
+        out.append(f"## {title}\n")
         for nodes in sorted({r.nodes for r in mine}):
             at = [r for r in mine if r.nodes == nodes]
             devices, batches = sorted({r.devices for r in at}), sorted({r.batch for r in at})
@@ -157,34 +195,10 @@ def tables(results: Sequence[Result]) -> str:
     return "\n".join(out)
 
 
-def _plot(path: Path, title: str, xlabel: str, series: dict[str, list[tuple[int, float]]]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(6, 4))
-    for label, points in series.items():
-        points = sorted(points)
-        axes.plot([x for x, _ in points], [y for _, y in points], marker="o", label=label)
-    axes.set_title(title)
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel("samples/s (all nodes)")
-    axes.grid(True, alpha=0.3)
-    axes.legend(fontsize="small")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.tmp.png")
-    figure.savefig(temp, dpi=100)
-    plt.close(figure)
-    temp.replace(path)
-
-
 def plots(results: Sequence[Result], directory: Path) -> list[Path]:
     """Write the PNG plots of the module docstring; returns their paths."""
     written = []
-    for job in sorted({r.job for r in results}):
-        mine = [r for r in results if r.job == job]
+    for job, stem, mine in _groups(results):
         nodes = min(r.nodes for r in mine)
         at = [r for r in mine if r.nodes == nodes]
         by_batch: dict[str, list[tuple[int, float]]] = {}
@@ -196,8 +210,8 @@ def plots(results: Sequence[Result], directory: Path) -> list[Path]:
                 by_devices.setdefault(f"{devices} devices", []).append((batch, value))
         for name, xlabel, series in (("devices", "devices per node", by_batch), ("batch", "batch size per node",
                                                                                   by_devices)):
-            path = directory / f"{job}-{name}.png"
-            _plot(path, f"{job}, {nodes} node(s)", xlabel, series)
+            path = directory / f"{stem}-{name}.png"
+            plot_lines(path, f"{job}, {nodes} node(s)", xlabel, "samples/s (all nodes)", series)
             written.append(path)
         if len({r.nodes for r in mine}) > 1:
             by_config: dict[str, list[tuple[int, float]]] = {}
@@ -205,8 +219,8 @@ def plots(results: Sequence[Result], directory: Path) -> list[Path]:
                 value = _median(mine, r)
                 if value is not None:
                     by_config.setdefault(f"{r[1]} devices, batch {r[2]}", []).append((r[0], value))
-            path = directory / f"{job}-nodes.png"
-            _plot(path, f"{job}: scaling over nodes", "nodes", by_config)
+            path = directory / f"{stem}-nodes.png"
+            plot_lines(path, f"{job}: scaling over nodes", "nodes", "samples/s (all nodes)", by_config)
             written.append(path)
     return written
 
@@ -246,8 +260,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pardnn-report: error: {error}", file=sys.stderr)
         return 1
     out = args.out or (args.dirs[0] if args.dirs[0].is_dir() else args.dirs[0].parent) / "report"
-    text = tables(results)
+    warnings = fidelity_warnings(results)
+    text = "\n".join(part for part in (tables(results), comparison_tables(results)) if part)
+    if warnings:
+        text += "\n## warnings\n\n" + "\n".join(f"- {line}" for line in warnings) + "\n"
     print(text)
+    for line in warnings:
+        print(f"pardnn-report: warning: {line}", file=sys.stderr)
     write_text(out / "report.md", "# pardnn-launch results\n\n" + text)
     if not args.no_plots:
         try:
@@ -255,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ImportError:
             print("pardnn-report: matplotlib is not installed (pip install matplotlib); tables only", file=sys.stderr)
             return 0
-        for path in plots(results, out):
+        for path in [*plots(results, out), *comparison_plots(results, out)]:
             print(f"wrote {path}")
     return 0
 

@@ -19,6 +19,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -169,3 +170,24 @@ def test_a_placement_over_the_memory_limit_ends_as_does_not_fit_untrained(tmp_pa
     assert not [r for r in records if r["event"] == "iteration"]
     assert "train" not in {r.get("name") for r in records if r["event"] == "phase"}
 
+
+def _drawn(path: Path) -> tuple[tuple[int, ...], int]:
+    from matplotlib import image
+
+    pixels = image.imread(path)[..., :3]
+    return pixels.shape, int(((pixels.max(axis=-1) - pixels.min(axis=-1)) > 0.2).sum())
+
+
+def test_pardnn_report_draws_the_comparison_and_the_fidelity(placers, compared, recomputed, tmp_path, capsys):
+    from launcher.report import main
+
+    dirs: list[Any] = [placers[0], compared[0], recomputed]
+    assert main([*map(str, dirs), "--out", str(tmp_path)]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "### speed-up of pardnn over each alternative" in report
+    assert "### the emulator's fidelity: measured / emulated step" in report
+    for variant in ("metis", "data", "data+recompute", PAPER_PLACER):
+        assert f"| {variant} | 2 |" in report, variant  # a fidelity line per variant at K = 2
+    for name in ("word-rnn-tiny-speedup.png", "word-rnn-tiny-fidelity.png"):
+        shape, coloured = _drawn(tmp_path / name)
+        assert shape == (400, 600, 3) and coloured > 100, name
