@@ -149,6 +149,36 @@ def test_sweep_dry_run_submits_nothing_and_bad_lists_are_refused(fake_bin, tmp_p
     assert proc.returncode == 2 and "line 1: expected a job and 5 batch sizes" in proc.stderr
 
 
+def test_sweep_submits_each_placer_and_data_parallelism_or_one_comparison(fake_bin, tmp_path):
+    """--placers: a run per entry; data runs one task per GPU at the per-node batch over the GPUs (8 / 2 = 4),
+    and is left out where the batch does not split (3 over 2 GPUs). --compare: one allocation per configuration."""
+    env, record = fake_bin
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("trn 1 8 - - -\nwrn 1 3 - - -\n")
+    sweep = ["bash", str(SLURM / "sweep.sh"), "--jobs", str(jobs), "--study", "gpus", "--out", "runs/x"]
+    proc = subprocess.run([*sweep, "--placers", "pardnn,metis,data+recompute"], env=env, check=True,
+                          capture_output=True, text=True)
+    script = str(SLURM / "pardnn.sbatch")
+    calls = _calls(record)
+    names = [next(a for a in c if a.startswith("--job-name="))[len("--job-name="):] for c in calls]
+    assert names == ["pardnn-trn-n1-k1-b1", "pardnn-trn-metis-n1-k1-b1", "pardnn-trn-data-recompute-n1-k1-b1",
+                     "pardnn-trn-n1-k2-b8", "pardnn-trn-metis-n1-k2-b8", "pardnn-trn-data-recompute-n1-k2-b8",
+                     "pardnn-wrn-n1-k1-b1", "pardnn-wrn-metis-n1-k1-b1", "pardnn-wrn-data-recompute-n1-k1-b1",
+                     "pardnn-wrn-n1-k2-b3", "pardnn-wrn-metis-n1-k2-b3"]
+    assert "wrn at 2 GPUs: batch 3 does not split over the GPUs; data+recompute not submitted" in proc.stderr
+    data = calls[5]
+    assert data[1:5] == ["--nodes=1", "--gpus-per-node=2", "--ntasks-per-node=2", "--cpus-per-task=8"]
+    assert data[data.index(script):] == [script, "trn", "--devices-per-node", "2", "--batch-size", "4", "--out",
+                                         "runs/x", "--parallelism", "data", "--recompute"]
+    assert calls[4][-2:] == ["--placer", "metis"] and calls[3][-2:] == ["--out", "runs/x"]
+    record.unlink()
+    subprocess.run([*sweep, "--placers", "pardnn,data", "--compare"], env=env, check=True, capture_output=True)
+    compared = _calls(record)
+    assert len(compared) == 4 and compared[1][3:5] == ["--ntasks-per-node=2", "--cpus-per-task=8"]
+    assert compared[1][-2:] == ["--compare", "pardnn,data"] and "--batch-size" in compared[1]
+    assert compared[1][compared[1].index("--batch-size") + 1] == "8"  # per node: the comparison splits it
+
+
 def test_paper_job_list_is_well_formed(fake_bin):
     env, record = fake_bin
     subprocess.run(["bash", str(SLURM / "sweep.sh"), "--max-nodes", "2"], env=env, check=True, capture_output=True)
