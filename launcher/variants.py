@@ -5,8 +5,8 @@ A :class:`Variant` is one way to train the job on the allocation:
 - **model parallelism** (``--placer NAME``, the default ``pardnn``): one rank per node places the
   node's replica across its K devices with the placer ``NAME`` and Horovod averages gradients
   across nodes. The placers are the registry's (:data:`pardnn.placers.PLACERS`: the names
-  ``pardnn place --algorithm`` takes) and ``pardnn-paper``, ParDNN as the paper has it (no guard,
-  refinement or run order). Every placement is judged by the same emulator and memory tracker; one
+  ``pardnn place --algorithm`` takes, ``pardnn-paper`` among them: ParDNN as the paper has it, no
+  guard, refinement or run order). Every placement is judged by the same emulator and memory tracker; one
   over a device's limit is not trained (:func:`check_fits`, status ``does_not_fit``).
 - **data parallelism** (``--parallelism data``): one rank per device, the whole model on each
   device, Horovod averaging every gradient over all of them; ``--recompute`` adds gradient
@@ -20,8 +20,8 @@ Choices where the issue is silent:
 - the global batch is the model-parallel run's (the job's ``batch_size`` per node) for every
   variant, so a data-parallel replica trains ``batch_size / K`` samples; only a standalone
   ``--parallelism data`` run reads ``--batch-size`` on the command line as per device;
-- ParDNN's placers take the run's memory heuristic; the baselines have none (they are run as they
-  are, then checked against the limits);
+- the placers with memory heuristics (the registry's record says: ParDNN's) take the run's; the
+  others are run as they are, then checked against the limits;
 - ``--recompute`` without ``--parallelism data`` is an error (ParDNN's answer to a model that barely
   fits is to spread it, not to recompute it), as are checkpoints with ``--compare`` (each variant
   is a run of its own; resuming one of them is a standalone run).
@@ -29,26 +29,21 @@ Choices where the issue is silent:
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from launcher.errors import DoesNotFit, LaunchError
 from pardnn.machine import Machine, format_bytes
-from pardnn.pipeline import partition
-from pardnn.placers import PLACERS, get_placer
+from pardnn.placers import get_placer
 from pardnn.result import Result
-from pardnn.settings import LAUNCH_PLACERS, PAPER_PLACER
+from pardnn.settings import ALGORITHMS
 
 __all__ = ["DATA", "PARALLELISMS", "RECOMPUTE", "Variant", "check_fits", "place", "ranks_per_node", "replica_batch",
            "slug", "variant_settings", "variants_of"]
 
 PARALLELISMS = ("model", "data")
 DATA, RECOMPUTE = "data", "data+recompute"
-# pardnn-paper's options of pardnn.partition: the paper's Steps 1 and 2 alone.
-PAPER_OPTIONS = {"guarded": False, "ordered": False, "refine_seconds": 0}
 
 
 @dataclass(frozen=True)
@@ -90,7 +85,7 @@ def _entry(label: str) -> Variant:
 def _compare_entries(value: Any) -> tuple[str, ...]:
     """``"a,b"`` or a list of names → the names, checked: known, none twice."""
     names = [part.strip() for part in value.split(",")] if isinstance(value, str) else [str(v) for v in value]
-    allowed = (*LAUNCH_PLACERS, DATA, RECOMPUTE)
+    allowed = (*ALGORITHMS, DATA, RECOMPUTE)
     unknown = [name for name in names if name not in allowed]
     if not names or unknown or "" in names:
         raise LaunchError(f"compare: {value!r}: expected a comma-separated list of {', '.join(allowed)}"
@@ -152,37 +147,12 @@ def replica_batch(settings: Any, variant: Variant, devices: int) -> int:
     return batch // devices
 
 
-def _placer(name: str) -> Any:
-    if name in PLACERS:
-        return get_placer(name)
-    if name == PAPER_PLACER:  # until the registry has it
-        return partial(partition, **PAPER_OPTIONS)
-    raise LaunchError(f"unknown placer {name!r}; expected one of {', '.join(LAUNCH_PLACERS)}")
-
-
-def _takes_heuristic(placer: Any) -> bool:
-    """Whether ``placer`` has memory heuristics: the registry's record says so; a plain function is
-    ParDNN's :func:`~pardnn.partition` (perhaps with options bound) or a baseline without any."""
-    takes = getattr(placer, "memory_heuristics", None)
-    if takes is None:
-        return getattr(placer, "func", placer) is partition
-    return bool(takes)
-
-
-def _order_option(placer: Any) -> str | None:
-    """The option that turns ``placer``'s run order off, if it has one (the registry's record says)."""
-    if hasattr(placer, "order_option"):
-        return placer.order_option
-    return "ordered" if "ordered" in inspect.signature(placer).parameters else None
-
-
 def place(name: str, graph: Any, machine: Machine, heuristic: str | None, *, ordered: bool = True) -> Result:
-    """The placement of ``graph`` by the placer ``name``: ParDNN's placers with ``heuristic``; without a
-    run order when not ``ordered`` (``--run-order false``)."""
-    placer = _placer(name)
-    option = None if ordered else _order_option(placer)
-    options = {} if option is None else {option: False}
-    return placer(graph, machine, memory_heuristic=heuristic if _takes_heuristic(placer) else None, **options)
+    """The placement of ``graph`` by the registry's placer ``name``: with ``heuristic`` if it has memory
+    heuristics (ParDNN's), else none; without a run order when not ``ordered`` (``--run-order false``)."""
+    placer = get_placer(name)
+    options: dict[str, Any] = {} if ordered or placer.order_option is None else {placer.order_option: False}
+    return placer(graph, machine, memory_heuristic=heuristic if placer.memory_heuristics else None, **options)
 
 
 def check_fits(label: str, peaks: Sequence[int], limits: Sequence[int] | None, machine: Machine) -> None:

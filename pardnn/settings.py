@@ -25,16 +25,12 @@ from pardnn.pipeline import MEMORY_HEURISTICS
 from pardnn.placers import PLACERS
 from pardnn.presets import PRESETS
 
-__all__ = ["ALGORITHMS", "HEURISTIC_CHOICES", "LAUNCH_PLACERS", "PAPER_PLACER", "PLACEMENT", "REQUIRED", "RUN",
-           "UNLIMITED", "Param"]
+__all__ = ["ALGORITHMS", "HEURISTIC_CHOICES", "PLACEMENT", "REQUIRED", "RUN", "UNLIMITED", "Param"]
 
 REQUIRED: Any = object()  # default of a key the user must give
 UNLIMITED = ("", "none", "unlimited")  # spellings of "no memory limit" for a ``size`` key
 
 ALGORITHMS = tuple(PLACERS)
-# pardnn-launch's placers: the registry's, and ParDNN as the paper has it (no guard, refinement or run order).
-PAPER_PLACER = "pardnn-paper"
-LAUNCH_PLACERS = tuple(dict.fromkeys((*ALGORITHMS, PAPER_PLACER)))
 HEURISTIC_CHOICES = (*MEMORY_HEURISTICS, "none")
 
 _NOUNS = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a string",
@@ -171,8 +167,8 @@ PLACEMENT: dict[str, Param] = {
                             "dependencies) when that makes the emulated step strictly shorter and still fits; "
                             "false: every device runs in order of readiness, as TensorFlow does by itself"),
     "algorithm": Param("str", "pardnn", choices=ALGORITHMS, help="placer: pardnn (the paper) or a baseline"),
-    "placer": Param("str", "pardnn", choices=LAUNCH_PLACERS,
-                    help="pardnn-launch's placer: any of pardnn place --algorithm's, or pardnn-paper (ParDNN without "
+    "placer": Param("str", "pardnn", choices=ALGORITHMS,
+                    help="pardnn-launch's placer: any of pardnn place --algorithm's (pardnn-paper: ParDNN without "
                          "guard, refinement and run order)"),
     "costs": Param("str", "profile", choices=("profile", "estimate"),
                    help="'profile' (measure a few steps) or 'estimate' (roofline model of device_preset)"),

@@ -2,7 +2,7 @@
 
 Few runs, each read by several tests (module-scoped fixtures), on word-rnn-tiny for 6 iterations:
 
-- every placer of the registry and pardnn-paper in one ``--compare`` on 2 ranks × 2 logical devices;
+- every placer of the registry (pardnn-paper included) in one ``--compare`` on 2 ranks × 2 logical devices;
 - ``--compare pardnn,metis,data`` on 4 ranks (2 nodes × 2 devices; the node leaders run the placers);
 - ``--parallelism data --recompute`` on 4 ranks;
 - a placer over the memory limit, one process: ``does_not_fit`` before training.
@@ -25,7 +25,6 @@ import numpy as np
 import pytest
 
 from pardnn.placers import PLACERS
-from pardnn.settings import PAPER_PLACER
 from tests.mpi.test_launch import LAUNCH, ROOT, TINY_JOB, _output, _records, mpirun_launch
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
@@ -33,7 +32,7 @@ pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 ITERATIONS, WINDOW = 6, "2:5"
 RUN = [*LAUNCH, TINY_JOB, "--iterations", str(ITERATIONS), "--window", WINDOW, "--devices-per-node", "2",
        "--no-progress"]
-EVERY_PLACER = [*PLACERS, PAPER_PLACER] if PAPER_PLACER not in PLACERS else list(PLACERS)
+EVERY_PLACER = list(PLACERS)  # pardnn-paper included
 RANKS, REPLICA_BATCH = 4, 8  # word-rnn-tiny: 16 per node, 2 nodes × 2 devices
 
 
@@ -186,7 +185,7 @@ def test_pardnn_report_draws_the_comparison_and_the_fidelity(placers, compared, 
     report = (tmp_path / "report.md").read_text()
     assert "### speed-up of pardnn over each alternative" in report
     assert "### the emulator's fidelity: measured / emulated step" in report
-    for variant in ("metis", "data", "data+recompute", PAPER_PLACER):
+    for variant in ("metis", "data", "data+recompute", "pardnn-paper"):
         assert f"| {variant} | 2 |" in report, variant  # a fidelity line per variant at K = 2
     for name in ("word-rnn-tiny-speedup.png", "word-rnn-tiny-fidelity.png"):
         shape, coloured = _drawn(tmp_path / name)
