@@ -64,9 +64,11 @@ class Console:
         self._early: list[bytes] = []
         self._early_bytes = 0
         self._pipes: dict[int, _Pipe] = {}
+        self.terminal = False  # whether the original standard error is a terminal (progress bars)
 
     # ------------------------------------------------------------------ set-up
     def start(self) -> None:
+        self.terminal = os.isatty(2)
         for fd in (1, 2):
             try:
                 os.fstat(fd)

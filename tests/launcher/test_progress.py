@@ -7,6 +7,7 @@ import sys
 
 import tqdm
 
+import launcher.progress
 from launcher.progress import Progress, progress
 
 
@@ -27,6 +28,7 @@ def test_disabled_progress_is_silent(caplog):
 
 
 def test_without_tqdm_the_plain_display_says_why(caplog, monkeypatch):
+    monkeypatch.setattr(launcher.progress, "on_a_terminal", lambda: True)
     monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm raises ImportError
     caplog.set_level(logging.INFO, logger="launcher.progress")
     bar = progress(10, "job", enabled=True)
@@ -34,9 +36,22 @@ def test_without_tqdm_the_plain_display_says_why(caplog, monkeypatch):
     assert any("tqdm is not installed" in record.getMessage() for record in caplog.records)
 
 
-def test_with_tqdm_the_bar_is_tqdm():
+def test_on_a_terminal_with_tqdm_the_bar_is_tqdm(monkeypatch):
+    monkeypatch.setattr(launcher.progress, "on_a_terminal", lambda: True)
     bar = progress(10, "job", enabled=True)
     try:
         assert isinstance(bar, tqdm.tqdm)
     finally:
         bar.close()
+
+
+def test_off_a_terminal_each_tenth_is_a_line_even_with_tqdm(monkeypatch):
+    """A Slurm output file or a pipe would keep every carriage-return redraw of a bar."""
+    monkeypatch.setattr(launcher.progress, "on_a_terminal", lambda: False)
+    assert type(progress(10, "job", enabled=True)) is Progress
+
+
+def test_the_console_remembers_whether_standard_error_was_a_terminal():
+    from launcher.console import Console
+
+    assert Console().terminal is False  # before start(): nothing known, no bar
