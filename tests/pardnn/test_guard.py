@@ -14,8 +14,8 @@ from pardnn import CostGraph, InfeasibleError, Machine, partition, pipeline
 from pardnn.checks import colocation_violations
 from pardnn.emulator import emulate
 from pardnn.errors import MissingDependencyError, PardnnError
-from pardnn.guard import CANDIDATES, fold_communicating_devices, guard, prepare_candidates
-from pardnn.pipeline import THREADS_VARIABLE, available_cores
+from pardnn.guard import fold_communicating_devices, guard, prepare_candidates
+from pardnn.pipeline import PAPER, THREADS_VARIABLE, available_cores
 from pardnn.placers import PLACERS
 from pardnn.simulate import evaluate
 from pardnn.synthetic import dnn_graph
@@ -47,19 +47,19 @@ def fork_of_big_outputs() -> CostGraph:
 
 def test_heavy_single_op_primary_runs_on_one_device():
     machine = Machine(2, **MACHINE)
-    paper = partition(heavy_single_op_primary(), machine, guarded=False).report.evaluation
+    paper = partition(heavy_single_op_primary(), machine, **PAPER).report.evaluation
     assert paper.makespan_us > 40_000  # the paper's answer: the 6 GiB edge is cut
     result = partition(heavy_single_op_primary(), machine)
     assert result.report.evaluation.makespan_us == pytest.approx(2002.0)
     guard = result.report.details["guard"]
-    assert guard["winner"] != "pardnn"
-    assert guard["pardnn_makespan_us"] == pytest.approx(paper.makespan_us)
-    assert guard["speedup_over_pardnn"] == pytest.approx(paper.makespan_us / 2002.0)
+    assert guard.winner != "pardnn"
+    assert guard.pardnn_makespan_us == pytest.approx(paper.makespan_us)
+    assert guard.speedup_over_pardnn == pytest.approx(paper.makespan_us / 2002.0)
 
 
 def test_fork_of_big_outputs_stays_whole():
     machine = Machine(2, **MACHINE)
-    assert partition(fork_of_big_outputs(), machine, guarded=False).report.evaluation.makespan_us > 14_000
+    assert partition(fork_of_big_outputs(), machine, **PAPER).report.evaluation.makespan_us > 14_000
     assert partition(fork_of_big_outputs(), machine).report.evaluation.makespan_us == pytest.approx(60.0)
 
 
@@ -68,8 +68,8 @@ def test_the_guard_keeps_pardnn_on_ties_and_when_it_is_faster():
     g = CostGraph(["a", "b", "c", "d"], [50.0] * 4, [4] * 4, [0, 2], [1, 3], name="two-chains")
     result = partition(g, Machine(2, **MACHINE))
     assert result.report.evaluation.makespan_us == pytest.approx(100.0)
-    assert result.report.details["guard"]["winner"] == "pardnn"
-    assert result.report.details["guard"]["candidates"]["single"] is None  # pruned: 200 us >= 100 us
+    assert result.report.details["guard"].winner == "pardnn"
+    assert result.report.details["guard"].candidates["single"] is None  # pruned: 200 us >= 100 us
 
 
 def test_fold_moves_the_most_communicating_device_into_its_partner():
@@ -98,10 +98,10 @@ def _cheap_makespans(graph: CostGraph, machine: Machine) -> list[float]:
     """The emulated makespan of every cheap placement that fits: each made for ``machine``, and each
     made as the benchmarks make the baselines, for the machine without its limits."""
     out = []
-    for make in CANDIDATES.values():
+    for placer in (placer for placer in PLACERS.values() if placer.cheap):  # the registry, not the guard's list
         for target in {machine, Machine(machine.devices, bandwidth=machine.bandwidth, latency=machine.latency)}:
             try:
-                placement, _ = make(graph, target)
+                placement = placer.place(graph, target)[0]
             except MissingDependencyError:
                 continue
             evaluation = evaluate(graph, machine, placement)
@@ -129,8 +129,8 @@ def test_pardnn_is_never_slower_than_linear_clustering_on_a_large_graph(k, bandw
     lc = PLACERS["linear_clustering"](g, machine)
     assert lc.report.details["timeout"] is False
     assert result.report.evaluation.makespan_us <= lc.report.evaluation.makespan_us * (1 + 1e-12)
-    assert result.report.details["guard"]["candidates"]["linear_clustering"] is None or \
-        result.report.details["guard"]["candidates"]["linear_clustering"] == lc.report.evaluation.makespan_us
+    assert result.report.details["guard"].candidates["linear_clustering"] is None or \
+        result.report.details["guard"].candidates["linear_clustering"] == lc.report.evaluation.makespan_us
 
 
 @pytest.mark.parametrize("heuristic", ["overflow", "balance"])
@@ -162,7 +162,7 @@ def test_under_a_limit_the_guard_also_tries_the_memory_blind_critical_path():
     blind = evaluate(g, machine, PLACERS["critical_path"](g, free).placement)
     assert blind.memory_fits
     result = partition(g, machine, memory_heuristic="balance")
-    assert "critical_path, memory-blind" in result.report.details["guard"]["candidates"]
+    assert "critical_path, memory-blind" in result.report.details["guard"].candidates
     assert result.report.evaluation.makespan_us <= blind.makespan_us
 
 
@@ -174,10 +174,10 @@ def test_a_candidate_whose_residual_state_overflows_is_ruled_out_before_emulatio
                   [2, 3, 4, 4], kind=[1, 1, 0, 0, 0])
     machine = Machine(2, memory=10 * GIB, reserve=0.0, bandwidth="1GB/s")
     guard = partition(g, machine).report.details["guard"]
-    assert guard["candidates"]["single"] is None
-    assert guard["notes"]["single"] == ("does not fit the memory limits: its residual state alone overflows "
+    assert guard.candidates["single"] is None
+    assert guard.notes["single"] == ("does not fit the memory limits: its residual state alone overflows "
                                         "device 0 by 2.00 GiB")
-    assert guard["winner"] is not None
+    assert guard.winner is not None
 
 
 def _one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -207,11 +207,12 @@ def test_candidates_made_ahead_in_a_thread_give_the_same_answer(monkeypatch, heu
 def test_the_guard_judges_prepared_candidates_as_it_judges_its_own():
     g = dnn_graph(2500, seed=3)
     machine = Machine(4, bandwidth="4GB/s")
-    paper = partition(g, machine, guarded=False)
+    paper = partition(g, machine, **PAPER)
     weight = machine.edge_comm_us(g.edge_bytes)
     schedule = emulate(g, machine, paper.placement)
     prepared = prepare_candidates(g, machine, weight)
-    assert set(prepared) == set(CANDIDATES) and all(p.schedule is not None for p in prepared.values()
+    cheap = {name for name, placer in PLACERS.items() if placer.cheap}  # the registry's, not the guard's list
+    assert set(prepared) == cheap and all(p.schedule is not None for p in prepared.values()
                                                     if p.placement is not None)
     lazy = guard(g, machine, paper.placement, schedule, None, weight)
     judged = guard(g, machine, paper.placement, schedule, None, weight, prepared)
