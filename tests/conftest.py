@@ -1,42 +1,104 @@
-"""Shared fixtures and hypothesis strategies: random DAGs with costs, kinds and colocation groups."""
+"""Shared fixtures and hypothesis strategies: random DAGs with costs, kinds and colocation groups, and
+the count of the examples that reach the behaviour a property test is about.
+
+Profiles: ``default`` (60 examples; derandomized in CI, so a CI failure is a regression, not a new
+draw) and ``nightly`` (600 random examples per test), chosen by ``--hypothesis-profile nightly`` or
+``HYPOTHESIS_PROFILE=nightly``.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 
 from pardnn.graph import CostGraph
 
-# In CI the examples are derived from each test's source (derandomize), so a run is repeatable and a
-# failure there is a real regression, not a new random draw; locally they are random.
 settings.register_profile("default", deadline=None, max_examples=60, derandomize=bool(os.environ.get("CI")))
-settings.load_profile("default")
+settings.register_profile("nightly", deadline=None, max_examples=600, derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# Weighted by repetition (hypothesis draws uniformly and shrinks towards the first entry).
+_KINDS = st.sampled_from([0] * 7 + [1] * 2 + [2])  # normal, residual, reference
+_LABELS = [f"group{i}" for i in range(4)]
 
 
 @st.composite
-def random_dags(draw: st.DrawFn, max_ops: int = 30, kinds: bool = True, groups: bool = True) -> CostGraph:
-    """A DAG whose edges go from lower to higher index (any DAG can be numbered so), shuffled names."""
-    n = draw(st.integers(1, max_ops))
-    seed = draw(st.integers(0, 2**32 - 1))
-    rng = np.random.default_rng(seed)
-    density = draw(st.sampled_from([0.05, 0.15, 0.4]))
-    upper = np.triu(rng.random((n, n)) < density, k=1)
-    src, dst = np.nonzero(upper)
-    comp = np.round(rng.exponential(10.0, n), 3) * (rng.random(n) > 0.1)
-    out = rng.integers(0, 5000, n) * (rng.random(n) > 0.1)
-    edge_bytes = np.where(rng.random(src.size) < 0.1, 0, out[src])
-    kind = rng.choice(3, n, p=[0.7, 0.2, 0.1]) if kinds else np.zeros(n, int)
-    coloc: list[object] = [None] * n
-    if groups:
-        for i in range(n):
-            if rng.random() < 0.3:
-                coloc[i] = f"group{rng.integers(0, 4)}"
-    names = [f"layer_{i}/op" for i in rng.permutation(n)]
-    return CostGraph(names, comp, out, src, dst, edge_bytes, kind=kind.tolist(), colocation=coloc, name="random")
+def random_dags(draw: st.DrawFn, max_ops: int = 30, kinds: bool = True, groups: bool | float = True,
+                min_ops: int = 2) -> CostGraph:
+    """A DAG of ``min_ops``..``max_ops`` ops drawn op by op, so that a failure shrinks to a small one.
+
+    Each op after the first reads an earlier one (its *backbone* parent, at most ``reach`` ops back:
+    1 makes a chain, more a tree) unless it is drawn as a new source; extra edges join any earlier op
+    to a later one; 1 edge in 10 is a control edge (0 bytes). Compute 0-40 µs, outputs 0-5000 B,
+    kinds 70 % normal, 20 % residual, 10 % reference, about 30 % of the ops (``groups``, if a share) in one
+    of 4 colocation groups, names shuffled (node order is not name order). Everything shrinks towards a
+    chain of normal ops without groups, costs and extra edges.
+    """
+    n = draw(st.integers(min_ops, max_ops))
+    reach = draw(st.sampled_from([1, 3, max_ops]))
+    back = draw(st.lists(st.integers(0, max_ops), min_size=n - 1, max_size=n - 1))
+    sources = draw(st.sets(st.integers(1, max(n - 1, 1)), max_size=n // 4))
+    edges = {(i - 1 - back[i - 1] % min(reach, i), i) for i in range(1, n) if i not in sources}
+    extra = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=n))
+    edges |= {(min(a, b), max(a, b)) for a, b in extra if a != b}
+    src, dst = (np.array(ends, dtype=np.int64) for ends in zip(*sorted(edges), strict=True)) if edges else \
+        (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    comp = np.array(draw(st.lists(st.integers(0, 40_000), min_size=n, max_size=n))) / 1000.0
+    out = np.array(draw(st.lists(st.integers(0, 5000), min_size=n, max_size=n)), dtype=np.int64)
+    control = np.array(draw(st.lists(st.sampled_from([False] * 9 + [True]), min_size=src.size,
+                                     max_size=src.size)), dtype=bool)
+    edge_bytes = np.where(control, 0, out[src])
+    kind = draw(st.lists(_KINDS, min_size=n, max_size=n)) if kinds else [0] * n
+    share = 0.3 if groups is True else float(groups)
+    labels = [None] * round(len(_LABELS) * (1 - share) / share) + _LABELS if share else [None]
+    coloc = draw(st.lists(st.sampled_from(labels), min_size=n, max_size=n))
+    names = [f"layer_{i}/op" for i in draw(st.permutations(range(n)))]
+    return CostGraph(names, comp, out, src, dst, edge_bytes, kind=kind, colocation=coloc, name="random")
+
+
+_reach: Counter[str] = Counter()
+_reached_by_test: dict[str, tuple[int, int]] = {}  # test (with its parameters) -> (reached, examples)
+
+
+def reached(yes: bool, what: str) -> bool:
+    """Record whether this example reached the behaviour under test (``what`` is the event hypothesis
+    shows with ``--hypothesis-show-statistics``); returns ``yes``."""
+    event(what if yes else f"not: {what}")
+    _reach["examples"] += 1
+    _reach["reached"] += bool(yes)
+    return yes
+
+
+def most_reach(test: Callable[..., Any]) -> Callable[..., Any]:
+    """Put above ``@given``: the property test fails unless most of its examples called
+    ``reached(True, ...)`` — a property that holds on examples which never get there proves nothing."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        _reach.clear()
+        test(*args, **kwargs)
+        examples, hits = _reach["examples"], _reach["reached"]
+        _reached_by_test["".join([test.__name__, *(f"[{value}]" for value in kwargs.values())])] = hits, examples
+        assert 2 * hits > examples, (f"{test.__name__}: only {hits} of {examples} examples reached the behaviour "
+                                     "under test")
+
+    return run
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line per property test run with :func:`most_reach`: how many of its examples reached."""
+    if _reached_by_test:
+        terminalreporter.section("examples that reached the behaviour under test")
+        for name, (hits, examples) in _reached_by_test.items():
+            terminalreporter.write_line(f"{name}: {hits} of {examples} ({100 * hits / max(examples, 1):.0f} %)")
 
 
 @pytest.fixture

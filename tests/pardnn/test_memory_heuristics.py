@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, InfeasibleError, Machine, partition
@@ -17,10 +17,11 @@ from pardnn.checks import colocation_violations
 from pardnn.colocation import keep_groups_whole
 from pardnn.errors import NoPlacementFoundError
 from pardnn.overflow import handle_overflow
+from pardnn.pipeline import PAPER
 from pardnn.simulate import evaluate
 from pardnn.slicing import Clusters
 from pardnn.synthetic import dnn_graph
-from tests.conftest import random_dags
+from tests.conftest import most_reach, random_dags, reached
 
 LINK = {"bandwidth": 1e6, "latency": 1.0, "reserve": 0.0}
 
@@ -210,26 +211,38 @@ def test_chunk_splitting_by_hand():
     assert split_critical_path(g2, even)[1] == 0
 
 
-def feasible_limit(g: CostGraph, k: int, seed: int) -> tuple[Machine, np.ndarray]:
-    """A machine whose memory the random placement ``witness`` meets: a feasible placement exists."""
-    witness = np.random.default_rng(seed).integers(0, k, g.n)
-    groups = g.colocation >= 0
-    if groups.any():  # keep the witness's groups whole
-        leader = {}
-        for v in np.flatnonzero(groups):
-            leader.setdefault(int(g.colocation[v]), witness[v])
-            witness[v] = leader[int(g.colocation[v])]
-    peak = max(evaluate(g, Machine(k, **LINK), witness).peak_memory_bytes)
-    return Machine(k, memory=max(peak, 1), **LINK), witness
+def feasible_limit(g: CostGraph, k: int, seed: int, per_device: bool = False,
+                   witness: np.ndarray | None = None) -> tuple[Machine, np.ndarray]:
+    """A machine whose memory the placement ``witness`` (default: random, groups whole) meets: a
+    feasible placement exists. Every device gets the witness's largest peak, or (``per_device``) its
+    own peak under the witness."""
+    if witness is None:
+        witness, _ = keep_groups_whole(g, np.random.default_rng(seed).integers(0, k, g.n))
+    peaks = evaluate(g, Machine(k, **LINK), witness).peak_memory_bytes
+    memory = [f"{max(peak, 1)}B" for peak in peaks] if per_device else max(max(peaks), 1)
+    return Machine(k, memory=memory, **LINK), witness
 
 
-@given(random_dags(max_ops=30), st.integers(2, 4), st.integers(0, 2**31))
-def test_heuristic_one_fits_or_says_infeasible(g, k, seed):
-    machine, witness = feasible_limit(g, k, seed)
+LIMITS = st.sampled_from([True] * 4 + [False])  # per device (tighter: most starts overflow), or uniform
+
+
+@most_reach
+@given(random_dags(max_ops=30), st.integers(2, 4), st.integers(0, 2**31),
+       st.sampled_from(["rotated"] * 2 + [True] * 2 + [False]))
+def test_heuristic_one_fits_or_says_infeasible(g, k, seed, limits):
+    """The witness: a random placement (limits per device or uniform), or ParDNN's own Step 1 placement
+    with its devices rotated (d to d + 1 mod K, limits per device), which Step 1 itself overflows
+    unless every device peaks alike."""
+    step1 = partition(g, Machine(k, **LINK), memory_heuristic=None, **PAPER).placement
+    rotated = (step1 + 1) % k if limits == "rotated" else None
+    machine, witness = feasible_limit(g, k, seed, bool(limits), rotated)
     assert evaluate(g, machine, witness).memory_fits
+    own = partition(g, machine, memory_heuristic=None, **PAPER).report.evaluation
+    reached(not own.memory_fits, "Step 1 overflows: heuristic I has work to do")
     try:
         result = partition(g, machine, memory_heuristic="overflow")
     except InfeasibleError as exc:
+        event("no placement found")
         assert "Options:" in str(exc)
         return
     assert evaluate(g, machine, result.placement, order=result.order).memory_fits
@@ -238,29 +251,37 @@ def test_heuristic_one_fits_or_says_infeasible(g, k, seed):
     assert again.placement.tobytes() == result.placement.tobytes()
 
 
-@given(random_dags(max_ops=30), st.integers(2, 4), st.integers(0, 2**31), st.integers(0, 2**31))
-def test_heuristic_one_never_claims_a_proof_when_a_placement_fits(g, k, seed, start_seed):
+@most_reach
+@given(random_dags(max_ops=30), st.integers(2, 4), st.integers(0, 2**31), st.integers(0, 2**31), LIMITS)
+def test_heuristic_one_never_claims_a_proof_when_a_placement_fits(g, k, seed, start_seed, per_device):
     """From any start, heuristic I fits, or fails with NoPlacementFoundError — never a proof, as the
     witness fits — and it moves each unit at most once, deterministically."""
-    machine, _ = feasible_limit(g, k, seed)
+    machine, _ = feasible_limit(g, k, seed, per_device)
     start, _ = keep_groups_whole(g, np.random.default_rng(start_seed).integers(0, k, g.n))
+    reached(not evaluate(g, machine, start).memory_fits, "the start overflows: heuristic I has work to do")
     try:
         result = handle_overflow(g, machine, start)
     except NoPlacementFoundError as exc:
+        event("no placement found")
         assert str(exc).startswith("no placement found: device ") and "Options:" in str(exc)
         return
+    event(f"fits after {min(result.rounds, 3)}{'+' * (result.rounds >= 3)} rounds")
     assert evaluate(g, machine, result.placement).memory_fits
     moved_units = [g.colocation[op] if g.colocation[op] >= 0 else -1 - op for op, _, _ in result.moves]
     assert len(set(moved_units)) == len(moved_units)
     assert handle_overflow(g, machine, start).placement.tobytes() == result.placement.tobytes()
 
 
-@given(random_dags(max_ops=30), st.integers(2, 5), st.integers(0, 2**31))
-def test_heuristic_two_never_worsens_the_memory_ratio(g, k, seed):
-    place, _ = keep_groups_whole(g, np.random.default_rng(seed).integers(0, k, g.n))
+@most_reach
+@given(random_dags(max_ops=30, min_ops=6), st.integers(2, 5), st.integers(0, 2**31), st.integers(1, 5))
+def test_heuristic_two_never_worsens_the_memory_ratio(g, k, seed, used):
+    """From a random placement on the first ``used`` devices: an unbalanced start is where heuristic II
+    has work."""
+    place, _ = keep_groups_whole(g, np.random.default_rng(seed).integers(0, min(used, k), g.n))
     machine = Machine(k)
     before = memory_shares(g, machine, place)
     result = balance_residuals(g, machine, place)
+    reached(result.moved_units > 0, "heuristic II moves a residual unit")
     after = result.shares_after
     assert after.max() <= before.max() + 1e-12 and after.min() >= before.min() - 1e-12
     assert balance_residuals(g, machine, place).placement.tobytes() == result.placement.tobytes()

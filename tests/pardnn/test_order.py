@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, Machine, partition
 from pardnn.checks import chain_next, check_order
 from pardnn.emulated import emulate_and_track
 from pardnn.emulator import UPWARD_RANK, Emulator, emulate
-from pardnn.errors import InfeasibleError, InvalidPlacementError
+from pardnn.errors import InvalidPlacementError
 from pardnn.memory import track_memory
 from pardnn.order import order_placement, positions
-from tests.conftest import random_dags
+from pardnn.placers import PLACERS
+from tests.conftest import most_reach, random_dags, reached
+from tests.pardnn.test_guard_candidates import CHEAP
 
 
 def fork() -> CostGraph:
@@ -53,13 +55,31 @@ def test_the_ranked_emulator_gives_upward_rank_order():
         Emulator(g, machine, order="fifo")
 
 
-@given(random_dags(max_ops=30), st.integers(2, 4), st.sampled_from([1e6, 1e9]), st.integers(0, 2**31))
+def with_fork(g: CostGraph, scale: float = 50.0) -> CostGraph:
+    """``g`` and, apart from it, :func:`fork` scaled by ``scale`` with a, b, c in one group: in order of
+    readiness b runs before c (both ready at once, b first in topological order), which delays d's
+    input; in upward-rank order c runs first. So the ordering stage has a choice on most graphs."""
+    n = g.n
+    labels = np.array((*g.group_names, None), dtype=object)[g.colocation].tolist()
+    return CostGraph([*g.names, "fork/a", "fork/b", "fork/c", "fork/d"],
+                     [*g.comp_us, 1.0, 10 * scale, 10 * scale, 100 * scale], [*g.out_bytes, 0, 0, 1000, 0],
+                     [*g.edge_src, n, n, n + 2], [*g.edge_dst, n + 1, n + 2, n + 3], [*g.edge_bytes, 0, 0, 1000],
+                     kind=[*g.kind.tolist(), 0, 0, 0, 0], colocation=[*labels, "fork", "fork", "fork", None])
+
+
+@most_reach
+@given(random_dags(max_ops=40, min_ops=15).map(with_fork), st.integers(2, 4), st.sampled_from([1e6, 1e9]),
+       st.integers(0, 2**31))
 def test_replaying_a_list_schedule_as_chains_reproduces_it(g, k, bandwidth, seed):
     """The positions of the ranked schedule, enforced as chains, give the very same schedule: what
-    pardnn.tf.apply enforces is what the report emulated."""
+    pardnn.tf.apply enforces is what the report emulated. The fork's a, b, c share device 0 and d is
+    on device 1, so the ranked order differs from readiness on (almost) every graph."""
     machine = Machine(k, bandwidth=bandwidth, latency=1.0)
     placement = np.random.default_rng(seed).integers(0, k, g.n)
+    placement[-4:] = [0, 0, 0, 1]
     ranked = Emulator(g, machine, order=UPWARD_RANK)(placement)
+    reached(ranked.sequence.tolist() != emulate(g, machine, placement).sequence.tolist(),
+            "the ranked schedule runs ops in another order than readiness")
     replay = emulate(g, machine, placement, order=positions(placement, ranked))
     assert replay.start_us.tolist() == ranked.start_us.tolist()
     assert replay.finish_us.tolist() == ranked.finish_us.tolist()
@@ -107,17 +127,24 @@ def test_partition_keeps_an_order_only_when_it_is_shorter():
     assert ordered.placement.tolist() in ([0, 0, 0, 1], [1, 1, 1, 0]) and ordered.order.tolist() == [0, 2, 1, 0]
 
 
-@given(random_dags(max_ops=25), st.integers(2, 4), st.sampled_from(["150GB/s", "1GB/s"]), st.floats(0.7, 1.5))
+@most_reach
+@given(random_dags(max_ops=30, min_ops=10).map(with_fork), st.integers(2, 4), st.sampled_from(["150GB/s", "1GB/s"]),
+       st.floats(0.7, 1.5))
 def test_the_ordering_stage_never_slows_and_keeps_memory(g, k, bandwidth, share):
+    """Limit: ``share`` × the peak of ParDNN's own unlimited answer, raised to the smallest peak of a cheap
+    placement when below it, so a placement is known to fit and the guard must find one."""
     free = Machine(k, bandwidth=bandwidth)
     plain = partition(g, free, ordered=False, memory_heuristic=None)
     peak = int(max(track_memory(g, free, plain.placement, emulate(g, free, plain.placement)).peak_bytes.max(), 1))
-    machine = Machine(k, bandwidth=bandwidth, memory=max(1, int(peak * share)), reserve=0.0)
-    try:
-        unordered = partition(g, machine, ordered=False)
-    except InfeasibleError:  # no placement fits (or none found): nothing to compare
-        return
+    witness = min(max(PLACERS[name](g, free).report.evaluation.peak_memory_bytes) for name in CHEAP)
+    event(f"the limit is raised to a cheap placement's peak: {peak * share < witness}")
+    machine = Machine(k, bandwidth=bandwidth, memory=max(1, int(peak * share), witness), reserve=0.0)
+    unordered = partition(g, machine, ordered=False)  # never InfeasibleError: a cheap placement fits
+    ranked = Emulator(g, machine, order=UPWARD_RANK)(unordered.placement)
+    reached(ranked.sequence.tolist() != emulate(g, machine, unordered.placement).sequence.tolist(),
+            "the upward-rank order runs the unordered answer's ops in another order")
     ordered = partition(g, machine)
+    event(f"an order is kept: {ordered.order is not None}")
     assert ordered.report.evaluation.makespan_us <= unordered.report.evaluation.makespan_us
     assert ordered.report.evaluation.memory_fits
     replay = emulate(g, machine, ordered.placement, order=ordered.order)
