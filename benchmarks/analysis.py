@@ -38,10 +38,11 @@ def fit_power_law(sizes: Sequence[float], seconds: Sequence[float]) -> tuple[flo
 
 def scaling_points(runs: Sequence[Run], label: str, k: int) -> tuple[list[int], list[float]]:
     """Sizes and times of one placer at one K: ParDNN's heuristics under every memory limit, the
-    others without one; runs stopped by a budget, skipped or infeasible do not count."""
-    points = [(r.ops, float(r.seconds)) for r in runs
+    others without one; runs stopped by a budget, skipped or infeasible do not count. A ParDNN time
+    leaves out its fixed-budget stages (``budget_seconds``): a constant would flatten the slope."""
+    points = [(r.ops, float(r.seconds) - (r.budget_seconds or 0.0)) for r in runs
               if r.label == label and r.devices == k and (r.factor is not None) == bool(r.heuristic)
-              and r.status == OK and r.seconds]
+              and r.status == OK and r.seconds and r.seconds > (r.budget_seconds or 0.0)]
     return [p[0] for p in points], [p[1] for p in points]
 
 

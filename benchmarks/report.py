@@ -15,20 +15,18 @@ import csv
 import os
 import platform
 import re
-import statistics
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.analysis import comparisons, geomean, grouped, labels, placers, slopes
+from benchmarks.analysis import grouped, labels, placers, slopes
 from benchmarks.plots import plot_ratios, plot_times
 from benchmarks.speed import FIRST_RUN_ABOUT, SPEED_LIMIT_FACTOR, TARGET_DEVICES, TARGET_OPS, TARGET_PLACE_MEMORY_S
 from benchmarks.suite import (
     FILES,
     HEURISTICS,
-    INFEASIBLE,
     LABELS,
     MODEL_GRAPHS,
     OK,
@@ -40,6 +38,7 @@ from benchmarks.suite import (
     fit_word,
     secs,
 )
+from benchmarks.summary import memory_summary, percent, table, wins_section
 from pardnn.machine import format_bytes
 
 __all__ = ["CSV_COLUMNS", "kept_sections", "machine_line", "output_paths", "render_markdown", "write_csv",
@@ -47,22 +46,7 @@ __all__ = ["CSV_COLUMNS", "kept_sections", "machine_line", "output_paths", "rend
 
 CSV_COLUMNS = ("suite", "graph", "ops", "edges", "devices", "placer", "heuristic", "memory_factor", "limit_bytes",
                "status", "makespan_us", "lower_bound_us", "makespan_over_lower_bound", "memory_fits",
-               "max_peak_bytes", "seconds", "moved_ops", "moved_share", "makespan_cost")
-
-
-# ---------------------------------------------------------------------------------- formatting
-def _percent(share: float) -> str:
-    return f"{100 * share:.2f} %" if abs(share) < 0.01 else f"{100 * share:.1f} %"
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "|".join({"l": "---", "r": "---:", "c": ":---:"}[a]
-                                                             for a in align) + "|",
-            *("| " + " | ".join(row) + " |" for row in rows)]
-
-
-def _mean(values: Sequence[float]) -> str:
-    return f"{statistics.mean(values):.3f}" if values else "n/a"
+               "max_peak_bytes", "seconds", "moved_ops", "moved_share", "makespan_cost", "budget_seconds")
 
 
 def machine_line() -> str:
@@ -78,90 +62,6 @@ def machine_line() -> str:
 
     return (f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, NumPy {np.__version__}, "
             f"numba {numba.__version__}, {platform.system()} {platform.release()}")
-
-
-def _wins_section(runs: Sequence[Run], what: str) -> list[str]:
-    found = comparisons(runs)
-    if not found:
-        return []
-    rows = []
-    for name in dict.fromkeys(c.baseline for c in found):
-        mine = [c for c in found if c.baseline == name]
-        rel = [c.relative for c in mine]
-        timeouts = sum(c.baseline_timeout for c in mine)
-        rows.append([LABELS[name], str(len(mine)), str(sum(x < 1 for x in rel)), str(sum(x == 1 for x in rel)),
-                     str(sum(x > 1 for x in rel)), f"{geomean(rel):.3f}", f"{min(rel):.3f} – {max(rel):.3f}",
-                     f"{timeouts} (LC stopped at its budget)" if timeouts else "-"])
-    losses = [c for c in found if c.relative > 1]
-    cases = {(c.graph, c.devices) for c in found}
-    beaten_all = sum(all(c.relative < 1 for c in found if (c.graph, c.devices) == case) for case in cases)
-    lines = [f"ParDNN's makespan / the baseline's on the same {what} and K, no memory limit (below 1: ParDNN is "
-             "faster).", "",
-             *_table(["baseline", "cases", "ParDNN faster", "equal", "ParDNN slower", "geometric mean",
-                      "range", "baseline timeouts"], rows, "lrrrrrrl"), ""]
-    if losses:
-        lines += [f"**ParDNN's makespan is not ≤ every baseline's**: it is slower in {len(losses)} of {len(found)} "
-                  "comparisons:", "",
-                  *_table(["graph", "ops", "K", "baseline", "ParDNN / baseline", "ParDNN slower by"],
-                          ([c.graph, f"{c.ops:,}", str(c.devices), LABELS[c.baseline] + (" †" if c.baseline_timeout
-                                                                                         else ""),
-                            f"{c.relative:.4f}", _percent(c.relative - 1)]
-                           for c in sorted(losses, key=lambda c: (c.ops, c.devices, c.baseline))), "lrrlrr"), ""]
-    else:
-        lines += [f"ParDNN's makespan is ≤ every baseline's in all {len(found)} comparisons.", ""]
-    lines.append(f"ParDNN beats every baseline at once in {beaten_all} of {len(cases)} cases (graph × K).")
-    pair = [c for c in found if c.baseline in ("round_robin", "topological")]
-    if {c.baseline for c in pair} == {"round_robin", "topological"}:
-        both = sum(all(c.relative < 1 for c in pair if (c.graph, c.devices) == case) for case in cases)
-        lines.append(f"ParDNN beats both round robin and topological in {both} of {len(cases)} cases.")
-    return [*lines, ""]
-
-
-def _memory_summary(runs: Sequence[Run]) -> list[str]:
-    limited = [r for r in runs if r.factor is not None]
-    if not limited:
-        return []
-    step1 = {(r.graph, r.devices, r.factor): r for r in limited if r.placer == "pardnn" and not r.heuristic}
-    lines = []
-    for heuristic, numeral in HEURISTICS.items():
-        mine = [r for r in limited if r.heuristic == heuristic]
-        fits = [r for r in mine if r.status == OK and r.memory_fits]
-        overflowed = [r for r in mine if not step1[(r.graph, r.devices, r.factor)].memory_fits]
-        rescued = [r for r in overflowed if r.status == OK and r.memory_fits]
-        shares = [r.moved_share or 0.0 for r in fits]
-        moved_mean = _percent(statistics.mean(shares)) if shares else "n/a"
-        moved_max = _percent(max(shares)) if shares else "n/a"
-        lines.append(
-            f"- ParDNN with heuristic {numeral} ({heuristic}): fits in {len(fits)} of {len(mine)} cases; "
-            f"Step 1 alone overflowed in {len(overflowed)} of them and heuristic {numeral} made "
-            f"{len(rescued)} of those feasible ({_percent(len(rescued) / len(overflowed)) if overflowed else 'n/a'}); "
-            f"ops moved where it fits: mean {moved_mean}, max {moved_max} (the paper reports 8 % on "
-            f"average); makespan cost (makespan / Step 1 makespan) where it fits: mean "
-            f"{_mean([r.makespan_cost for r in fits if r.makespan_cost])}, max "
-            f"{max((r.makespan_cost or 0 for r in fits), default=0):.3f}; time: mean "
-            f"{secs(statistics.mean(r.seconds or 0 for r in mine)) if mine else '-'}, max "
-            f"{secs(max((r.seconds or 0 for r in mine), default=0))}.")
-    overflow = {(r.graph, r.devices, r.factor): r for r in limited if r.heuristic == "overflow"}
-    baselines = [r for r in limited if r.placer != "pardnn"]
-    for name in dict.fromkeys(r.placer for r in baselines):
-        mine = [r for r in baselines if r.placer == name and r.measured]
-        fitting = [(r, overflow[(r.graph, r.devices, r.factor)]) for r in mine if r.memory_fits]
-        ours = [(r, o) for r, o in fitting if o.status == OK]
-        faster = sum(o.makespan_us is not None and r.makespan_us is not None and o.makespan_us < r.makespan_us
-                     for r, o in ours)
-        if mine:
-            lines.append(f"- {LABELS[name]} (no heuristic) fits in {len(fitting)} of {len(mine)} cases"
-                         + (f"; in those, ParDNN I fits in {len(ours)} and has the shorter makespan in {faster}."
-                            if fitting else "."))
-    step1_fits = sum(bool(r.memory_fits) for r in step1.values())
-    lines.append(f"- ParDNN without a memory heuristic fits in {step1_fits} of {len(step1)} cases.")
-    fitting_cases = {(r.graph, r.devices, r.factor) for r in baselines if r.measured and r.memory_fits}
-    for heuristic, numeral in HEURISTICS.items():
-        gave_up = [r for r in limited if r.heuristic == heuristic and r.status == INFEASIBLE
-                   and (r.graph, r.devices, r.factor) in fitting_cases]
-        lines.append(f"- Exit 3 (infeasible or no placement found) with heuristic {numeral} while a baseline's "
-                     f"placement fits: {len(gave_up)} of {len(fitting_cases)} such cases (target 0).")
-    return [*lines, ""]
 
 
 def _free_table(runs: Sequence[Run]) -> list[str]:
@@ -180,7 +80,7 @@ def _free_table(runs: Sequence[Run]) -> list[str]:
             cells.append((f"**{ratio}**" if r.ratio == best else ratio) + (f" ({secs(r.seconds)})" if r.measured
                                                                          else ""))
         rows.append([group[0].graph, f"{group[0].ops:,}", str(key[1]), *cells])
-    return _table(["graph", "ops", "K", *(LABELS[p] for p in names)], rows, "lrr" + "r" * len(names))
+    return table(["graph", "ops", "K", *(LABELS[p] for p in names)], rows, "lrr" + "r" * len(names))
 
 
 def _limited_table(runs: Sequence[Run]) -> list[str]:
@@ -195,12 +95,12 @@ def _limited_table(runs: Sequence[Run]) -> list[str]:
             r = by[("pardnn", heuristic)]
             if r.status == OK:
                 cells.append(f"{r.ratio:.3f} · {fit_word(r)} · {r.moved_ops or 0:,} moved "
-                             f"({_percent(r.moved_share or 0)}) · ×{r.makespan_cost:.3f} · {secs(r.seconds)}")
+                             f"({percent(r.moved_share or 0)}) · ×{r.makespan_cost:.3f} · {secs(r.seconds)}")
             else:
                 cells.append(f"{r.status} · {secs(r.seconds)}")
         cells += [fit_word(by[(name, "")]) for name in baselines]
         rows.append(cells)
-    return _table(["graph", "ops", "K", "factor", "limit / device", "ParDNN Step 1", "ParDNN I", "ParDNN II",
+    return table(["graph", "ops", "K", "factor", "limit / device", "ParDNN Step 1", "ParDNN I", "ParDNN II",
                    *(LABELS[p] for p in baselines)], rows, "lrrrrc" + "l" * 2 + "c" * len(baselines))
 
 
@@ -209,7 +109,7 @@ def _slope_table(runs: Sequence[Run], devices: Sequence[int]) -> list[str]:
     per_k = {k: slopes(runs, names, k) for k in devices}
     rows = [[label, *(f"{per_k[k][label]:.2f}" if per_k[k][label] is not None else "-" for k in devices)]
             for label in names]
-    return _table(["placer", *(f"K = {k}" for k in devices)], rows, "l" + "r" * len(devices))
+    return table(["placer", *(f"K = {k}" for k in devices)], rows, "l" + "r" * len(devices))
 
 
 GUARD_COST_TARGET = 0.25  # the issue's bound on what the guard and the refinement add to `pardnn place`
@@ -225,7 +125,7 @@ def _speed_lines(results: BenchResults) -> list[str]:
             "(start, imports and reading the `.json.gz` graph included). The memory limit is "
             f"{SPEED_LIMIT_FACTOR:g} × the Step 1 memory demand / K. Targets are for {TARGET_OPS:,} ops on "
             f"K = {TARGET_DEVICES}.{first_run}", "",
-            *_table(["command", "wall time", "target", "met"],
+            *table(["command", "wall time", "target", "met"],
                     ([f"`{row.command}`" + (f" ({row.note})" if row.note else ""),
                       secs(row.seconds) + (" (infeasible, exit 3)" if row.infeasible else ""),
                       "-" if row.target_s is None else f"< {row.target_s:g} s",
@@ -291,7 +191,7 @@ def render_markdown(results: BenchResults, command: str, artifacts: Path, result
     for suite in suites:
         runs = [r for r in results.runs if r.suite == suite]
         lines += [f"### {suite.capitalize()}: ParDNN against the baselines", "",
-                  *_wins_section(runs, "graph" if suite == FILES else "synthetic graph")]
+                  *wins_section(runs, "graph" if suite == FILES else "synthetic graph")]
     synthetic = [r for r in results.runs if r.suite == SYNTHETIC]
     if synthetic:
         lines += ["### Speed and complexity", "", _target_line(results)]
@@ -300,19 +200,20 @@ def render_markdown(results: BenchResults, command: str, artifacts: Path, result
                 lines.append(f"- `{row.command}`" + (f" ({row.note})" if row.note else "") + f": {secs(row.seconds)}"
                              + (" (infeasible, exit 3)" if row.infeasible else "") + f" (target < {row.target_s:g} s: "
                              f"{'met' if row.seconds < row.target_s else '**missed**'}).")
-        fitted = slopes(synthetic, ["ParDNN", "LC", "ParDNN I", "ParDNN II"], k_scaling)
+        fitted = slopes(synthetic, ["ParDNN", "ParDNN (paper)", "LC", "ParDNN I", "ParDNN II"], k_scaling)
         sizes = sorted({r.ops for r in synthetic})
         lines.append(f"- Log–log slope of placer time against |V| (K = {k_scaling}, {len(sizes)} sizes "
                      f"{sizes[0]:,}–{sizes[-1]:,}; 1 is linear, 2 quadratic): "
                      + "; ".join(f"{label} {'-' if value is None else f'{value:.2f}'}"
                                  for label, value in fitted.items() if label in labels(synthetic))
-                     + ". ParDNN I and II: every run under a limit that fitted; LC: runs that finished within "
+                     + ". ParDNN, ParDNN I and II: their time less the fixed budget of the refinement and the run "
+                     "order; ParDNN I and II: every run under a limit that fitted; LC: runs that finished within "
                      "its budget.")
         lines.append("")
     for suite in suites:
         runs = [r for r in results.runs if r.suite == suite]
         if any(r.factor is not None for r in runs):
-            lines += [f"### {suite.capitalize()}: memory heuristics", "", *_memory_summary(runs)]
+            lines += [f"### {suite.capitalize()}: memory heuristics", "", *memory_summary(runs)]
     lines += _speed_lines(results)
     for suite in suites:
         lines += _suite_lines(suite, [r for r in results.runs if r.suite == suite], config, link)
@@ -339,8 +240,9 @@ def _suite_lines(suite: str, runs: Sequence[Run], config: SuiteConfig, link: str
     if len({r.ops for r in runs}) >= 2:
         lines += ["### Placer time against graph size", "",
                   "Log–log slope of the wall time against |V| (least squares; 1 is linear, 2 quadratic). ParDNN I "
-                  "and II: their runs under every memory limit; the others: their runs without one. Runs that "
-                  "timed out, were skipped or were infeasible are left out.", "",
+                  "and II: their runs under every memory limit; the others: their runs without one. ParDNN's time "
+                  "leaves out its refinement and run-order stages, which spend a fixed budget whatever the size. "
+                  "Runs that timed out, were skipped or were infeasible are left out.", "",
                   *_slope_table(runs, config.devices), "",
                   f"Plot: `{link}/time-{_slug(suite)}.png` (placer time against |V|; generated, not committed).",
                   ""]
@@ -361,7 +263,8 @@ def write_csv(runs: Sequence[Run], path: Path) -> None:
                              "" if r.factor is None else r.factor, "" if r.limit_bytes is None else r.limit_bytes,
                              r.status, _csv(r.makespan_us), _csv(r.lower_bound_us), _csv(r.ratio),
                              "" if r.memory_fits is None else str(r.memory_fits).lower(), _csv(r.peak_bytes),
-                             _csv(r.seconds), _csv(r.moved_ops), _csv(r.moved_share), _csv(r.makespan_cost)])
+                             _csv(r.seconds), _csv(r.moved_ops), _csv(r.moved_share), _csv(r.makespan_cost),
+                             _csv(r.budget_seconds)])
 
 
 def _csv(value: float | int | None) -> str:

@@ -16,6 +16,12 @@ exact CP-SAT placer is exponential: it runs only on graphs of at most ``exact_ma
 ``max_ops``, so never on the suite's synthetic graphs), under ``exact_time_limit_s``, and is recorded as
 ``skipped (size)`` above; ``python -m benchmarks.exact`` measures it on small graphs.
 
+Beside ParDNN as it ships, every graph and K also gets the *paper* row (the registry's
+``pardnn-paper``: Steps 1 and 2 alone, no guard, refinement or run order), so the report can say what
+the stages after Step 2 buy. ParDNN's own time is also recorded without its fixed-budget stages (the
+refinement and the run order's refinement spend a budget of ``refine_seconds`` whatever the size), so
+the fitted complexity is that of the algorithm, not of a constant.
+
 The command line is timed too (:mod:`benchmarks.speed`); :mod:`benchmarks.report` writes the results.
 """
 
@@ -30,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.speed import TARGET_DEVICES, TARGET_OPS, Progress, SpeedRow, speed
-from pardnn import partition
 from pardnn.baselines.exact import DEFAULT_MAX_OPS as EXACT_MAX_OPS
 from pardnn.errors import InfeasibleError, MissingDependencyError, PardnnError
 from pardnn.graph import CostGraph
@@ -40,10 +45,11 @@ from pardnn.placers import PLACERS
 from pardnn.synthetic import dnn_graph
 from pardnn.warmup import warm_up
 
-__all__ = ["FULL", "QUICK", "BenchResults", "Progress", "Run", "SuiteConfig", "bench_graph", "graph_paths",
+__all__ = ["FULL", "PAPER", "QUICK", "BenchResults", "Progress", "Run", "SuiteConfig", "bench_graph", "graph_paths",
            "run_suite"]
 
 BASELINES = tuple(name for name, placer in PLACERS.items() if not placer.complete)  # not ParDNN's own
+PAPER = "pardnn-paper"  # the registry's paper row: Steps 1 and 2 alone (no guard, refinement or run order)
 LABELS = {"pardnn": "ParDNN", "pardnn-paper": "ParDNN (paper)", "critical_path": "CP", "linear_clustering": "LC",
           "metis": "METIS", "topological": "topological", "round_robin": "round robin", "single": "single",
           "etf": "ETF", "exact": "exact"}
@@ -92,6 +98,8 @@ class Run:
     factor of the demand (``None``: no limit). ``makespan_cost`` is the makespan over ParDNN's Step 1
     makespan on the same graph and K. ``seconds`` is the wall time of the placer call, its own
     evaluation included; a baseline under a limit repeats its time without one (same placement).
+    ``budget_seconds`` is the part of a ParDNN run spent in its fixed-budget stages (refinement and
+    run order), left out of the complexity fit.
     """
 
     suite: str
@@ -112,6 +120,7 @@ class Run:
     moved_ops: int | None = None
     moved_share: float | None = None
     makespan_cost: float | None = None
+    budget_seconds: float | None = None
 
     @property
     def measured(self) -> bool:
@@ -165,6 +174,10 @@ def fit_word(r: Run) -> str:
 
 
 # ------------------------------------------------------------------------------------- running
+# ParDNN's stages that spend a fixed budget (refine_seconds) whatever the graph's size.
+BUDGET_STAGES = ("refine", "order")
+
+
 def _from_result(base: Run, result: Any, seconds: float, step1_makespan: float | None) -> Run:
     report = result.report
     evaluation = report.evaluation
@@ -174,7 +187,8 @@ def _from_result(base: Run, result: Any, seconds: float, step1_makespan: float |
         lower_bound_us=evaluation.lower_bound_us, memory_fits=evaluation.memory_fits,
         peak_bytes=max(evaluation.peak_memory_bytes), seconds=seconds, moved_ops=details.get("moved_ops"),
         moved_share=details.get("moved_share"),
-        makespan_cost=None if step1_makespan is None else evaluation.makespan_us / step1_makespan)
+        makespan_cost=None if step1_makespan is None else evaluation.makespan_us / step1_makespan,
+        budget_seconds=sum(report.stage_seconds.get(stage, 0.0) for stage in BUDGET_STAGES))
 
 
 def _run_baseline(base: Run, graph: CostGraph, machine: Machine, config: SuiteConfig, progress: Progress) -> Run:
@@ -199,10 +213,11 @@ def _run_baseline(base: Run, graph: CostGraph, machine: Machine, config: SuiteCo
 
 
 def _run_pardnn(base: Run, graph: CostGraph, machine: Machine, step1_makespan: float | None) -> tuple[Run, Any]:
-    """ParDNN with ``base.heuristic``: the run, and the :class:`~pardnn.result.Result` (None if infeasible)."""
+    """ParDNN (or the paper row, ``base.placer``) with ``base.heuristic``: the run, and the
+    :class:`~pardnn.result.Result` (None if infeasible)."""
     start = time.perf_counter()
     try:
-        result = partition(graph, machine, memory_heuristic=base.heuristic or None)
+        result = PLACERS[base.placer](graph, machine, memory_heuristic=base.heuristic or None)
     except InfeasibleError:
         return dataclasses.replace(base, status=INFEASIBLE, seconds=time.perf_counter() - start), None
     return _from_result(base, result, time.perf_counter() - start, step1_makespan), result
@@ -215,8 +230,9 @@ def bench_graph(suite: str, graph: CostGraph, config: SuiteConfig, progress: Pro
         free = Machine(k)
         base = Run(suite, graph.name, graph.n, graph.m, k, "pardnn", "", None, None, OK)
         step1, step1_result = _run_pardnn(base, graph, free, None)
-        unlimited = [step1] + [_run_baseline(dataclasses.replace(base, placer=name), graph, free, config, progress)
-                               for name in config.baselines]
+        paper = _run_pardnn(dataclasses.replace(base, placer=PAPER), graph, free, None)[0]
+        unlimited = [step1, paper] + [_run_baseline(dataclasses.replace(base, placer=name), graph, free, config,
+                                                    progress) for name in config.baselines]
         runs += unlimited
         progress(f"{suite}: {graph.name} ({graph.n:,} ops), K = {k}: "
                  + ", ".join(f"{r.label} {cell_ratio(r)}" + (f" in {secs(r.seconds)}" if r.measured else "")
