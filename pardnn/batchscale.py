@@ -131,6 +131,7 @@ class BatchScaling:
             g.names, comp_us, whole["out_bytes"], g.edge_src, g.edge_dst, whole["edge_bytes"],
             kind=g.kind, colocation=self._labels, ops=g.ops, param_bytes=whole["param_bytes"],
             name=g.name if name is None else name, memory_limit_bytes=g.memory_limit_bytes,
+            micro_batch=g.micro_batch, copy_of=g.copy_of,
         )
 
     def mismatch(self, built: CostParts, batch: int) -> str | None:

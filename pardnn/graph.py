@@ -2,7 +2,9 @@
 
 Nodes are ``0..n-1``. Per node: ``names``, ``ops`` (op type, informational), ``comp_us`` (float64,
 microseconds), ``out_bytes`` (int64, memory its outputs hold), ``kind`` (:class:`Kind`),
-``colocation`` (group id or -1; ``group_names[id]`` is the group's label) and ``param_bytes``.
+``colocation`` (group id or -1; ``group_names[id]`` is the group's label) and ``param_bytes``;
+optionally the micro-batch copy metadata ``micro_batch`` and ``copy_of`` (:mod:`pardnn.copies`;
+both ``None`` on a graph without it).
 Edges are stored twice, as CSR successors (``succ_ptr``/``succ``/``succ_bytes``, sorted by source
 then destination; this is also the edge order of ``edge_src``/``edge_dst``/``edge_bytes``) and CSR
 predecessors (``pred_ptr``/``pred``/``pred_bytes``, with ``pred_edge`` giving each slot's edge id).
@@ -28,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pardnn import csr, validation
+from pardnn import copies, csr, validation
 from pardnn.csr import segment_reduce
 from pardnn.errors import InvalidGraphError
 from pardnn.validation import KIND_NAMES
@@ -50,6 +52,10 @@ _MAX_LISTED = 8
 def _listing(names: Sequence[str]) -> str:
     shown = ", ".join(repr(s) for s in names[:_MAX_LISTED])
     return shown + (f", ... ({len(names)} in all)" if len(names) > _MAX_LISTED else "")
+
+
+def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return a is b if a is None or b is None else bool(np.array_equal(a, b))
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
@@ -85,6 +91,10 @@ class CostGraph:
         Graph name.
     memory_limit_bytes:
         Optional per-device memory limit carried by the graph file (whole number > 0).
+    micro_batch, copy_of:
+        Optional micro-batch copy metadata (:mod:`pardnn.copies`): each op's micro-batch (-1 or
+        ``None``: none) and the index of the op of micro-batch 0 it copies (itself, or ``None``, for
+        ops of micro-batch 0 and shared ops). ``None`` (the default): a graph without metadata.
     _name_index:
         Private, for readers that built ``validation.name_index(names)`` already (to resolve edges
         given by name): taken as the graph's own index instead of building it again.
@@ -117,6 +127,8 @@ class CostGraph:
         param_bytes: npt.ArrayLike | None = None,
         name: str = "graph",
         memory_limit_bytes: int | None = None,
+        micro_batch: npt.ArrayLike | Sequence[int | None] | None = None,
+        copy_of: npt.ArrayLike | Sequence[int | None] | None = None,
         _name_index: dict[str, int] | None = None,
     ) -> None:
         self.name = graph = str(name)
@@ -140,6 +152,9 @@ class CostGraph:
         colocation_ids, self.group_names = validation.group_column(colocation, n, label, graph)
         self.colocation = _readonly(colocation_ids)
         self.memory_limit_bytes = validation.memory_limit(memory_limit_bytes, graph)
+        batch, source = copies.copy_columns(micro_batch, copy_of, n, label, self.ops, graph)
+        self.micro_batch = None if batch is None else _readonly(batch)
+        self.copy_of = None if source is None else _readonly(source)
         self._build_edges(src, dst, edge_bytes)
         self.topo_order = _readonly(self._topological_order())
         self.topo_rank = np.empty(n, np.int64)
@@ -210,15 +225,16 @@ class CostGraph:
         raise InvalidGraphError(f"graph {self.name!r} has a cycle: {_listing([self.names[v] for v in cycle])}")
 
     _REPLACEABLE = ("names", "comp_us", "out_bytes", "edge_src", "edge_dst", "edge_bytes", "kind", "colocation",
-                    "ops", "param_bytes", "name", "memory_limit_bytes")
+                    "ops", "param_bytes", "name", "memory_limit_bytes", "micro_batch", "copy_of")
 
     def replace(self, **fields: Any) -> CostGraph:
         """A new graph equal to this one but for ``fields`` (validated again, like any construction).
 
         Fields: ``names``, ``comp_us``, ``out_bytes``, ``edge_src``, ``edge_dst``, ``edge_bytes``,
         ``kind``, ``colocation`` (labels, or ids with -1 for none), ``ops``, ``param_bytes``, ``name``,
-        ``memory_limit_bytes``. Every field not given is kept, ``memory_limit_bytes`` and the group
-        labels included; edge bytes stay as they are when only ``out_bytes`` changes.
+        ``memory_limit_bytes``, ``micro_batch``, ``copy_of``. Every field not given is kept,
+        ``memory_limit_bytes``, the copy metadata and the group labels included; edge bytes stay as
+        they are when only ``out_bytes`` changes.
         """
         unknown = sorted(set(fields) - set(self._REPLACEABLE))
         if unknown:
@@ -232,7 +248,8 @@ class CostGraph:
         return CostGraph(value["names"], value["comp_us"], value["out_bytes"], value["edge_src"], value["edge_dst"],
                          value["edge_bytes"], kind=value["kind"], colocation=value["colocation"], ops=value["ops"],
                          param_bytes=value["param_bytes"], name=value["name"],
-                         memory_limit_bytes=value["memory_limit_bytes"],
+                         memory_limit_bytes=value["memory_limit_bytes"], micro_batch=value["micro_batch"],
+                         copy_of=value["copy_of"] if value["micro_batch"] is not None else None,
                          _name_index=self._index if same_names else None)
 
     # ------------------------------------------------------------------ queries
@@ -255,6 +272,16 @@ class CostGraph:
     @property
     def out_degree(self) -> np.ndarray:
         return np.diff(self.succ_ptr)
+
+    @property
+    def has_copies(self) -> bool:
+        """The graph carries micro-batch copy metadata (``micro_batch``, ``copy_of``)."""
+        return self.micro_batch is not None
+
+    @property
+    def micro_batches(self) -> int:
+        """M, the micro-batches its metadata names (1 without metadata)."""
+        return copies.micro_batches(self.micro_batch)
 
     @property
     def total_work_us(self) -> float:
@@ -282,6 +309,7 @@ class CostGraph:
             and self.ops == other.ops
             and self.group_names == other.group_names
             and self.memory_limit_bytes == other.memory_limit_bytes
+            and all(_same(getattr(self, f), getattr(other, f)) for f in ("micro_batch", "copy_of"))
             and all(
                 np.array_equal(getattr(self, f), getattr(other, f))
                 for f in ("comp_us", "out_bytes", "param_bytes", "kind", "colocation",

@@ -1,6 +1,6 @@
 """The native graph file: ``pardnn-graph`` JSON (``.json``, or gzip-compressed ``.json.gz``).
 
-Version 1 of the format (DESIGN.md, "Native graph file")::
+Version 1 of the format (DESIGN.md, "Native graph file"; version 2 below)::
 
     {"format": "pardnn-graph", "version": 1, "name": "trn-2",
      "nodes": [{"name": "dense/MatMul", "op": "MatMul", "comp_us": 812.0, "out_bytes": 33554432,
@@ -14,6 +14,12 @@ or ``reference``; default ``normal``), ``colocate`` (group label string or null;
 ``bytes`` (whole number >= 0) defaults to the producer's ``out_bytes``, and null means the same.
 At the top level ``name`` is optional (default: the file name without its suffixes) and so is
 ``memory_limit_bytes`` (whole number > 0 or null).
+
+Version 2 adds the micro-batch copy metadata (:mod:`pardnn.copies`), two optional node fields:
+``micro_batch`` (whole number >= 0, or null for an op of no micro-batch) and ``copy_of`` (the name
+of the op of micro-batch 0 this op copies, or null for itself). Both versions are read; the writer
+writes version 1 for a graph without metadata (files stay byte-identical) and version 2, with both
+fields on every node, for a graph with it.
 
 One reader: msgspec decodes the file straight into the typed records of :mod:`pardnn.io.schema`
 (which checks what only the file can get wrong: JSON syntax, header, field types, required and
@@ -85,7 +91,7 @@ def read_graph(path: PathLike) -> CostGraph:
     ------
     InvalidGraphError
         The file is missing or unreadable, is not JSON (line and column given), is not a
-        ``pardnn-graph`` version 1 file, or a node or edge breaks a rule. The message starts with
+        ``pardnn-graph`` version 1 or 2 file, or a node or edge breaks a rule. The message starts with
         the file name and names the node or edge (index and name), the field, the value and what
         was expected.
 
@@ -179,10 +185,23 @@ def _graph(document: schema.Document, source: str, default_name: str) -> CostGra
             param_bytes=list(_Column(nodes, "param_bytes")),
             name=default_name if document.name is msgspec.UNSET else document.name,
             memory_limit_bytes=document.memory_limit_bytes,
+            **(_copies(nodes, index) if document.version >= 2 else {}),
             _name_index=index,
         )
     except InvalidGraphError as exc:  # a rule of the graph: name the file too
         raise InvalidGraphError(f"{source}: {exc}") from exc
+
+
+def _copies(nodes: list[schema.Node], index: dict[str, int]) -> dict[str, Any]:
+    """The copy metadata of a version 2 document (``copy_of`` names resolved; the graph checks the rest)."""
+    sources = []
+    for k, node in enumerate(nodes):
+        name = node.copy_of
+        if name is not None and name not in index:
+            raise InvalidGraphError(f"node #{k} {node.name!r}: copy_of = {name!r}; expected the name of an op of "
+                                    "micro-batch 0 of this graph (not among its ops)")
+        sources.append(None if name is None else index[name])
+    return {"micro_batch": list(_Column(nodes, "micro_batch")), "copy_of": sources}
 
 
 # ---------------------------------------------------------------------------------------- writing
@@ -213,7 +232,7 @@ def graph_to_dict(graph: CostGraph) -> dict[str, Any]:
 
     ``graph_from_dict(graph_to_dict(g)) == g``.
     """
-    document: dict[str, Any] = {"format": FORMAT, "version": VERSION, "name": graph.name}
+    document: dict[str, Any] = {"format": FORMAT, "version": _version(graph), "name": graph.name}
     if graph.memory_limit_bytes is not None:
         document["memory_limit_bytes"] = graph.memory_limit_bytes
     document["nodes"] = [
@@ -228,6 +247,8 @@ def graph_to_dict(graph: CostGraph) -> dict[str, Any]:
         }
         for op_name, op_type, comp, out, param, kind, group in _node_rows(graph)
     ]
+    for node, (batch, source) in zip(document["nodes"], _copy_rows(graph), strict=False):
+        node["micro_batch"], node["copy_of"] = batch, source
     document["edges"] = [
         {"src": graph.names[s], "dst": graph.names[d], "bytes": nbytes} for s, d, nbytes in _edge_rows(graph)
     ]
@@ -247,6 +268,19 @@ def _node_rows(graph: CostGraph) -> Iterator[tuple[str, str, float, int, int, in
     )
 
 
+def _version(graph: CostGraph) -> int:
+    """1 for a graph without copy metadata (its file stays what it always was), else 2."""
+    return VERSION if graph.has_copies else 1
+
+
+def _copy_rows(graph: CostGraph) -> list[tuple[int | None, str | None]]:
+    """Each node's ``micro_batch`` and ``copy_of`` as written (null: none, itself); empty without metadata."""
+    if graph.micro_batch is None or graph.copy_of is None:
+        return []
+    return [(None if batch < 0 else batch, None if source == v else graph.names[source])
+            for v, (batch, source) in enumerate(zip(graph.micro_batch.tolist(), graph.copy_of.tolist(), strict=True))]
+
+
 def _edge_rows(graph: CostGraph) -> Iterator[tuple[int, int, int]]:
     return zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_bytes.tolist(), strict=True)
 
@@ -256,7 +290,7 @@ def _encode(graph: CostGraph) -> str:
     # record sits on its own line; strings go through json's own C escaper.
     quoted_names = list(map(encode_basestring_ascii, graph.names))
     quoted_groups = list(map(encode_basestring_ascii, graph.group_names))
-    header = f'{{"format": "{FORMAT}", "version": {VERSION}, "name": {encode_basestring_ascii(graph.name)}'
+    header = f'{{"format": "{FORMAT}", "version": {_version(graph)}, "name": {encode_basestring_ascii(graph.name)}'
     if graph.memory_limit_bytes is not None:
         header += f', "memory_limit_bytes": {graph.memory_limit_bytes}'
     node_lines = [
@@ -265,6 +299,12 @@ def _encode(graph: CostGraph) -> str:
         + (f', "param_bytes": {param}}}' if param else "}")
         for quoted, (_, op_type, comp, out, param, kind, group) in zip(quoted_names, _node_rows(graph), strict=True)
     ]
+    if graph.has_copies:
+        node_lines = [
+            f'{line[:-1]}, "micro_batch": {"null" if batch is None else batch}, '
+            f'"copy_of": {"null" if source is None else encode_basestring_ascii(source)}}}'
+            for line, (batch, source) in zip(node_lines, _copy_rows(graph), strict=True)
+        ]
     edge_lines = [
         f'{{"src": {quoted_names[s]}, "dst": {quoted_names[d]}, "bytes": {nbytes}}}'
         for s, d, nbytes in _edge_rows(graph)

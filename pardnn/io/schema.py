@@ -9,6 +9,10 @@ may be written ``1e6`` or ``4096.0``. Everything about values (costs >= 0, whole
 unique names, known kinds, edges between known ops, no cycles) is the graph's to check:
 :class:`~pardnn.graph.CostGraph` does, once, for every reader.
 
+Versions 1 and 2 are read. Version 2 adds two optional node fields, the micro-batch copy metadata
+(``micro_batch``, ``copy_of``: :mod:`pardnn.copies`); a version 1 file that has one is refused
+naming the node (looked for only when the file's bytes hold the field's name).
+
 msgspec stops at the first problem and says what and where: ``Expected `float`, got `str` - at
 `$.nodes[12].comp_us```. :func:`decode` and :func:`convert` turn that into an
 :class:`InvalidGraphError` naming the file, the node (``node #12 'dense/MatMul'``) or edge
@@ -31,13 +35,18 @@ import msgspec
 from pardnn.errors import InvalidGraphError
 from pardnn.validation import BYTES, COST, NAME, shown
 
-__all__ = ["FORMAT", "VERSION", "Document", "Edge", "Node", "check_header", "convert", "decode"]
+__all__ = ["COPY_FIELDS", "FORMAT", "VERSION", "VERSIONS", "Document", "Edge", "Node", "check_header", "convert",
+           "decode"]
 
 FORMAT = "pardnn-graph"
-VERSION = 1
+VERSION = 2  # the newest; the writer writes 1 for a graph without micro-batch copy metadata
+VERSIONS = (1, 2)
+COPY_FIELDS = ("micro_batch", "copy_of")  # node fields of version 2 (pardnn.copies)
 
 
-class Node(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+class _NodeV1(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A node of version 1 (also used to say which field a version 1 file may not have)."""
+
     name: str
     comp_us: float
     out_bytes: int | float
@@ -45,6 +54,13 @@ class Node(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     kind: str = "normal"
     colocate: str | None = None
     param_bytes: int | float = 0
+
+
+class Node(_NodeV1, forbid_unknown_fields=True, gc=False):
+    """A node of version 2: version 1's and the copy metadata."""
+
+    micro_batch: int | None = None  # None for an op of no micro-batch
+    copy_of: str | None = None  # None for itself
 
 
 class Edge(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -62,15 +78,19 @@ class Document(msgspec.Struct, forbid_unknown_fields=True):
     memory_limit_bytes: int | float | None = None
 
 
+class _DocumentV1(msgspec.Struct):
+    nodes: list[_NodeV1]
+
+
 _DECODER = msgspec.json.Decoder(Document)
 _FIELDS = {  # in the order the writer writes them
     None: ("format", "version", "name", "memory_limit_bytes", "nodes", "edges"),
-    "nodes": ("name", "op", "comp_us", "out_bytes", "kind", "colocate", "param_bytes"),
+    "nodes": ("name", "op", "comp_us", "out_bytes", "kind", "colocate", "param_bytes"),  # version 2: + COPY_FIELDS
     "edges": ("src", "dst", "bytes"),
 }
 _EXPECTED: dict[tuple[str | None, str], str] = {
     (None, "format"): repr(FORMAT),
-    (None, "version"): str(VERSION),
+    (None, "version"): " or ".join(map(str, VERSIONS)),
     (None, "name"): "a string",
     (None, "nodes"): "a list",
     (None, "edges"): "a list",
@@ -82,6 +102,8 @@ _EXPECTED: dict[tuple[str | None, str], str] = {
     ("nodes", "param_bytes"): BYTES,
     ("nodes", "kind"): "one of normal, residual, reference",
     ("nodes", "colocate"): "a group label string or null",
+    ("nodes", "micro_batch"): "a whole number >= 0 (the micro-batch) or null (an op of no micro-batch)",
+    ("nodes", "copy_of"): "the name of the op of micro-batch 0 this op copies, or null (itself)",
     ("edges", "src"): "an op name string",
     ("edges", "dst"): "an op name string",
     ("edges", "bytes"): f"{BYTES} or null",
@@ -115,7 +137,18 @@ def decode(raw: bytes, source: str) -> Document:
             raise InvalidGraphError(f"{source}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
         raise
     check_header(document.format, document.version, source)
+    if document.version == 1 and any(b'"%s"' % field.encode() in raw for field in COPY_FIELDS):
+        _refuse_copy_fields(lambda: msgspec.json.decode(raw, type=_DocumentV1), msgspec.Raw(raw), source)
     return document
+
+
+def _refuse_copy_fields(decode_v1: Any, root: Any, source: str) -> None:
+    """Raise naming the first node of a version 1 document with a field of version 2 (``decode_v1``
+    decodes the document by version 1's schema; ``root`` is the document, for the message)."""
+    try:
+        decode_v1()
+    except msgspec.ValidationError as exc:
+        raise _translate(str(exc), source, root) from None
 
 
 def convert(data: Any, source: str) -> Document:
@@ -125,11 +158,14 @@ def convert(data: Any, source: str) -> Document:
     except msgspec.ValidationError as exc:
         raise _translate(str(exc), source, data) from None
     check_header(document.format, document.version, source)
+    if document.version == 1 and any(isinstance(node, dict) and not node.keys().isdisjoint(COPY_FIELDS)
+                                      for node in data.get("nodes", ())):
+        _refuse_copy_fields(lambda: msgspec.convert(data, _DocumentV1), data, source)
     return document
 
 
 def check_header(form: Any, version: Any, source: str) -> None:
-    """Raise unless the ``format`` and ``version`` fields (``_MISSING`` when absent) say pardnn-graph 1."""
+    """Raise unless the ``format`` and ``version`` fields (``_MISSING`` when absent) say pardnn-graph 1 or 2."""
     if form is _MISSING:
         raise InvalidGraphError(
             f'{source}: missing "format" field; expected "format": "{FORMAT}" (not a pardnn graph file?)'
@@ -137,10 +173,10 @@ def check_header(form: Any, version: Any, source: str) -> None:
     if form != FORMAT:
         raise InvalidGraphError(f"{source}: format = {form!r}; expected {FORMAT!r}")
     if version is _MISSING:
-        raise InvalidGraphError(f'{source}: missing "version" field; expected "version": {VERSION}')
-    if type(version) is not int or version != VERSION:
+        raise InvalidGraphError(f'{source}: missing "version" field; expected "version": {VERSION} (or 1)')
+    if type(version) is not int or version not in VERSIONS:
         raise InvalidGraphError(
-            f"{source}: unsupported version {version!r}; this pardnn reads {FORMAT} version {VERSION}"
+            f"{source}: unsupported version {version!r}; this pardnn reads {FORMAT} versions 1 and {VERSION}"
         )
 
 
@@ -188,9 +224,14 @@ def _translate(message: str, source: str, root: Any, literal: bytes | None = Non
         return InvalidGraphError(f"{prefix}{field} = {number!r}; expected {_expected(container, field)}")
     if (found := _FIELD_PROBLEM.fullmatch(problem)) is not None and field is None:
         name = found["field"]
+        if found["what"] == "contains unknown" and container == "nodes" and name in COPY_FIELDS:
+            return InvalidGraphError(f'{prefix}field {name!r} in a version 1 file; {" and ".join(COPY_FIELDS)} '
+                                     'are fields of version 2 (write "version": 2)')
         if found["what"] == "contains unknown":
             scope = "field" if label else "top-level field"
-            return InvalidGraphError(f"{prefix}unknown {scope} {name!r}; expected only {', '.join(_FIELDS[container])}")
+            known = _FIELDS[container] + (COPY_FIELDS if container == "nodes" and _plain(_child(top, "version")) == 2
+                                          else ())
+            return InvalidGraphError(f"{prefix}unknown {scope} {name!r}; expected only {', '.join(known)}")
         if not label:
             return InvalidGraphError(f'{prefix}missing "{name}" field; expected a list (may be empty)')
         hint = " (an op name)" if container == "edges" else ""

@@ -376,7 +376,8 @@ NATIVE_ERRORS = [
     ("missing-format", _delete("format"), 'missing "format" field'),
     ("wrong-format", _set("format", "tf-graph"), "format = 'tf-graph'; expected 'pardnn-graph'"),
     ("missing-version", _delete("version"), 'missing "version" field'),
-    ("unsupported-version", _set("version", 2), "unsupported version 2; this pardnn reads pardnn-graph version 1"),
+    ("unsupported-version", _set("version", 3),
+     "unsupported version 3; this pardnn reads pardnn-graph versions 1 and 2"),
     ("version-string", _set("version", "1"), "unsupported version '1'"),
     ("unknown-top-field", _set("metadata", {}), "unknown top-level field 'metadata'"),
     ("graph-name-type", _set("name", 7), "name = 7; expected a string"),
@@ -479,9 +480,10 @@ TRANSLATED = [
      r"node #12 'op12': comp_us = 1000000000.*\.\.\. \(401 characters\); expected a finite number >= 0$"),
     ("header-before-body", lambda d: (_set("format", "onnx")(d), _set("nodes.3.weird", 1)(d)),
      r"format = 'onnx'; expected 'pardnn-graph'$"),
-    ("version-before-body", lambda d: (_set("version", 2)(d), _set("nodes.3.comp_us", "x")(d)),
-     r"unsupported version 2; this pardnn reads pardnn-graph version 1$"),
-    ("version-float", _set("version", 1.0), r"unsupported version 1\.0; this pardnn reads pardnn-graph version 1$"),
+    ("version-before-body", lambda d: (_set("version", 3)(d), _set("nodes.3.comp_us", "x")(d)),
+     r"unsupported version 3; this pardnn reads pardnn-graph versions 1 and 2$"),
+    ("version-float", _set("version", 1.0),
+     r"unsupported version 1\.0; this pardnn reads pardnn-graph versions 1 and 2$"),
 ]
 
 
@@ -533,7 +535,8 @@ def test_byte_order_mark_is_named(tmp_path: Path) -> None:
 def test_schema_field_lists_match_the_records() -> None:
     """The fields named in "expected only ..." messages are exactly the schema's."""
     assert set(schema._FIELDS[None]) == set(schema.Document.__struct_fields__)
-    assert set(schema._FIELDS["nodes"]) == set(schema.Node.__struct_fields__)
+    assert set(schema._FIELDS["nodes"]) | set(schema.COPY_FIELDS) == set(schema.Node.__struct_fields__)
+    assert set(schema._FIELDS["nodes"]) == set(schema._NodeV1.__struct_fields__)  # version 1's
     assert set(schema._FIELDS["edges"]) == set(schema.Edge.__struct_fields__)
     assert all(key in schema._EXPECTED for key in (("nodes", f) for f in schema.Node.__struct_fields__))
     assert all(key in schema._EXPECTED for key in (("edges", f) for f in schema.Edge.__struct_fields__))
@@ -1116,3 +1119,78 @@ def test_a_plain_file_whose_first_name_holds_a_space_still_reads(tmp_path):
     write_placement(tmp_path / "p.json", g, np.array([0, 0]), order=np.array([0, 1]))
     placement, order = read_ordered_placement(tmp_path / "p.json", g)
     assert placement.tolist() == [0, 0] and order.tolist() == [0, 1]
+
+
+# ---------------------------------------------------------------------------------------- version 2: copies
+def _two_copies() -> CostGraph:
+    """Two micro-batches of a 2-op chain (x -> y), their outputs summed by a shared op."""
+    return CostGraph(["x", "y", "m1/x", "m1/y", "sum"], [1.0, 2.0, 1.0, 2.0, 0.5], [4, 8, 4, 8, 8],
+                     [0, 2, 1, 3], [1, 3, 4, 4], ops=["X", "Y", "X", "Y", "AddN"],
+                     micro_batch=[0, 0, 1, 1, None], copy_of=[None, None, 0, 1, None], name="copies")
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_version_2_round_trip(tmp_path: Path, suffix: str) -> None:
+    graph = _two_copies()
+    path = tmp_path / f"copies{suffix}"
+    write_graph(graph, path)
+    back = read_graph(path)
+    assert back == graph and back.micro_batches == 2
+    assert back.micro_batch.tolist() == [0, 0, 1, 1, -1] and back.copy_of.tolist() == [0, 1, 0, 1, 4]
+    assert graph_from_dict(graph_to_dict(graph)) == graph
+    document = graph_to_dict(graph)
+    assert document["version"] == 2
+    assert document["nodes"][2]["micro_batch"] == 1 and document["nodes"][2]["copy_of"] == "x"
+    assert document["nodes"][4]["micro_batch"] is None and document["nodes"][4]["copy_of"] is None
+    assert graph != graph.replace(micro_batch=None)  # metadata takes part in equality
+    assert graph.replace(comp_us=np.ones(5)).copy_of.tolist() == graph.copy_of.tolist()  # replace keeps it
+
+
+def test_graph_without_metadata_writes_version_1_byte_identical(tmp_path: Path) -> None:
+    """A version 1 file still reads (no metadata) and writes back byte for byte."""
+    graph = small_graph()
+    path = tmp_path / "v1.json"
+    write_graph(graph, path)
+    raw = path.read_bytes()
+    assert raw.startswith(b'{"format": "pardnn-graph", "version": 1,') and b"micro_batch" not in raw
+    back = read_graph(path)
+    assert back.micro_batch is None and back.copy_of is None and back.micro_batches == 1
+    write_graph(back, tmp_path / "again.json")
+    assert (tmp_path / "again.json").read_bytes() == raw
+
+
+def _mutated(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    document = graph_to_dict(_two_copies())
+    change(document)
+    return document
+
+
+COPY_ERRORS = [
+    ("v1-has-field", lambda d: d.update(version=1),
+     r"node #0 'x': field 'micro_batch' in a version 1 file; micro_batch and copy_of are fields of version 2"),
+    ("unknown-copy", lambda d: d["nodes"][2].update(copy_of="nope"),
+     r"node #2 'm1/x': copy_of = 'nope'; expected the name of an op of micro-batch 0"),
+    ("copy-not-in-0", lambda d: d["nodes"][3].update(copy_of="m1/y"),
+     r"node #3 'm1/y': copy_of = node #3 'm1/y', which is in micro-batch 1; expected an op of micro-batch 0"),
+    ("copy-of-shared", lambda d: d["nodes"][2].update(copy_of="sum", op="AddN"),
+     r"node #2 'm1/x': copy_of = node #4 'sum', which is in no micro-batch; expected an op of micro-batch 0"),
+    ("other-type", lambda d: d["nodes"][2].update(copy_of="y"),
+     r"node #2 'm1/x': copy_of = node #1 'y', an op of type 'Y'; expected an op of this op's type 'X'"),
+    ("first-copies-other", lambda d: d["nodes"][1].update(copy_of="x", op="X"),
+     r"node #1 'y': copy_of = node #0 'x'; an op of micro-batch 0 copies itself \(expected null\)"),
+    ("micro-batch-type", lambda d: d["nodes"][2].update(micro_batch="1"),
+     r"node #2 'm1/x': micro_batch = '1'; expected a whole number >= 0"),
+    ("micro-batch-negative", lambda d: d["nodes"][2].update(micro_batch=-2),
+     r"node #2 'm1/x': micro_batch = -2; expected a whole number >= 0"),
+    ("copy-of-type", lambda d: d["nodes"][2].update(copy_of=0), r"node #2 'm1/x': copy_of = 0; expected the name"),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), [case[1:] for case in COPY_ERRORS], ids=[c[0] for c in COPY_ERRORS])
+def test_bad_copy_metadata_names_file_node_field_value(tmp_path: Path, change: Any, message: str) -> None:
+    document = _mutated(change)
+    path = write_text(tmp_path / "bad.json", json.dumps(document))
+    with pytest.raises(InvalidGraphError, match=rf"^{re.escape(str(path))}: (graph 'copies': )?{message}"):
+        read_graph(path)
+    with pytest.raises(InvalidGraphError, match=rf"^bad\.json: (graph 'copies': )?{message}"):
+        graph_from_dict(document, "bad.json")
