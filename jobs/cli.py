@@ -15,7 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from jobs.schema import micro_batches_arg, positive_int
+from jobs.schema import micro_batches_arg, micro_batches_number, positive_int
 from pardnn.cli.options import EXIT_OK, add_parser, param_type, us
 from pardnn.errors import MissingDependencyError, PardnnError
 from pardnn.machine import format_bytes
@@ -122,7 +122,7 @@ def register_capture(sub: Any) -> None:
     costs.add_argument("--profile", metavar="N", type=param_type("profile_steps"),
                        help="measure N traced training steps on this machine (allocates and runs the model)")
     capture.add_argument("--batch-size", type=positive_int, default=None, help="override the job's batch size")
-    capture.add_argument("--micro-batches", type=micro_batches_arg, default=None, metavar="M",
+    capture.add_argument("--micro-batches", type=micro_batches_number, default=None, metavar="M",
                          help="override the job's [train] micro_batches: split the batch into M micro-batches, "
                               "their gradients summed into one update (M must divide the batch)")
     capture.add_argument("--name", default=None, help="graph name (default: the job's name or the function's)")

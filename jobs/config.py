@@ -86,7 +86,7 @@ class Job:
     seed: int = TRAIN["seed"].default
     momentum: float = TRAIN["momentum"].default
     grad_clip: float = TRAIN["grad_clip"].default
-    micro_batches: int = TRAIN["micro_batches"].default
+    micro_batches: int | str = TRAIN["micro_batches"].default  # or "auto" (pardnn-launch, max-batch)
     loss: str | dict[str, str] = TRAIN["loss"].default
     loss_weights: dict[str, float] | None = TRAIN["loss_weights"].default
     iterations: int = RUN["iterations"].default

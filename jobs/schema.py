@@ -25,9 +25,9 @@ from pardnn.settings import PLACEMENT as SHARED_PLACEMENT
 from pardnn.settings import REQUIRED, Param
 from pardnn.settings import RUN as SHARED_RUN
 
-__all__ = ["DATASETS", "DEFAULT", "ENTRY", "JOB_FILE", "KERAS_LOSSES", "MODEL_PARAMS", "PLACEMENT", "PLACEMENT_KEYS",
-           "RUN", "TOP", "TRAIN", "BadOutput", "Param", "PerOutput", "check_model", "is_entry", "micro_batches_arg",
-           "normalise", "positive_int", "window_fits"]
+__all__ = ["AUTO", "DATASETS", "DEFAULT", "ENTRY", "JOB_FILE", "KERAS_LOSSES", "MODEL_PARAMS", "PLACEMENT",
+           "PLACEMENT_KEYS", "RUN", "TOP", "TRAIN", "BadOutput", "IntOrAuto", "Param", "PerOutput", "check_model",
+           "is_entry", "micro_batches_arg", "micro_batches_number", "normalise", "positive_int", "window_fits"]
 
 _DERIVED = None  # default of a key whose value follows from others (documented per key)
 
@@ -85,6 +85,25 @@ class PerOutput(Param):
         return checked
 
 
+AUTO = "auto"  # [train] micro_batches / --micro-batches: choose M by emulating each (launcher.microsearch)
+
+
+@dataclass(frozen=True)
+class IntOrAuto(Param):
+    """A whole number as :class:`Param` checks it, or ``'auto'`` (any case; kept as ``"auto"``)."""
+
+    def expected(self) -> str:
+        return f"{super().expected()}, or 'auto'"
+
+    def check(self, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() == AUTO:
+            return AUTO
+        return super().check(value)
+
+    def parse(self, text: str) -> Any:
+        return AUTO if text.strip().lower() == AUTO else super().parse(text)
+
+
 TOP: dict[str, Param] = {"name": Param("str", _DERIVED, help="job name (default: the file's stem)")}
 
 # The names tf.keras.losses.get accepts (Keras 2.15), aliases included: train.loss of a Keras model entry.
@@ -97,8 +116,9 @@ KERAS_LOSSES = ("sparse_categorical_crossentropy", "categorical_crossentropy", "
 
 TRAIN: dict[str, Param] = {
     "batch_size": _int(help="samples per step on one node (the launcher may override it)"),
-    "micro_batches": _int(1, help="split the node's batch into M micro-batches, gradients summed into one update "
-                                  "(M must divide the batch; 1 = the whole batch at once)"),
+    "micro_batches": IntOrAuto("int", 1, 1, help="split the node's batch into M micro-batches, gradients summed into "
+                                                 "one update (M must divide the batch; 1 = the whole batch at once; "
+                                                 "'auto': pardnn-launch and pardnn max-batch try M = 1, 2, 4, ...)"),
     "optimizer": _choice("adam", "adam", "momentum"),
     "learning_rate": _float(1e-3, 0.0, low_open=True),
     "momentum": _float(0.9, 0.0, 1.0, help="momentum optimizer's momentum"),
@@ -123,11 +143,22 @@ def positive_int(text: str) -> int:
     return value
 
 
-def micro_batches_arg(text: str) -> int:
-    """``--micro-batches M`` of ``pardnn-launch`` and ``pardnn capture``: a whole number >= 1."""
-    if text.strip().lower() == "auto":
-        raise argparse.ArgumentTypeError("'auto' (choosing M by emulating each) is not built yet; give a whole number "
-                                          "M >= 1 that divides the batch")
+def micro_batches_arg(text: str) -> int | str:
+    """``--micro-batches M|auto`` of ``pardnn-launch`` and ``pardnn max-batch``: a whole number >= 1, or
+    ``"auto"``."""
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1, or 'auto'") from None
+
+
+def micro_batches_number(text: str) -> int:
+    """``pardnn capture --micro-batches M``: a whole number >= 1 (a graph file holds one M)."""
+    if text.strip().lower() == AUTO:
+        raise argparse.ArgumentTypeError("'auto' chooses M in pardnn-launch and pardnn max-batch; capture writes one "
+                                          "graph: give a whole number M >= 1 that divides the batch")
     return positive_int(text)
 
 

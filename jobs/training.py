@@ -121,6 +121,9 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise JobError(f"{job.source}: batch size {batch!r}: expected a whole number >= 1")
     micro = job.micro_batches if micro_batches is None else micro_batches
+    if micro == "auto":
+        raise JobError(f"{job.source}: micro_batches 'auto' is chosen by pardnn-launch and pardnn max-batch, which "
+                       "build each M they try; a single graph needs a whole number M >= 1 (--micro-batches M)")
     size = micro_size(job, batch, micro)
     started = time.perf_counter()
     user = entry_points(job, batch, shard)  # the job's own model and data functions, if any

@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     _option(run_group, "iterations")
     _option(run_group, "window", type=_window, metavar="START:END")
     _option(run_group, "batch_size", "samples per step on one node", metavar="B")
-    _option(run_group, "micro_batches", type=micro_batches_arg, metavar="M")
+    _option(run_group, "micro_batches", type=micro_batches_arg, metavar="M|auto")
     run_group.add_argument("--out", help=f"output directory (default {LAUNCHER_DEFAULTS['out']})")
     run_group.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                            help="no progress bar")

@@ -33,6 +33,7 @@ from launcher.errors import UNTRAINED, AgreedError, DoesNotFit, NotPlaced
 from launcher.failure import status_of
 from launcher.files import write_text
 from launcher.lifecycle import Runner
+from launcher.microsearch import AUTO, Measured, NoMicroBatchFits, failed, report, search
 from launcher.outcome import end_untrained, finish
 from launcher.signals import StopGuard
 from launcher.state import RunState
@@ -61,29 +62,31 @@ class Costed:
     ordered: bool = False  # a placement's run order is in the graph: build it again before the next
 
 
-def _build(state: RunState, runner: Runner) -> tuple[Any, Any, Any]:
-    """The job's graph with the Horovod hook (several nodes), and the initial broadcast."""
+def _build(state: RunState, runner: Runner, micro: int) -> tuple[Any, Any, Any]:
+    """The job's graph in ``micro`` micro-batches with the Horovod hook (several nodes), and the initial
+    broadcast."""
     hvd, among = runner.hvd if state.topology.size > 1 else None, runner.leaders_set
     hook = GradientAverager(hvd, process_set=among) if hvd is not None else None
-    micro = state.settings.micro_batches  # passed only when set, so builders without micro-batches still serve
+    # micro_batches is passed only when > 1, so builders without micro-batches still serve
     trained = runner.build(state.job, batch_size=state.settings.batch_size, gradient_hook=hook,
                            **({} if micro == 1 else {"micro_batches": micro}))
     broadcast = broadcast_op(hvd, trained.graph, trained.variables, among) if hvd is not None else None
     return trained, hook, broadcast
 
 
-def _costed(state: RunState, runner: Runner, devices: Any, guard: StopGuard) -> Costed:
-    """Build and cost the graph, or take the comparison's (built again when a run order is in it)."""
+def _costed(state: RunState, runner: Runner, devices: Any, guard: StopGuard, micro: int | None = None) -> Costed:
+    """Build and cost the graph, or take the comparison's (built again when a run order is in it);
+    ``micro`` (``--micro-batches auto`` trying an M) builds and costs that M's graph afresh."""
     from jobs.costing import cost_graph
     from launcher.devices import node_machine
     from pardnn.pipeline import resolve_heuristic
 
     settings, topology, collector = state.settings, state.topology, state.collector
-    costed = runner.costed
+    costed = runner.costed if micro is None else None
     if costed is not None and not costed.ordered:
         return costed
     with collector.phase("build"):  # the hook's devices are set by apply
-        trained, hook, broadcast = _build(state, runner)
+        trained, hook, broadcast = _build(state, runner, settings.micro_batches if micro is None else micro)
     guard.check()
     if costed is not None:
         costed = dataclasses.replace(costed, trained=trained, hook=hook, broadcast=broadcast, ordered=False)
@@ -103,9 +106,10 @@ def _costed(state: RunState, runner: Runner, devices: Any, guard: StopGuard) -> 
     return costed
 
 
-def _place(state: RunState, costed: Costed) -> Any:
-    """The variant's placement, the same on every node; ``does_not_fit`` when the placer finds none that
-    fits, ``no_placement`` when it gives none for another reason (e.g. a graph too large for it)."""
+def _placed(state: RunState, costed: Costed) -> Any:
+    """The variant's placement, the same on every node; :class:`DoesNotFit` on every node when the
+    placer finds none that fits, :class:`NotPlaced` when it gives none for another reason (e.g. a graph
+    too large for it)."""
     label = state.variant.label
 
     def placed() -> Any:
@@ -116,12 +120,73 @@ def _place(state: RunState, costed: Costed) -> Any:
         except PardnnError as error:
             raise NotPlaced(f"{label}: {error}") from None
 
+    return together(state.topology, "placing", placed)
+
+
+def _place(state: RunState, costed: Costed) -> Any:
+    """:func:`_placed`; a variant without a placement ends untrained (``does_not_fit``, ``no_placement``)."""
     try:
-        return together(state.topology, "placing", placed)
+        return _placed(state, costed)
     except AgreedError as error:
         if status_of(error) in UNTRAINED:
             end_untrained(state, error)
         raise
+
+
+def _costed_and_placed(state: RunState, runner: Runner, devices: Any, guard: StopGuard,
+                       warm_up: Any) -> tuple[Costed, Any]:
+    """The graph built and costed, and its placement; with ``--micro-batches auto`` those of the M chosen."""
+    collector = state.collector
+    if state.settings.micro_batches == AUTO:
+        with collector.phase("compile"):
+            warm_up()
+        return _auto_micro_batches(state, runner, devices, guard)
+    costed = _costed(state, runner, devices, guard)
+    with collector.phase("compile"):  # numba's kernels compiled or loaded, timed apart from placing
+        warm_up()
+    with collector.phase("partition"):
+        return costed, _place(state, costed)
+
+
+def _auto_micro_batches(state: RunState, runner: Runner, devices: Any, guard: StopGuard) -> tuple[Costed, Any]:
+    """``--micro-batches auto`` (:mod:`launcher.microsearch`): each M's graph built, costed and placed in
+    turn (collective); the graph and placement of the fastest M that fits are kept, the others dropped."""
+    latest: dict[int, tuple[Costed, Any]] = {}
+    kept: dict[int, tuple[Costed, Any]] = {}
+
+    def measure(micro: int) -> Measured:
+        costed = _costed(state, runner, devices, guard, micro)
+        guard.check()
+        try:
+            with state.collector.phase("partition"):
+                result = _placed(state, costed)
+        except AgreedError as error:
+            if status_of(error) not in UNTRAINED:
+                raise
+            return failed(micro, error)
+        latest.clear()
+        latest[micro] = (costed, result)
+        evaluation = result.report.evaluation
+        peaks, limits = list(evaluation.peak_memory_bytes), evaluation.limit_bytes
+        fits = limits is None or all(peak <= limit for peak, limit in zip(peaks, limits, strict=True))
+        return Measured(micro, costed.cost.n, float(evaluation.makespan_us), int(max(peaks)),
+                        None if limits is None else int(min(limits)), fits)
+
+    def keep(micro: int) -> None:
+        kept.clear()
+        kept.update(latest)
+
+    try:
+        trials, chosen, why = search(state.settings.batch_size, measure, keep=keep)
+    except NoMicroBatchFits as error:
+        state.micro_batches = error.report
+        end_untrained(state, error)
+    state.micro_batches = report(trials, chosen, why)
+    check_agreement(state.topology.nodes, state.topology.allgather(str(chosen.micro_batches)), "micro-batch choices",
+                    "every node tries the same M on the same averaged costs, so check that they run the same versions")
+    costed, result = kept[chosen.micro_batches]
+    runner.costed = costed
+    return costed, result
 
 
 def run_model(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, Any]:
@@ -138,15 +203,10 @@ def run_model(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, An
     state.devices = {"kind": devices.kind, "count": devices.count, "names": list(devices.names)}
     logger.info("%d node(s) × %d %s device(s); job %s, batch %d per node; placer %s", topology.size, devices.count,
                 devices.kind, getattr(state.job, "name", "?"), settings.batch_size, state.variant.label)
-    costed = _costed(state, runner, devices, guard)
+    costed, result = _costed_and_placed(state, runner, devices, guard, warm_up)
     trained, hook, cost, machine = costed.trained, costed.hook, costed.cost, costed.machine
     state.samples_per_step = int(trained.samples_per_step)
     state.tokens_per_step = None if trained.tokens_per_step is None else int(trained.tokens_per_step)
-
-    with collector.phase("compile"):  # numba's kernels compiled or loaded, timed apart from placing
-        warm_up()
-    with collector.phase("partition"):
-        result = _place(state, costed)
     # The placement file's bytes, as pardnn.io.write_placement writes them: the run order, if any, is in
     # them, so the nodes' digests agree on it too.
     text = format_placement(cost, result.placement, order=result.order)

@@ -21,6 +21,7 @@ from typing import Any
 from jobs.schema import DEFAULT, JOB_FILE, PLACEMENT, RUN, TRAIN, normalise, window_fits
 from launcher.errors import LaunchError
 from launcher.gpus import adapt, detect_gpus
+from launcher.microsearch import check_auto
 from launcher.variants import variant_settings
 from pardnn.machine import parse_bytes
 from pardnn.settings import RUN as SHARED_RUN
@@ -68,7 +69,7 @@ class Settings:
     checkpoint_dir: Path | None = None
     resume: str | None = None
     run_order: bool = True
-    micro_batches: int = 1  # the batch split into this many micro-batches per step (jobs.microbatch)
+    micro_batches: int | str = 1  # the batch split into M micro-batches per step (jobs.microbatch), or "auto"
     placer: str = "pardnn"
     parallelism: str = "model"
     recompute: bool = False
@@ -151,6 +152,7 @@ def resolve(job: Any, overrides: dict[str, Any] | None = None) -> Settings:
             f"({sources['iterations']}); pass --window START:END within the iterations, or more --iterations")
     settings = Settings(**checked, out=Path(values["out"]), progress=bool(values["progress"]), sources=sources,
                         **_checkpoint_settings(values), **variant_settings(values, sources))
+    check_auto(settings)  # --micro-batches auto: one placer's model-parallel run only
     # The GPUs there set what the user left unpinned (devices_per_node, device_preset, memory).
     return adapt(settings, job, detect_gpus())
 

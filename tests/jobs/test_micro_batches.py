@@ -31,33 +31,43 @@ def test_micro_batches_default_to_one_and_come_from_the_job_file(tmp_path):
         load_job("word-rnn-tiny", {"train.micro_batches": 0})
 
 
-@pytest.mark.parametrize("text", ["auto", "AUTO"])
-def test_auto_is_not_built_yet(text):
-    with pytest.raises(argparse.ArgumentTypeError, match=r"'auto' .* is not built yet"):
-        micro_batches_arg(text)
+def test_micro_batches_may_be_auto_in_job_files_and_on_the_command_line():
+    assert load_job("word-rnn-tiny", {"train.micro_batches": "auto"}).micro_batches == "auto"
+    assert load_job("word-rnn-tiny", {"train.micro_batches": "AUTO"}).micro_batches == "auto"
+    with pytest.raises(JobError, match=r"train\.micro_batches = 'some' \(override\): expected a whole number >= 1, "
+                                       r"or 'auto'"):
+        load_job("word-rnn-tiny", {"train.micro_batches": "some"})
+    assert micro_batches_arg("auto") == micro_batches_arg("AUTO") == "auto"
+    assert micro_batches_arg("4") == 4
 
 
 @pytest.mark.parametrize("text", ["0", "-2", "two", "1.5"])
-def test_micro_batches_must_be_a_whole_number(text):
-    with pytest.raises(argparse.ArgumentTypeError, match="expected a whole number >= 1"):
+def test_micro_batches_must_be_a_whole_number_or_auto(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="expected a whole number >= 1, or 'auto'"):
         micro_batches_arg(text)
 
 
-def test_the_launcher_takes_micro_batches(capsys):
+def test_the_launcher_takes_micro_batches():
     assert build_parser().parse_args(["word-rnn-tiny", "--micro-batches", "4"]).micro_batches == 4
-    with pytest.raises(SystemExit) as stop:
-        build_parser().parse_args(["word-rnn-tiny", "--micro-batches", "auto"])
-    assert stop.value.code == 2
-    assert "argument --micro-batches: 'auto' (choosing M by emulating each) is not built yet" in capsys.readouterr().err
+    assert build_parser().parse_args(["word-rnn-tiny", "--micro-batches", "auto"]).micro_batches == "auto"
 
 
-def test_capture_takes_micro_batches(capsys):
+def test_capture_takes_a_number_of_micro_batches_not_auto(capsys):
     from pardnn.cli import main
 
     with pytest.raises(SystemExit) as stop:
         main(["capture", "word-rnn-tiny", "-o", "x.json", "--micro-batches", "auto"])
     assert stop.value.code == 2
-    assert "argument --micro-batches: 'auto' (choosing M by emulating each) is not built yet" in capsys.readouterr().err
+    assert ("argument --micro-batches: 'auto' chooses M in pardnn-launch and pardnn max-batch; capture writes one "
+            "graph") in capsys.readouterr().err
+
+
+def test_a_single_graph_needs_a_number_of_micro_batches():
+    pytest.importorskip("tensorflow")
+    from jobs import build
+
+    with pytest.raises(JobError, match="micro_batches 'auto' is chosen by pardnn-launch and pardnn max-batch"):
+        build(load_job("word-rnn-tiny", {"train.micro_batches": "auto"}))
 
 
 # ------------------------------------------------------------------------------- the step (TensorFlow)
