@@ -21,6 +21,7 @@ from pardnn.settings import PLACEMENT
 
 from .options import (
     EXIT_OK,
+    EXIT_USAGE,
     PROGRESS_MIN_OPS,
     StageProgress,
     add_interconnect_options,
@@ -67,7 +68,7 @@ def add_info(sub: Any) -> None:
                       description="Print the size of a graph, its total work and critical path, its degree of "
                                   "parallelism (DoP = work / critical path) and its communication-to-computation "
                                   "ratio (CCR = cost of all edges / work), as in the paper's Table 'DoP and CCR'.")
-    info.add_argument("graph", help="graph file (.json or .json.gz, the native format)")
+    info.add_argument("graph", help="graph file (.json, .json.gz or .pardnn, the native format)")
     add_interconnect_options(info, "for CCR")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(func=cmd_info)
@@ -127,7 +128,7 @@ def add_simulate(sub: Any) -> None:
                                       "scheduler per device, or the file's run order when it has one; transfers of "
                                       "latency + bytes / bandwidth) and report the makespan against the lower bound, "
                                       "the peak memory of every device against its limit, and the communication.")
-    simulate.add_argument("graph", help="graph file (.json or .json.gz)")
+    simulate.add_argument("graph", help="graph file (.json, .json.gz or .pardnn)")
     simulate.add_argument("placement", help="placement file: 'op_name device' lines, or 'op_name device position' "
                                             "lines of an ordered placement (pardnn place writes one when the order "
                                             "pays), or JSON {op_name: device} / {op_name: [device, position]}")
@@ -204,7 +205,7 @@ def add_place(sub: Any) -> None:
                                    "locality-first lookahead and level-aware mapping) on GRAPH for K devices, write "
                                    "one 'op_name device' line per op, and print what each stage did and cost, the "
                                    "emulated makespan against the lower bound, and per-device load and memory.")
-    place.add_argument("graph", help="graph file (.json or .json.gz)")
+    place.add_argument("graph", help="graph file (.json, .json.gz or .pardnn)")
     add_machine_options(place, devices_required=True)
     placers = "; ".join(f"{name}: {placer.summary}" for name, placer in PLACERS.items())
     budgets = ", ".join(f"{name} {placer.options[placer.time_option]:g} s" for name, placer in PLACERS.items()
@@ -246,27 +247,49 @@ def add_place(sub: Any) -> None:
 def cmd_convert(args: argparse.Namespace) -> int:
     from pardnn.io import read_reference, write_graph
 
-    graph = read_reference(args.dot, args.times, args.sizes, variables=args.variables,
-                           references=args.references, noops=args.noops, name=args.name)
+    profiles = [option for option in ("dot", "times", "sizes") if getattr(args, option) is not None]
+    extra = [option for option in ("variables", "references", "noops") if getattr(args, option) is not None]
+    if args.graph is not None and (profiles or extra):
+        return _usage("convert", f"give a graph file or the reference file set, not both ({args.graph} and "
+                                 f"--{(profiles + extra)[0]})")
+    if args.graph is None and len(profiles) < 3:
+        missing = ", ".join(f"--{option}" for option in ("dot", "times", "sizes") if option not in profiles)
+        return _usage("convert", f"{missing} missing: give a graph file, or --dot, --times and --sizes")
+    if args.graph is not None:
+        graph = read_graph(args.graph)
+        if args.name is not None:
+            graph = graph.replace(name=args.name)
+    else:
+        graph = read_reference(args.dot, args.times, args.sizes, variables=args.variables,
+                               references=args.references, noops=args.noops, name=args.name)
     write_graph(graph, args.output)
     print(f"wrote {args.output}: {graph.n:,} ops, {graph.m:,} edges")
     return EXIT_OK
 
 
+def _usage(command: str, message: str) -> int:
+    print(f"pardnn {command}: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
 def add_convert(sub: Any) -> None:
-    convert = add_parser(sub, "convert", help="convert the reference ParDNN file set to a native graph file",
-                         description="Read the profile files of the reference ParDNN implementation (a DOT edge "
-                                     "list, name::microseconds timings, name::bytes tensor sizes, and optional "
-                                     "lists of variable, reference and no-op names) and write one native graph "
-                                     "file.")
-    convert.add_argument("--dot", required=True, help='DOT edge list ("a" -> "b" lines)')
-    convert.add_argument("--times", required=True, help="name::microseconds lines")
-    convert.add_argument("--sizes", required=True, help="name::bytes lines (output tensor size per op)")
+    convert = add_parser(sub, "convert", help="convert a graph between JSON and binary, or the reference ParDNN "
+                                              "file set to a native graph file",
+                         description="Read a native graph file (GRAPH: .json, .json.gz or binary .pardnn) or the "
+                                     "profile files of the reference ParDNN implementation (a DOT edge list, "
+                                     "name::microseconds timings, name::bytes tensor sizes, and optional lists of "
+                                     "variable, reference and no-op names) and write one native graph file, in the "
+                                     "form its name says: .pardnn is the compact binary form, which large graphs "
+                                     "read several times faster and in less memory.")
+    convert.add_argument("graph", nargs="?", help="native graph file to convert (instead of --dot/--times/--sizes)")
+    convert.add_argument("--dot", help='DOT edge list ("a" -> "b" lines)')
+    convert.add_argument("--times", help="name::microseconds lines")
+    convert.add_argument("--sizes", help="name::bytes lines (output tensor size per op)")
     convert.add_argument("--variables", help="variable op names, one per line (residual)")
     convert.add_argument("--references", help="reference op names, one per line (mutate a variable)")
     convert.add_argument("--noops", help="no-op names, one per line (no output memory)")
-    convert.add_argument("--name", help="graph name (default: the DOT file's stem)")
-    convert.add_argument("-o", "--output", required=True, help="output graph file (.json or .json.gz)")
+    convert.add_argument("--name", help="graph name (default: the graph's own, or the DOT file's stem)")
+    convert.add_argument("-o", "--output", required=True, help="output graph file (.json, .json.gz or .pardnn)")
     convert.set_defaults(func=cmd_convert)
 
 
@@ -288,7 +311,7 @@ def add_generate(sub: Any) -> None:
                                       "deterministic for a seed; for trying pardnn and for benchmarks.")
     generate.add_argument("--ops", type=int, default=10_000, help="approximate op count (default: %(default)s)")
     generate.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
-    generate.add_argument("-o", "--output", required=True, help="output graph file (.json or .json.gz)")
+    generate.add_argument("-o", "--output", required=True, help="output graph file (.json, .json.gz or .pardnn)")
     generate.set_defaults(func=cmd_generate)
 
 

@@ -1,7 +1,9 @@
-"""File formats: the native JSON graph, placement files, and the reference-ParDNN file set.
+"""File formats: the native graph (JSON, or the compact binary form), placement files, and the
+reference-ParDNN file set.
 
 ``read_any_graph`` is the one entry for "a graph file given on the command line": it reads the
-native format and tells the user how to convert anything else.
+native format (``.json``, ``.json.gz`` or binary ``.pardnn``) and tells the user how to convert
+anything else. ``read_graph`` and ``write_graph`` choose the JSON or the binary form by the name.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from pathlib import Path
 
 from pardnn.errors import InvalidGraphError
 from pardnn.graph import CostGraph
-from pardnn.io.native import PathLike, graph_from_dict, graph_to_dict, read_graph, write_graph
+from pardnn.io import native
+from pardnn.io.binary import BINARY_SUFFIX, is_binary_graph, read_binary_graph, write_binary_graph
+from pardnn.io.native import PathLike, graph_from_dict, graph_to_dict
 from pardnn.io.placement import (
     format_placement,
     parse_placement_lines,
@@ -21,21 +25,41 @@ from pardnn.io.placement import (
 from pardnn.io.reference import read_reference, write_reference
 
 __all__ = [
+    "BINARY_SUFFIX",
+    "GRAPH_SUFFIXES",
     "format_placement",
     "graph_from_dict",
     "graph_to_dict",
     "parse_placement_lines",
     "read_any_graph",
+    "read_binary_graph",
     "read_graph",
     "read_ordered_placement",
     "read_placement",
     "read_reference",
+    "write_binary_graph",
     "write_graph",
     "write_placement",
     "write_reference",
 ]
 
 NATIVE_SUFFIXES = (".json", ".json.gz")
+GRAPH_SUFFIXES = (*NATIVE_SUFFIXES, BINARY_SUFFIX)
+
+
+def read_graph(path: PathLike) -> CostGraph:
+    """Read a graph file: the binary form for a name ending in ``.pardnn``
+    (:func:`~pardnn.io.binary.read_binary_graph`), JSON otherwise (:func:`pardnn.io.native.read_graph`)."""
+    return read_binary_graph(path) if is_binary_graph(path) else native.read_graph(path)
+
+
+def write_graph(graph: CostGraph, path: PathLike) -> None:
+    """Write a graph file: the binary form for a name ending in ``.pardnn``
+    (:func:`~pardnn.io.binary.write_binary_graph`), JSON otherwise (:func:`pardnn.io.native.write_graph`)."""
+    if is_binary_graph(path):
+        write_binary_graph(graph, path)
+    else:
+        native.write_graph(graph, path)
 
 
 def read_any_graph(path: PathLike) -> CostGraph:
@@ -44,7 +68,7 @@ def read_any_graph(path: PathLike) -> CostGraph:
     Parameters
     ----------
     path:
-        A native graph file (``.json`` or ``.json.gz``).
+        A native graph file (``.json``, ``.json.gz``, or the binary ``.pardnn``).
 
     Returns
     -------
@@ -57,7 +81,7 @@ def read_any_graph(path: PathLike) -> CostGraph:
         set with ``pardnn convert``), or the file is invalid (see :func:`read_graph`).
     """
     name = Path(path).name.lower()
-    if name.endswith(NATIVE_SUFFIXES):
+    if name.endswith(GRAPH_SUFFIXES):
         return read_graph(path)
     hint = (
         "a reference-ParDNN DOT file is one file of a set (graph, timings, tensor sizes); convert the set"
@@ -66,5 +90,5 @@ def read_any_graph(path: PathLike) -> CostGraph:
         else "convert other formats with `pardnn convert`"
     )
     raise InvalidGraphError(
-        f"{path}: not a native graph file (expected a name ending in {' or '.join(NATIVE_SUFFIXES)}); {hint}"
+        f"{path}: not a native graph file (expected a name ending in {', '.join(GRAPH_SUFFIXES)}); {hint}"
     )
