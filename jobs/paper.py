@@ -49,8 +49,10 @@ PAPER: dict[str, PaperFigures] = {
 PAPER_JOBS = tuple(PAPER)
 
 
-def measure(name: str, *, out_dir: Path | None = None, batch_size: int | None = None) -> dict[str, Any]:
-    """Build paper job ``name``, estimate it, and return its figures (and write it to ``out_dir``)."""
+def measure(name: str, *, out_dir: Path | None = None, batch_size: int | None = None,
+            micro_batches: int = 1) -> dict[str, Any]:
+    """Build paper job ``name`` (its batch split into ``micro_batches``), estimate it, and return its
+    figures (and write it to ``out_dir``, as ``NAME.json.gz``, or ``NAME-mM.json.gz`` when M > 1)."""
     import tensorflow as tf
 
     from jobs.config import load_job
@@ -61,7 +63,7 @@ def measure(name: str, *, out_dir: Path | None = None, batch_size: int | None = 
 
     job = load_job(name)
     started = time.perf_counter()
-    train = build(job, batch_size)
+    train = build(job, batch_size, micro_batches=micro_batches)
     built = time.perf_counter()
     cost = cost_graph(train, "estimate")
     estimated = time.perf_counter()
@@ -70,6 +72,7 @@ def measure(name: str, *, out_dir: Path | None = None, batch_size: int | None = 
     row = {
         "name": name,
         "batch_size": train.batch_size,
+        "micro_batches": micro_batches,
         "step_ops": cost.n,
         "graph_ops": len(train.graph.get_operations()),
         "edges": cost.m,
@@ -85,7 +88,7 @@ def measure(name: str, *, out_dir: Path | None = None, batch_size: int | None = 
         "paper": asdict(PAPER[name]) if name in PAPER else None,
     }
     if out_dir is not None:
-        path = out_dir / f"{name}.json.gz"
+        path = out_dir / (f"{name}.json.gz" if micro_batches == 1 else f"{name}-m{micro_batches}.json.gz")
         write_graph(cost, path)
         row["file"] = str(path)
         row["file_mib"] = path.stat().st_size / 2**20
@@ -124,6 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("out/graphs"), help="where to write graph files")
     parser.add_argument("--no-write", action="store_true", help="do not write graph files")
     parser.add_argument("--batch-size", type=int, default=None, help="override every job's batch size")
+    parser.add_argument("--micro-batches", type=int, default=1, metavar="M",
+                        help="split each job's batch into M micro-batches (M copies of the forward and backward "
+                             "ops); the files are named NAME-mM.json.gz")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
     args = parser.parse_args(argv)
     out_dir = None if args.no_write else args.out
@@ -131,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in args.names:
-        row = measure(name, out_dir=out_dir, batch_size=args.batch_size)
+        row = measure(name, out_dir=out_dir, batch_size=args.batch_size, micro_batches=args.micro_batches)
         print(f"{name}: {row['step_ops']:,} ops, DoP {row['dop']:.2f}, CCR {row['ccr']:.2f}, "
               f"build {row['build_s']:.0f} s, estimate {row['estimate_s']:.0f} s", file=sys.stderr, flush=True)
         rows.append(row)
