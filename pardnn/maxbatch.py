@@ -20,6 +20,11 @@ Probes are few all the same: data parallelism's search starts from a linear extr
 peak memory at batches 1 and 2, and each K's from the previous K's answer scaled by the device
 count; both gallop from their guess, then bisect.
 
+With micro-batches (``micro_batches = M``) the step graph holds M copies of the forward and
+backward ops, each at micro-batch ``b``, and only multiples of M are batches: the search runs over
+``b`` and probes batch ``M b`` (:func:`max_batch`); :func:`best_micro_batches` picks, per K, the M
+whose largest batch is the largest (``pardnn max-batch --micro-batches auto``).
+
 Complexity: O(log B) probes per K for an answer B (doubling or galloping, then bisection), plus
 the upward scan (3 more for a monotone heuristic); O(log |B - guess|) with a guess.
 """
@@ -30,18 +35,18 @@ import functools
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pardnn.errors import InfeasibleError
 from pardnn.graph import CostGraph
 from pardnn.machine import Machine, format_bytes
 from pardnn.pipeline import partition
 
-__all__ = ["BatchRow", "ProbeCache", "ProbeResult", "data_parallel_fits", "fingerprint_of", "max_batch",
-           "search_largest"]
+__all__ = ["BatchRow", "ProbeCache", "ProbeResult", "best_micro_batches", "data_parallel_fits", "fingerprint_of",
+           "max_batch", "search_largest"]
 
 MAX_BATCH = 1 << 20
 SLACK = 2  # failing sizes in a row that end the upward scan after bisection
@@ -69,6 +74,7 @@ class BatchRow:
     pardnn_batch: int  # 0: not even batch 1 fits
     data_parallel_batch: int  # largest batch per replica × K
     probes: list[ProbeResult] = field(default_factory=list)
+    micro_batches: int = 1  # M: each batch split into M micro-batches (both answers are multiples of M)
 
     @property
     def ratio(self) -> float:
@@ -219,7 +225,7 @@ def data_parallel_fits(graph: CostGraph, machine: Machine) -> tuple[bool, int, f
 
 def max_batch(graph_for_batch: Callable[[int], CostGraph], devices: Sequence[int],
               machine_for: Callable[[int], Machine], *, fingerprint: str, cache: ProbeCache | None = None,
-              start: int = 1, limit: int = MAX_BATCH,
+              start: int = 1, limit: int = MAX_BATCH, micro_batches: int = 1,
               on_probe: Callable[[str, ProbeResult], None] | None = None) -> list[BatchRow]:
     """For every K in ``devices``: the largest batch ParDNN fits, and data parallelism's.
 
@@ -236,6 +242,10 @@ def max_batch(graph_for_batch: Callable[[int], CostGraph], devices: Sequence[int
         Identifies the job (model and everything but the batch) in cache keys.
     cache:
         Probe cache (in memory if None).
+    micro_batches:
+        M: the step splits its batch into M micro-batches (``graph_for_batch`` builds the M-copy
+        graph), so only multiples of M are probed: the search runs over the micro-batch size
+        ``b``, the batch being ``M b`` (data parallelism's replica too). M = 1 is the plain step.
     on_probe:
         Called as ``on_probe(kind, result)`` after every probe (``kind``: ``"pardnn"`` or ``"dp"``).
 
@@ -245,11 +255,13 @@ def max_batch(graph_for_batch: Callable[[int], CostGraph], devices: Sequence[int
         When not even batch ``start`` fits ParDNN on the largest K, naming the shortfall.
     """
     cache = cache if cache is not None else ProbeCache()
+    step = int(micro_batches)
+    first, last = max(1, -(-start // step)), limit // step  # micro-batch sizes b with start <= M b <= limit
 
-    def probe(kind: str, k: int, batch: int, *, log: list[ProbeResult]) -> bool:
-        machine = machine_for(k)
+    def probe(kind: str, k: int, size: int, *, log: list[ProbeResult]) -> bool:
+        batch, machine = size * step, machine_for(k)
         key = json.dumps([fingerprint, kind, batch, k, machine.memory_bytes.tolist(), machine.reserve,
-                          machine.bandwidth_Bps, machine.latency_us])
+                          machine.bandwidth_Bps, machine.latency_us, *([step] if step != 1 else [])])
         result = cache.get(key)
         if result is None:
             started = time.perf_counter()
@@ -265,7 +277,7 @@ def max_batch(graph_for_batch: Callable[[int], CostGraph], devices: Sequence[int
 
     dp_log: list[ProbeResult] = []
     dp_fits = functools.partial(probe, "dp", 1, log=dp_log)
-    per_replica = search_largest(dp_fits, start=start, limit=limit, guess=_linear_guess(dp_fits, dp_log, start))
+    per_replica = step * search_largest(dp_fits, start=first, limit=last, guess=_linear_guess(dp_fits, dp_log, first))
     rows = []
     previous: tuple[int, int] | None = None  # (K, answer) of the last K that fitted anything
     for k in devices:
@@ -273,22 +285,38 @@ def max_batch(graph_for_batch: Callable[[int], CostGraph], devices: Sequence[int
         # Each probe builds a graph, so start near the answer: the last K's answer scaled to this K
         # (or data parallelism's), and gallop from there.
         guess = previous[1] * k // previous[0] if previous else (per_replica * k or None)
-        best = search_largest(functools.partial(probe, "pardnn", k, log=log), start=start, limit=limit,
-                              guess=guess)
-        rows.append(BatchRow(k, best, per_replica * k, log + (dp_log if k == devices[0] else [])))
+        best = step * search_largest(functools.partial(probe, "pardnn", k, log=log), start=first, limit=last,
+                                     guess=None if guess is None else guess // step)
+        rows.append(BatchRow(k, best, per_replica * k, log + (dp_log if k == devices[0] else []), step))
         if best:
             previous = (k, best)
     if rows and all(row.pardnn_batch == 0 for row in rows):
-        k = max(devices)
-        failed = [p for row in rows for p in row.probes if p.devices == k and p.batch == start]
-        need = failed[0].peak_bytes if failed else 0
-        limit_bytes = int(machine_for(k).limits_bytes[0])
-        raise InfeasibleError(
-            f"the model does not fit even at batch {start} on {k} devices: the best placement peaks at "
-            f"{format_bytes(need)} on a device whose limit is {format_bytes(limit_bytes)} "
-            f"({format_bytes(max(need - limit_bytes, 0))} short). Options: more devices, larger devices, "
-            f"a smaller model, or a lower reserve.")
+        _none_fits(rows, max(devices), first * step, machine_for)
     return rows
+
+
+def _none_fits(rows: Sequence[BatchRow], k: int, batch: int, machine_for: Callable[[int], Machine]) -> NoReturn:
+    """Raise the :class:`InfeasibleError` of a model that fits no K even at the smallest ``batch``."""
+    failed = [p for row in rows for p in row.probes if p.devices == k and p.batch == batch]
+    need = failed[0].peak_bytes if failed else 0
+    limit_bytes = int(machine_for(k).limits_bytes[0])
+    micro = rows[0].micro_batches
+    raise InfeasibleError(
+        f"the model does not fit even at batch {batch}{f' ({micro} micro-batches)' if micro != 1 else ''} on {k} "
+        f"devices: the best placement peaks at {format_bytes(need)} on a device whose limit is "
+        f"{format_bytes(limit_bytes)} ({format_bytes(max(need - limit_bytes, 0))} short). Options: more devices, "
+        f"larger devices, a smaller model, or a lower reserve.")
+
+
+def best_micro_batches(rows_by_m: Mapping[int, Sequence[BatchRow]]) -> list[BatchRow]:
+    """Per K, the row of the M whose largest batch is the largest (a tie: the smaller M), from each M's
+    rows (every M answering the same K in the same order; an M that fits nothing has rows of 0)."""
+    ordered = sorted(rows_by_m.items())
+    best = []
+    for position in range(len(ordered[0][1])):
+        candidates = [rows[position] for _, rows in ordered]
+        best.append(max(candidates, key=lambda row: row.pardnn_batch))  # max keeps the first of equals
+    return best
 
 
 def fingerprint_of(*parts: Any) -> str:
