@@ -34,6 +34,7 @@ __all__ = [
     "NAME",
     "Label",
     "byte_column",
+    "check_names",
     "cost_column",
     "edge_bytes_column",
     "edge_indices",
@@ -103,6 +104,17 @@ def name_index(names: Sequence[Any], *, typed: bool = False) -> dict[str, int]:
             raise InvalidGraphError(f"node #{i} {name!r}: duplicate name (node #{seen[name]} has it too)")
         seen[name] = i
     return seen  # string subclasses (numpy's str_)
+
+
+def check_names(names: Sequence[Any]) -> None:
+    """Raise unless ``names`` are unique non-empty strings, as :func:`name_index` does, without building
+    the index (a set of 1,000,000 names costs a third of the dict)."""
+    try:
+        unique = set(names)
+    except TypeError:  # an unhashable name
+        unique = set()
+    if len(unique) != len(names) or "" in unique or not set(map(type, unique)) <= {str}:
+        name_index(names)  # names the culprit (or accepts string subclasses)
 
 
 def edge_indices(index: dict[str, int], src: Sequence[Any], dst: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
