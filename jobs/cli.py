@@ -164,9 +164,17 @@ def cmd_max_batch(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"pardnn max-batch: {message}", file=sys.stderr, flush=True)
 
-    rows = job_max_batch(job, args.devices, memory=args.memory, reserve=args.reserve, preset=args.device_preset,
-                         cache=args.cache or None, limit=args.max_batch, rebuild=args.rebuild, on_probe=on_probe,
-                         on_note=on_note)
+    options = {"memory": args.memory, "reserve": args.reserve, "preset": args.device_preset,
+               "cache": args.cache or None, "limit": args.max_batch, "rebuild": args.rebuild, "on_probe": on_probe,
+               "on_note": on_note}
+    micro = job.micro_batches if args.micro_batches is None else args.micro_batches
+    tried = None
+    if micro == "auto":
+        from jobs.maxbatch import job_max_batch_auto
+
+        rows, tried = job_max_batch_auto(job, args.devices, **options)
+    else:
+        rows = job_max_batch(job, args.devices, micro_batches=micro, **options)
     preset = args.device_preset or job.device_preset
     reserve = job.reserve if args.reserve is None else args.reserve
     machine = job_machine(preset, 1, args.memory if args.memory is not None else job.memory, reserve)
@@ -175,9 +183,13 @@ def cmd_max_batch(args: argparse.Namespace) -> int:
     if args.json:
         from jobs.maxbatch import describe_machine
 
-        print(rows_json(rows, job.name, describe_machine(machine)))
+        print(rows_json(rows, job.name, describe_machine(machine), tried))
     else:
         print(format_rows(rows, title))
+        if tried is not None:
+            from jobs.maxbatch import format_tried
+
+            print(format_tried(tried, rows))
         print(f"({sum(len(r.probes) for r in rows)} probes, {time.perf_counter() - started:.1f} s)")
     if args.csv:
         Path(args.csv).write_text(rows_csv(rows, job.name))
@@ -217,6 +229,10 @@ def register_max_batch(sub: Any) -> None:
                                 "models) instead of building it at batches 2 and 3 and computing the others; the "
                                 "default checks the computed graphs against a build at the largest batch probed "
                                 "and rebuilds by itself when they differ")
+    max_batch.add_argument("--micro-batches", type=micro_batches_arg, default=None, metavar="M|auto",
+                           help="split each batch into M micro-batches (the job's [train] micro_batches by default): "
+                                "only multiples of M are probed, each the M-copy graph; 'auto' answers for M = "
+                                "1, 2, 4, 8, 16 and keeps per K the M with the largest batch, with the table of M")
     max_batch.add_argument("--json", action="store_true", help="print JSON")
     max_batch.add_argument("--csv", help="also write the table as CSV to this file")
     max_batch.add_argument("--plot", help="also plot max batch against K (PNG) to this file")
