@@ -147,3 +147,64 @@ def test_benchmark_section_sets_ours_beside_the_papers(tmp_path):
     assert "The whole table: 2000 s (target < 1800 s: **missed**)." in text
     with pytest.raises(SystemExit):
         bench_main(["--models", "resnet"])
+
+
+# ------------------------------------------------------------------------------- micro-batches
+@pytest.mark.parametrize("name", ["wrn-tiny", "word-rnn-tiny"])
+def test_scaled_micro_batched_graphs_equal_built_ones(name):
+    """The M-copy graph at micro-batch b, computed from micro-batches 2 and 3 (batches 2M, 3M), is the one
+    TensorFlow builds at batch M b: batchscale's lines hold in b."""
+    from pardnn.batchscale import BatchScaling
+    from pardnn.presets import preset
+    from pardnn.tf import estimate_parts
+
+    job, micro = load_job(name), 2
+
+    def parts(size):
+        train = build(job, batch_size=micro * size, micro_batches=micro)
+        return estimate_parts(train.graph, train.fetches, job.device_preset, name=f"{name}-b{micro * size}")
+
+    scaling = BatchScaling(parts(2), parts(3), 2, preset(job.device_preset))
+    built = parts(7)
+    assert scaling.mismatch(built, 7) is None
+    assert scaling.graph_at(7, name=built.graph.name) == built.graph
+
+
+def test_with_m_every_probe_is_a_multiple_of_m_and_the_scaling_is_checked(tiny, tmp_path):
+    notes, probes = [], []
+    rows = job_max_batch(tiny, [1, 2], memory=MEMORY, cache=tmp_path / "c.json", micro_batches=2,
+                         on_note=notes.append, on_probe=lambda kind, probe: probes.append(probe.batch))
+    assert probes and all(batch % 2 == 0 for batch in probes)
+    assert all(row.micro_batches == 2 and row.pardnn_batch % 2 == 0 and row.pardnn_batch > 0 for row in rows)
+    assert any("(2 micro-batches of 1)" in note for note in notes)
+    assert any("equals the built one, so every probe up to it was exact" in note for note in notes)
+    rebuilt = job_max_batch(tiny, [1, 2], memory=MEMORY, cache=tmp_path / "r.json", micro_batches=2, rebuild=True)
+    assert [r.pardnn_batch for r in rows] == [r.pardnn_batch for r in rebuilt]
+
+
+def test_auto_keeps_per_k_the_m_with_the_largest_batch(tiny, tmp_path):
+    from jobs.maxbatch import format_tried, job_max_batch_auto
+
+    best, tried = job_max_batch_auto(tiny, [1, 2], memory=MEMORY, cache=tmp_path / "c.json", micro_options=(1, 2))
+    assert sorted(tried) == [1, 2]
+    for position, row in enumerate(best):
+        batches = {m: rows[position].pardnn_batch for m, rows in tried.items()}
+        assert row.pardnn_batch == max(batches.values())
+        assert row.micro_batches == min(m for m, b in batches.items() if b == row.pardnn_batch)
+    table = format_tried(tried, best)
+    assert "M=1" in table and "M=2" in table and table.count("*") == len(best) + 1  # and the legend
+
+
+def test_cli_micro_batches_column_and_one_line_errors(tmp_path, capsys):
+    argv = ["max-batch", "wrn-tiny", "--devices", "2", "--memory", MEMORY, "--cache", str(tmp_path / "c.json"),
+            "--micro-batches", "2", "-q"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    header, row = out.splitlines()[1:3]
+    assert header.split()[-1] == "M" and row.split()[-1] == "2" and int(row.split()[1]) % 2 == 0
+    for bad in ("0", "two"):
+        with pytest.raises(SystemExit) as stop:
+            main(["max-batch", "wrn-tiny", "--micro-batches", bad])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument --micro-batches: {bad!r}: expected a whole number >= 1, or 'auto'" in err

@@ -94,3 +94,57 @@ def test_rows_report_ratio():
     rows = max_batch(model, [1, 2, 4], lambda k: Machine(k, memory=400, reserve=0.0), fingerprint="toy")
     assert rows[0].ratio == pytest.approx(1.0)
     assert all(np.isfinite(r.ratio) for r in rows)
+
+
+# ------------------------------------------------------------------------------- micro-batches
+def test_with_m_micro_batches_only_multiples_of_m_are_probed_and_the_answer_is_brute_force():
+    """The toy model split into M micro-batches (its sizes at the batch; the search must keep to multiples of M):
+    the answer is the largest multiple of M that fits, data parallelism's too."""
+    from pardnn import partition
+
+    machine = lambda k: Machine(k, memory=400, reserve=0.0)  # noqa: E731
+    probed: list[int] = []
+
+    def graph(batch: int) -> CostGraph:
+        probed.append(batch)
+        return model(batch)
+
+    for micro in (3, 4):
+        probed.clear()
+        rows = max_batch(graph, [1, 2], machine, fingerprint="toy", micro_batches=micro)
+        assert probed and all(batch % micro == 0 for batch in probed)
+        assert {row.micro_batches for row in rows} == {micro}
+        assert rows[0].data_parallel_batch == 10 // micro * micro  # 200 + 20 b <= 400 on one device
+
+        def fits(b: int) -> bool:
+            try:
+                partition(model(b), machine(2), memory_heuristic="overflow")
+            except InfeasibleError:
+                return False
+            return True
+
+        assert rows[1].pardnn_batch == max(b for b in range(micro, 60, micro) if fits(b))
+
+
+def test_the_cache_keeps_each_m_apart(tmp_path):
+    path = tmp_path / "cache.json"
+    machine = lambda k: Machine(k, memory=400, reserve=0.0)  # noqa: E731
+    plain = max_batch(model, [1], machine, fingerprint="toy", cache=ProbeCache(path))
+    split = max_batch(model, [1], machine, fingerprint="toy", cache=ProbeCache(path), micro_batches=4)
+    assert (plain[0].pardnn_batch, split[0].pardnn_batch) == (10, 8)
+    alone = max_batch(model, [1], machine, fingerprint="toy", cache=ProbeCache(tmp_path / "alone.json"),
+                      micro_batches=4)
+    # M = 4's probes hit the shared cache only where they hit a cache of their own: never M = 1's entries
+    assert [p.cached for p in split[0].probes] == [p.cached for p in alone[0].probes]
+
+
+def test_best_micro_batches_keeps_per_k_the_largest_batch_and_a_tie_to_the_smaller_m():
+    from pardnn.maxbatch import BatchRow, best_micro_batches
+
+    rows = {1: [BatchRow(1, 16, 16), BatchRow(2, 40, 32)],
+            2: [BatchRow(1, 10, 10, micro_batches=2), BatchRow(2, 40, 20, micro_batches=2)],
+            4: [BatchRow(1, 0, 0, micro_batches=4), BatchRow(2, 44, 16, micro_batches=4)]}
+    best = best_micro_batches(rows)
+    assert [(row.devices, row.micro_batches, row.pardnn_batch) for row in best] == [(1, 1, 16), (2, 4, 44)]
+    rows[4][1] = BatchRow(2, 40, 16, micro_batches=4)
+    assert best_micro_batches(rows)[1].micro_batches == 1  # 40 for M = 1, 2 and 4: the smallest M
