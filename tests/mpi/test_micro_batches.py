@@ -28,7 +28,37 @@ def test_two_nodes_train_a_micro_batched_job(tmp_path):
     print(f"\nmicro-batched two-node run: {seconds:.1f} s wall, {summary['throughput']['samples_per_s']:.1f} samples/s")
 
 
-def test_auto_micro_batches_is_refused_in_one_line(tmp_path):
-    proc, _ = mpirun_launch([*LAUNCH, TINY_JOB, "--micro-batches", "auto", "--out", str(tmp_path)])
-    assert proc.returncode == 2
-    assert "'auto' (choosing M by emulating each) is not built yet" in proc.stderr
+def test_two_nodes_choose_the_same_m_with_auto_and_train_it(tmp_path):
+    """--micro-batches auto at batch 8: M = 1, 2, 4, 8 built, profiled (the nodes' costs averaged) and placed on
+    both ranks; both choose the same M and train identical placements of its graph."""
+    proc, seconds = mpirun_launch([*LAUNCH, TINY_JOB, "--micro-batches", "auto", "--batch-size", "8",
+                                   "--out", str(tmp_path)], timeout=600)
+    assert proc.returncode == 0, _output(proc)
+    [run_dir] = [p for p in tmp_path.iterdir() if p.is_dir()]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["nodes"] == 2
+    table = summary["micro_batches"]
+    assert [row["micro_batches"] for row in table["tried"]] == [1, 2, 4, 8]
+    assert all(row["emulated_step_ms"] > 0 and row["peak_memory_bytes"] > 0 for row in table["tried"])
+    chosen = table["chosen"]
+    assert [row["micro_batches"] for row in table["tried"] if row["status"] == "chosen"] == [chosen]
+    assert f"micro-batches auto: chose M = {chosen}: the highest emulated samples/s that fits" in proc.stderr
+    assert table["why"].startswith(f"M = {chosen}: the highest emulated samples/s that fits")
+    nodes = summary["per_node"]
+    assert nodes[0]["placement_sha256"] == nodes[1]["placement_sha256"] == summary["placement"]["sha256"]
+    assert summary["consistency"]["placement_sha256_equal"] and summary["consistency"]["variables_sha256_equal"]
+    placed = {line.split()[0] for line in (run_dir / "placement.txt").read_text().splitlines()}
+    assert ({f"micro_{m}/tokens" for m in range(chosen)} <= placed) if chosen > 1 else ("tokens" in placed)
+    for rank in (0, 1):  # each rank logged the same choice
+        assert f"chose M = {chosen}:" in (run_dir / f"rank-{rank}.log").read_text()
+    print(f"\nauto two-node run: {seconds:.1f} s wall; " + ", ".join(
+        f"M = {row['micro_batches']}: {row['emulated_step_ms']:.3f} ms" for row in table["tried"])
+          + f"; chose M = {chosen}")
+
+
+def test_auto_with_compare_is_refused_in_one_line(tmp_path):
+    proc, _ = mpirun_launch([*LAUNCH, TINY_JOB, "--micro-batches", "auto", "--compare", "pardnn,critical_path",
+                             "--out", str(tmp_path)])
+    assert proc.returncode == 1, _output(proc)  # a bad setting, found by every rank, said once
+    assert proc.stderr.count("--micro-batches auto chooses M for one placement") == 1
+    assert "--micro-batches auto chooses M for one placement; --compare trains several" in proc.stderr
