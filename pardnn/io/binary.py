@@ -24,6 +24,7 @@ Every error names the file: a wrong magic, a truncated file, a checksum mismatch
 
 from __future__ import annotations
 
+import codecs
 import os
 import struct
 import zlib
@@ -220,12 +221,11 @@ def _array(view: memoryview, entry: _Array, source: str) -> np.ndarray:
 def _names(blob: np.ndarray | None, lengths: np.ndarray | None, n: int, source: str) -> tuple[str, ...]:
     if blob is None:
         raise InvalidGraphError(f"{source}: binary graph file without op names")
-    data = blob.tobytes()
     try:
-        if lengths is None:
-            names = data.decode("utf-8", "surrogatepass").split("\0") if n else []
+        if lengths is None:  # decoded from the file's buffer: no copy of the blob
+            names = codecs.utf_8_decode(blob, "surrogatepass", True)[0].split("\0") if n else []
         else:
-            ends = np.cumsum(lengths).tolist()
+            data, ends = blob.tobytes(), np.cumsum(lengths).tolist()
             names = [data[a:b].decode("utf-8", "surrogatepass") for a, b in zip([0, *ends], ends, strict=False)]
     except UnicodeDecodeError as exc:
         raise InvalidGraphError(f"{source}: corrupt binary graph file (op names are not UTF-8: {exc.reason})") from None
