@@ -33,9 +33,10 @@ Choices where the contract is silent:
 from __future__ import annotations
 
 import json
+import operator
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ _INT64_MAX = 2**63 - 1
 _COMMENT = re.compile(r"(?:^|\s)#")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _TF_NAME = re.compile(r"[A-Za-z0-9_.\-/>:]+")  # always writable: no whitespace, no '#'
-_TF_NAMES = re.compile(r"[A-Za-z0-9_.\-/>:\n]*")  # such names joined by line breaks
+_TF_BYTES = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-/>:"  # _TF_NAME's characters
 
 
 # ---------------------------------------------------------------------------------------- reading
@@ -354,11 +355,8 @@ def format_placement(graph: CostGraph, placement: npt.ArrayLike, format: str = "
             for op_name, value in zip(graph.names, values, strict=True)
         )
         return f"{{\n{body}\n}}\n"
-    line = "{} {}\n" if order is None else "{} {} {}\n"
-    columns = (graph.names, devices) if order is None else (graph.names, devices, values)
-    joined = "\n".join(graph.names)
-    if _TF_NAMES.fullmatch(joined) and joined.count("\n") == graph.n - 1:  # the usual case: one regex pass
-        return "".join(map(line.format, *columns))
+    if _tf_names("\n".join(graph.names), graph.n):  # the usual case: one C-level pass
+        return _lines(graph.names, devices, None if order is None else values)
     for op_name in graph.names:
         if not _TF_NAME.fullmatch(op_name) and not _writable_as_text(op_name):
             raise InvalidPlacementError(
@@ -368,7 +366,20 @@ def format_placement(graph: CostGraph, placement: npt.ArrayLike, format: str = "
     if order is not None and any(len(op_name.split()) != 1 for op_name in graph.names):
         raise InvalidPlacementError("an op name with whitespace cannot be written to an ordered text placement "
                                     "file; write a .json placement instead")
-    return "".join(map(line.format, *columns))
+    return _lines(graph.names, devices, None if order is None else values)
+
+
+def _tf_names(joined: str, n: int) -> bool:
+    """Whether the ``n`` names joined by line breaks are all TensorFlow-style names (always writable)."""
+    left = joined.encode("ascii").translate(None, _TF_BYTES) if joined.isascii() else b""
+    return len(left) == left.count(b"\n") == n - 1 and joined.isascii()
+
+
+def _lines(names: Sequence[str], devices: list[int], positions: list[int] | None) -> str:
+    """``name device`` (or ``name device position``) lines: string additions, twice as fast as a format per line."""
+    ends = [f" {d}\n" if positions is None else f" {d} " for d in range(max(devices, default=0) + 1)]
+    heads = map(operator.add, names, map(ends.__getitem__, devices))
+    return "".join(heads if positions is None else map(operator.add, heads, map("{}\n".format, positions)))
 
 
 def _checked_placement(graph: CostGraph, placement: npt.ArrayLike) -> np.ndarray:
