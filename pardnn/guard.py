@@ -6,8 +6,9 @@ split or of one device, and a single heavy op alone on a primary path (a 6 GiB v
 22× the single-device step. The paper is our floor, not our ceiling, so after the memory heuristic
 the pipeline compares ParDNN's placement with cheap candidates under the same emulator and memory
 tracker, and keeps the fastest that meets every device's limit. The candidates are the registry's
-``cheap`` placers (:data:`pardnn.baselines.BASELINES`, in its order), each ``memory_aware`` one also
-blind to the memory sizes on a machine that has them, and ParDNN's own placement folded:
+``cheap`` placers (:data:`pardnn.baselines.BASELINES`, in its order; made by :mod:`pardnn.candidates`),
+each ``memory_aware`` one also blind to the memory sizes on a machine that has them, and ParDNN's own
+placement folded:
 
 - ``single``: every op on device 0 (no communication at all);
 - ``topological``: K contiguous blocks of the topological order, equal in compute (GPipe-style);
@@ -21,6 +22,11 @@ blind to the memory sizes on a machine that has them, and ParDNN's own placement
 - ``etf``: earliest-start list scheduling (:mod:`pardnn.baselines.etf`, Baechi's m-ETF made
   incremental), which fills whichever device is free first: it wins on wide graphs; like the
   critical-path greedy it reads the memory sizes, so its memory-blind placement is tried too;
+- ``pipeline``: the layer pipeline (:mod:`pardnn.baselines.pipeline`): K contiguous stages of the
+  single-copy graph balanced by PipeDream's dynamic program, every micro-batch copy of an op on its
+  op's stage; it comes with a run order (1F1B or GPipe), and competes in it: its emulation, the
+  pruning bound (valid in any order) and the answer kept all carry the order, and the report says so
+  (``GuardDetails.ordered``);
 - ``folded``: ParDNN's own placement with its most communication-bound device folded into the
   device it talks to most, repeated while that shortens the step (the heavy-single-op primary).
 
@@ -58,53 +64,36 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from pardnn.baselines import BASELINES
+from pardnn.candidates import (
+    Candidate,
+    Prepared,
+    candidates,
+    makespan_bound,
+    prepare_candidates,
+    residual_bytes,
+    residual_overflow,
+)
 from pardnn.emulated import Emulated, emulate_and_track, strictly_shorter
 from pardnn.emulator import Schedule, emulate
-from pardnn.errors import MissingDependencyError, NoPlacementFoundError, PardnnError
-from pardnn.graph import CostGraph, Kind
-from pardnn.levels import critical_path_us
-from pardnn.machine import Machine, format_bytes
+from pardnn.errors import NoPlacementFoundError, PardnnError
+from pardnn.graph import CostGraph
+from pardnn.machine import Machine
 from pardnn.memory import MemoryProfile
 from pardnn.overflow import handle_overflow
-from pardnn.placer import Placer
 from pardnn.stages import Context
 
 __all__ = ["Candidate", "GuardDetails", "Guarded", "Prepared", "candidates", "fold_communicating_devices", "guard",
-           "guard_stage", "place_under_memory", "prepare_candidates"]
+           "guard_stage", "place_under_memory", "prepare_candidates"]  # the candidates: pardnn.candidates
 
 PARDNN = "pardnn"
 FOLDED = "folded"
-BLIND = ", memory-blind"  # the label's suffix for a memory-aware placer placed blind to the memory sizes
 # Heuristic I's rounds per start in the last resort: every successful start measured needed at most 11
 # (200k-op synthetic graph, K = 16, 0.8 × demand), while a hopeless one crawls on for hundreds.
 FALLBACK_MAX_ROUNDS = 24
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A cheap placement the guard compares with: a registry placer, maybe blind to the memory sizes."""
-
-    label: str
-    placer: Placer
-    blind: bool = False
-
-    def place(self, graph: CostGraph, machine: Machine) -> np.ndarray:
-        """Its placement (MissingDependencyError when the placer needs what is not installed)."""
-        placed = self.placer.place(graph, replace(machine, memory=None) if self.blind else machine)
-        return np.ascontiguousarray(placed[0], dtype=np.int64)
-
-
-def candidates(machine: Machine) -> list[Candidate]:
-    """The candidates on ``machine``, in order of preference on ties: every ``cheap`` placer of the
-    registry, then, when the machine has memory sizes, every ``memory_aware`` one blind to them."""
-    cheap = [placer for placer in BASELINES.values() if placer.cheap]
-    blind = [Candidate(p.name + BLIND, p, blind=True) for p in cheap if p.memory_aware] if machine.bounded else []
-    return [Candidate(p.name, p) for p in cheap] + blind
 
 
 @dataclass(frozen=True)
@@ -120,6 +109,7 @@ class GuardDetails:
     speedup_over_pardnn: float | None
     candidates: dict[str, float | None]
     notes: dict[str, str]
+    ordered: bool = False  # the kept placement runs in its candidate's own run order (e.g. the pipeline's)
 
 
 @dataclass
@@ -135,6 +125,7 @@ class Guarded:
     pardnn_makespan_us: float
     makespans: dict[str, float | None] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
+    order: np.ndarray | None = None  # the winner's run order (None: order of readiness)
 
     @property
     def makespan_us(self) -> float:
@@ -146,64 +137,11 @@ class Guarded:
             finite = self.makespan_us > 0 and math.isfinite(self.pardnn_makespan_us)
             gain = self.pardnn_makespan_us / self.makespan_us if finite else None
         return GuardDetails(self.winner, self.pardnn_makespan_us, self.makespan_us, gain, dict(self.makespans),
-                            dict(self.notes))
+                            dict(self.notes), self.order is not None)
 
     def keep(self, answer: Emulated, winner: str) -> None:
         self.placement, self.winner = answer.placement, winner
-        self.schedule, self.memory = answer.schedule, answer.memory
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A candidate made before the guard runs: its placement (``None`` when it is unavailable, ``note``
-    says why), a lower bound on its makespan, and its emulation (``None`` when not made ahead, or when
-    its residual state alone overflows a device)."""
-
-    placement: np.ndarray | None
-    note: str = ""
-    bound: float | None = None
-    schedule: Schedule | None = None
-
-    @classmethod
-    def make(cls, candidate: Candidate, graph: CostGraph, machine: Machine) -> Prepared:
-        """The candidate's placement only, or why it is unavailable (not installed)."""
-        try:
-            return cls(candidate.place(graph, machine))
-        except MissingDependencyError as exc:
-            return cls(None, f"unavailable: {exc}")
-
-
-def prepare_candidates(graph: CostGraph, machine: Machine, edge_weight: np.ndarray) -> dict[str, Prepared]:
-    """Every candidate's placement, makespan bound and emulation, for the guard to judge later.
-
-    Emulates every candidate that could fit (the guard's pruning needs ParDNN's makespan, not known
-    yet), so it is meant for a worker thread with a core of its own while Steps 1 and 2 run; the
-    guard's answer is the same as without it. O(candidates × (|V| + |E|) log |V|).
-    """
-    prepared = {}
-    residual = _residual(graph, machine)
-    for candidate in candidates(machine):
-        made = prepared[candidate.label] = Prepared.make(candidate, graph, machine)
-        if made.placement is None:
-            continue
-        fits = residual is None or _residual_overflow(made.placement, residual, machine) is None
-        prepared[candidate.label] = replace(made, bound=_makespan_bound(graph, machine, made.placement, edge_weight),
-                                            schedule=emulate(graph, machine, made.placement) if fits else None)
-    return prepared
-
-
-def _residual(graph: CostGraph, machine: Machine) -> np.ndarray | None:
-    return np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0) if machine.bounded else None
-
-
-def _residual_overflow(placement: np.ndarray, residual: np.ndarray, machine: Machine) -> str | None:
-    """Why ``placement``'s residual state alone overflows a device, or ``None`` when it does not."""
-    over = np.bincount(placement, weights=residual, minlength=machine.devices) - machine.limits_bytes
-    if not (over > 0).any():
-        return None
-    d = int(np.argmax(over))
-    return (f"does not fit the memory limits: its residual state alone overflows device {d} "
-            f"by {format_bytes(float(over[d]))}")
+        self.schedule, self.memory, self.order = answer.schedule, answer.memory, answer.order
 
 
 class _Best:
@@ -211,7 +149,7 @@ class _Best:
 
     def __init__(self, graph: CostGraph, machine: Machine, out: Guarded, edge_weight: np.ndarray) -> None:
         self.graph, self.machine, self.out, self.edge_weight = graph, machine, out, edge_weight
-        self.residual = _residual(graph, machine)
+        self.residual = residual_bytes(graph, machine)
 
     def rule_out(self, name: str, why: str) -> None:
         self.out.notes[name] = why
@@ -223,32 +161,25 @@ class _Best:
         strictly faster and fits. Returns its makespan (``None`` when pruned or ruled out). ``ahead``:
         the placement, with its bound and emulation when made beforehand (:func:`prepare_candidates`)."""
         graph, machine, out, placement = self.graph, self.machine, self.out, ahead.placement
-        bound = _makespan_bound(graph, machine, placement, self.edge_weight) if ahead.bound is None else ahead.bound
+        bound = makespan_bound(graph, machine, placement, self.edge_weight) if ahead.bound is None else ahead.bound
         if not strictly_shorter(bound, out.makespan_us):
             self.rule_out(name, f"pruned: its makespan is at least {bound:.1f} us")
             return None
-        overflow = None if self.residual is None else _residual_overflow(placement, self.residual, machine)
+        overflow = None if self.residual is None else residual_overflow(placement, self.residual, machine)
         if overflow is not None:
             self.rule_out(name, overflow)
             return None
-        schedule = emulate(graph, machine, placement) if ahead.schedule is None else ahead.schedule
+        order = ahead.order
+        schedule = emulate(graph, machine, placement, order=order) if ahead.schedule is None else ahead.schedule
         out.makespans[name] = schedule.makespan_us
         if not strictly_shorter(schedule.makespan_us, out.makespan_us):
             return schedule.makespan_us
-        answer = emulate_and_track(graph, machine, placement, schedule=schedule)
+        answer = emulate_and_track(graph, machine, placement, schedule=schedule, order=order)
         if not answer.fits(machine):
             out.notes[name] = "does not fit the memory limits"
             return schedule.makespan_us
         out.keep(answer, name)
         return schedule.makespan_us
-
-
-def _makespan_bound(graph: CostGraph, machine: Machine, placement: np.ndarray, edge_weight: np.ndarray) -> float:
-    """A lower bound on the emulated makespan of ``placement``: the larger of its busiest device's
-    compute and its longest path with the cut edges' transfer times (no schedule can beat either)."""
-    busiest = float(np.bincount(placement, weights=graph.comp_us, minlength=machine.devices).max(initial=0.0))
-    cut = placement[graph.edge_src] != placement[graph.edge_dst]
-    return max(busiest, critical_path_us(graph, np.where(cut, edge_weight, 0.0)))
 
 
 def fold_communicating_devices(graph: CostGraph, machine: Machine, placement: np.ndarray,
@@ -277,7 +208,8 @@ def fold_communicating_devices(graph: CostGraph, machine: Machine, placement: np
 
 def guard(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: Schedule | None,
           memory: MemoryProfile | None, edge_weight: np.ndarray,
-          prepared: dict[str, Prepared] | None = None) -> Guarded:
+          prepared: dict[str, Prepared] | None = None, order: np.ndarray | None = None,
+          ordered: bool = True) -> Guarded:
     """Keep ParDNN's ``placement`` unless a cheap candidate that fits is strictly faster.
 
     Parameters
@@ -292,22 +224,27 @@ def guard(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: S
     prepared:
         The candidates made ahead by :func:`prepare_candidates` with the same graph, machine and
         ``edge_weight``; ``None`` makes them here, one at a time, emulating only those not pruned.
+    order:
+        The run order ``schedule`` assumes (``None``: order of readiness).
+    ordered:
+        Candidates compete in their own run order when they have one; ``False``: in order of
+        readiness (``partition(..., ordered=False)`` returns no order).
 
     Returns
     -------
     Guarded
         The winner (``None`` if nothing fits) and every candidate's makespan.
     """
-    own = None if schedule is None else Emulated(np.asarray(placement, dtype=np.int64), schedule, memory)
+    own = None if schedule is None else Emulated(np.asarray(placement, dtype=np.int64), schedule, memory, order)
     fits = own is not None and own.fits(machine)
     out = Guarded(placement, PARDNN if fits else None, schedule if fits else None, memory if fits else None,
-                  math.inf if own is None else own.makespan_us)
+                  math.inf if own is None else own.makespan_us, order=order if fits else None)
     out.makespans[PARDNN] = None if own is None else own.makespan_us
     if machine.devices < 2:
         return out
     best = _Best(graph, machine, out, edge_weight)
     for candidate in candidates(machine):
-        ahead = Prepared.make(candidate, graph, machine) if prepared is None else prepared[candidate.label]
+        ahead = Prepared.make(candidate, graph, machine, ordered) if prepared is None else prepared[candidate.label]
         if ahead.placement is None:
             best.rule_out(candidate.label, ahead.note)
             continue
@@ -355,7 +292,7 @@ def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failur
     if failure is None:  # heuristic II's placement: let heuristic I repair it too
         starts.append((PARDNN, np.asarray(kept.placement, dtype=np.int64)))
     for candidate in candidates(machine):
-        made = Prepared.make(candidate, graph, machine) if prepared is None else prepared[candidate.label]
+        made = Prepared.make(candidate, graph, machine, False) if prepared is None else prepared[candidate.label]
         if made.placement is not None:
             starts.append((candidate.label, made.placement))
     closest = ""
@@ -385,12 +322,13 @@ def guard_stage(graph: CostGraph, machine: Machine, current: Emulated | None, co
     heuristic I from every start (:func:`place_under_memory`), which raises when that fails too."""
     prepared = None if context.ahead is None else context.ahead()
     if current is None:  # Step 2 gave up: no placement of ParDNN's to keep or to fold
-        kept = guard(graph, machine, np.zeros(graph.n, np.int64), None, None, context.edge_weight, prepared)
+        kept = guard(graph, machine, np.zeros(graph.n, np.int64), None, None, context.edge_weight, prepared,
+                     ordered=context.ordered)
     else:
         kept = guard(graph, machine, current.placement, current.schedule, current.memory, context.edge_weight,
-                     prepared)
+                     prepared, current.order, context.ordered)
     if kept.winner is None and context.heuristic is not None:
         kept = place_under_memory(graph, machine, kept, context.failure, prepared=prepared, progress=context.progress)
     if kept.winner is None or kept.schedule is None:
         return None, kept.details()
-    return Emulated(np.asarray(kept.placement, dtype=np.int64), kept.schedule, kept.memory), kept.details()
+    return Emulated(np.asarray(kept.placement, dtype=np.int64), kept.schedule, kept.memory, kept.order), kept.details()

@@ -91,16 +91,16 @@ class _Ahead:
     """The guard's candidates (:func:`pardnn.guard.prepare_candidates`), made by a worker thread while
     Steps 1 and 2 run on the caller's. A daemon, so an error in the caller's stages never waits for it."""
 
-    def __init__(self, graph: CostGraph, machine: Machine, weight: np.ndarray) -> None:
+    def __init__(self, graph: CostGraph, machine: Machine, weight: np.ndarray, ordered: bool) -> None:
         self._prepared: dict[str, Prepared] | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(graph, machine, weight), name="pardnn-guard",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(graph, machine, weight, ordered),
+                                        name="pardnn-guard", daemon=True)
         self._thread.start()
 
-    def _run(self, graph: CostGraph, machine: Machine, weight: np.ndarray) -> None:
+    def _run(self, graph: CostGraph, machine: Machine, weight: np.ndarray, ordered: bool) -> None:
         try:
-            self._prepared = prepare_candidates(graph, machine, weight)
+            self._prepared = prepare_candidates(graph, machine, weight, ordered)
         except BaseException as exc:  # handed to the caller by result()
             self._error = exc
 
@@ -175,12 +175,14 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
         check_feasible(graph, machine)  # a proof that no placement fits ends here (InfeasibleError)
     weight = machine.edge_comm_us(graph.edge_bytes)
     # On two or more cores the guard's candidates are made alongside Steps 1 and 2 (same answer).
-    ahead = _Ahead(graph, machine, weight) if guarded and machine.devices >= 2 and available_cores() >= 2 else None
+    parallel = guarded and machine.devices >= 2 and available_cores() >= 2
+    ahead = _Ahead(graph, machine, weight, ordered) if parallel else None
     ccr = communication_ratio(graph, machine)
     groups = _step1(graph, machine, heuristic, weight, ccr, seconds, details, progress, started)
     current, failure = _step2(graph, machine, heuristic, groups, seconds, details, progress)
     switches = ((GUARD, guarded), (REFINE, refine_seconds > 0), (ORDER, ordered))
-    context = Context(weight, refine_seconds, failure, heuristic, None if ahead is None else ahead.result)
+    context = Context(weight, refine_seconds, failure, heuristic, None if ahead is None else ahead.result,
+                      ordered=ordered)
     current = polish(graph, machine, current, [stage for stage, on in switches if on], context, seconds=seconds,
                      details=details, progress=progress)
     if current is None:

@@ -19,6 +19,8 @@ name                      placer                                                
 ``linear_clustering``     Kim and Browne 1988 linear clustering + GLB (time budget)    incremental levels
 ``metis``                 METIS K-way on the undirected graph (needs ``pymetis``)       multilevel, ~O(|V|+|E|)
 ``etf``                   earliest-start list scheduling (Baechi's m-ETF, by priority)  O(|E| + |V|(log |V| + K))
+``pipeline``              K contiguous stages, every micro-batch copy with its op; 1F1B  O((|V|+|E|) log |V| + U²K)
+                          or GPipe run order (:mod:`pardnn.baselines.pipeline`)
 ``exact``                 CP-SAT optimum of placement + schedule (<= 60 ops; a bound)  exponential
 ========================  ===========================================================  ====================
 """
@@ -30,6 +32,7 @@ from pardnn.baselines.etf import etf_placement
 from pardnn.baselines.exact import DEFAULT_MAX_OPS, DEFAULT_TIME_LIMIT_S, GraphTooLargeError, exact_placement
 from pardnn.baselines.linear_clustering import DEFAULT_TIME_BUDGET_S, linear_clustering_placement
 from pardnn.baselines.metis import DEFAULT_SEED, MissingDependencyError, metis_placement
+from pardnn.baselines.pipeline import pipeline_placement
 from pardnn.baselines.round_robin import round_robin_placement
 from pardnn.baselines.single_device import single_device_placement
 from pardnn.baselines.topological import topological_placement
@@ -44,6 +47,7 @@ __all__ = [
     "exact",
     "linear_clustering",
     "metis",
+    "pipeline",
     "round_robin",
     "single_device",
     "topological",
@@ -64,10 +68,13 @@ metis = Placer("metis", metis_placement, options={"seed": DEFAULT_SEED}, cheap=T
                summary="a K-way METIS partition of the undirected graph (needs pymetis)")
 etf = Placer("etf", etf_placement, cheap=True, memory_aware=True,
              summary="earliest-start list scheduling by priority (Baechi's m-ETF, incremental)")
+pipeline = Placer("pipeline", pipeline_placement, cheap=True, memory_aware=True,
+                  summary="K contiguous stages of the single-copy graph (PipeDream's balance), every micro-batch "
+                          "copy on its op's stage, in a 1F1B or GPipe run order")
 exact = Placer("exact", exact_placement,
                options={"time_limit_s": DEFAULT_TIME_LIMIT_S, "max_ops": DEFAULT_MAX_OPS, "ordered": True},
                time_option="time_limit_s", order_option="ordered",
                summary="the CP-SAT optimum of placement and schedule (small graphs; a bound)")
 
 BASELINES: dict[str, Placer] = {placer.name: placer for placer in (
-    single_device, topological, round_robin, critical_path, linear_clustering, metis, etf, exact)}
+    single_device, topological, round_robin, critical_path, linear_clustering, metis, etf, pipeline, exact)}
