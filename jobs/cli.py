@@ -115,7 +115,8 @@ def register_capture(sub: Any) -> None:
                     f"{PLACEMENT['device_preset'].default}).")
     capture.add_argument("target", metavar="JOB_OR_MODULE:FUNCTION",
                          help="job file, job preset name, or package.module:function")
-    capture.add_argument("-o", "--output", required=True, help="graph file to write (.json or .json.gz)")
+    capture.add_argument("-o", "--output", required=True,
+                         help="graph file to write (.json, .json.gz, or .pardnn: the compact binary form)")
     costs = capture.add_mutually_exclusive_group()
     costs.add_argument("--estimate", metavar="PRESET",
                        help=f"roofline costs for a device preset: {_PRESETS} (no session runs)")
