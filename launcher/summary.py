@@ -10,7 +10,8 @@ throughput.
 The row says what ran (``placer``, ``parallelism``, ``recompute``) and how the emulated step
 compares with the measured one (``emulated_step_ms``, ``step_ms_median``: the slowest replica's
 median, ``step_ratio`` = measured / emulated), the largest peak memory measured on a device
-(``peak_memory_bytes``) and whether the emulated step fits the devices' memory (``fits``).
+(``peak_memory_bytes``), whether the emulated step fits the devices' memory (``fits``) and the M
+micro-batches trained (``micro_batches``: ``--micro-batches auto``'s choice).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ RESULTS_COLUMNS = (
     "global_batch_size", "iterations", "window", "samples_per_s", "tokens_per_s", "samples_per_s_per_node",
     "step_ms_median", "simulated_makespan_us", "costs", "memory", "placement_sha256", "run_dir", "window_complete",
     "placer", "parallelism", "recompute", "emulated_step_ms", "step_ratio", "peak_memory_bytes", "fits", "message",
+    "micro_batches",
 )
 
 
@@ -140,4 +142,13 @@ def results_row(summary: Mapping[str, Any], finished_utc: str, run_dir: Path) ->
         "peak_memory_bytes": max(peaks, default=None),
         "fits": "" if fits is None else str(bool(fits)).lower(),
         "message": summary.get("message"),
+        "micro_batches": _micro_batches(summary),
     }
+
+
+def _micro_batches(summary: Mapping[str, Any]) -> Any:
+    """The M trained: ``--micro-batches auto``'s choice (``None`` when no M fitted), else the setting."""
+    chosen = summary.get("micro_batches")
+    if isinstance(chosen, Mapping):
+        return chosen.get("chosen")
+    return summary["settings"].get("micro_batches", 1)

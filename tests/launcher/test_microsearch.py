@@ -24,6 +24,7 @@ from launcher.microsearch import (
     search,
 )
 from launcher.settings import resolve
+from launcher.summary import results_row
 from tests.launcher.standin import Job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,6 +126,17 @@ def test_the_report_lists_every_m_with_its_figures():
     assert decide([Measured(1, 1, 5.0, 1, None, True)], 1)[1].micro_batches == 1  # unlimited memory fits
 
 
+def test_the_results_row_has_the_m_trained():
+    summary = {"throughput": {"samples_per_s": None, "tokens_per_s": None, "complete": False}, "per_node": [],
+               "placement": {}, "job": {}, "status": "does_not_fit", "nodes": 1, "devices_per_node": 2,
+               "device_kind": "cpu", "batch_size": 8, "global_batch_size": 8, "window": [1, 2],
+               "settings": {"iterations": 3, "costs": "estimate", "memory": None, "micro_batches": "auto"}}
+    assert results_row({**summary, "micro_batches": {"chosen": 4}}, "t", Path("r"))["micro_batches"] == 4
+    assert results_row({**summary, "micro_batches": {"chosen": None}}, "t", Path("r"))["micro_batches"] is None
+    plain = {**summary, "settings": {**summary["settings"], "micro_batches": 2}}
+    assert results_row(plain, "t", Path("r"))["micro_batches"] == 2
+
+
 def test_auto_is_for_one_placer_across_the_devices():
     check_auto(resolve(Job(), {"micro_batches": "auto"}))
     with pytest.raises(LaunchError, match="--micro-batches auto chooses M for one placement; --compare"):
@@ -156,6 +168,10 @@ def test_word_rnn_tiny_chooses_m_and_reports_every_m_tried(tmp_path):
     assert table["chosen"] == chosen["micro_batches"]
     assert chosen["samples_per_s"] == max(row["samples_per_s"] for row in table["tried"])
     assert f"micro-batches auto: chose M = {chosen['micro_batches']}: the highest emulated samples/s" in proc.stderr
+    import csv
+
+    [row] = list(csv.DictReader((tmp_path / "results.csv").open()))
+    assert row["micro_batches"] == str(table["chosen"])
     # the placement trained is the chosen M's graph: its ops, its emulated step
     assert summary["placement"]["ops"] == chosen["ops"]
     makespan_us = summary["placement"]["report"]["evaluation"]["makespan_us"]
