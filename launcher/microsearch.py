@@ -142,8 +142,11 @@ def decide(measured: Sequence[Measured], batch: int, skipped: Sequence[int] = ()
     trials += [Trial(m, SKIPPED, f"does not divide the batch {batch}") for m in skipped]
     trials.sort(key=lambda trial: trial.micro_batches)
     if best is None:
+        reasons: dict[str, list[str]] = {}  # the same reason for several M is said once
+        for trial in trials:
+            reasons.setdefault(trial.reason.rstrip("."), []).append(str(trial.micro_batches))
         message = (f"--micro-batches auto: no M fits the devices' memory at batch {batch} ("
-                   + "; ".join(f"M = {t.micro_batches}: {t.reason}" for t in trials)
+                   + "; ".join(f"M = {', '.join(ms)}: {reason}" for reason, ms in reasons.items())
                    + "); not trained. Try more devices, a smaller batch or a lower --reserve")
         raise NoMicroBatchFits(message, {"mode": AUTO, "chosen": None, "why": message,
                                          "tried": [asdict(trial) for trial in trials]})

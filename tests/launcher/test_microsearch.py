@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import LaunchError
+from launcher.errors import DoesNotFit, LaunchError
 from launcher.failure import exit_code, status_of
 from launcher.microsearch import (
     Measured,
@@ -84,7 +84,7 @@ def test_m_not_dividing_the_batch_is_skipped_and_listed():
 
 
 def test_a_placer_that_finds_no_placement_counts_as_not_fitting():
-    from launcher.errors import AgreedError, DoesNotFit
+    from launcher.errors import AgreedError
 
     def measure(micro: int) -> Measured:
         if micro == 2:
@@ -113,6 +113,9 @@ def test_no_m_fits_is_one_does_not_fit_line_naming_every_m():
     assert message.startswith("--micro-batches auto: no M fits the devices' memory at batch 4 (M = 1: peak 300.00 "
                               "MiB over the limit of 100.00 MiB; M = 2: peak 200.00 MiB")
     assert error.report["chosen"] is None and [t["micro_batches"] for t in error.report["tried"]] == [1, 2, 4]
+    same = lambda micro: failed(micro, DoesNotFit("pardnn: 3 GiB short."))  # noqa: E731
+    with pytest.raises(NoMicroBatchFits, match=r"at batch 2 \(M = 1, 2: pardnn: 3 GiB short\); not trained"):
+        search(2, same)
 
 
 def test_the_report_lists_every_m_with_its_figures():
@@ -146,14 +149,32 @@ def test_auto_is_for_one_placer_across_the_devices():
 
 
 # ------------------------------------------------------------------------------- the real graphs (TensorFlow)
+def _launch(tmp_path, *options):
+    return subprocess.run(
+        [sys.executable, "-m", "launcher.cli", "word-rnn-tiny", "--micro-batches", "auto", "--costs", "estimate",
+         "--no-progress", "--out", str(tmp_path), *options],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**_env(), "TF_CPP_MIN_LOG_LEVEL": "2"})
+
+
+@pytest.mark.slow
+def test_no_m_fitting_ends_untrained_with_the_table(tmp_path):
+    proc = _launch(tmp_path, "--batch-size", "2", "--memory", "64KiB", "--iterations", "5", "--window", "1:3")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1
+    assert "--micro-batches auto: no M fits the devices' memory at batch 2 (M = 1, 2: " in errors[0]
+    [run] = [path for path in tmp_path.iterdir() if path.is_dir()]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "does_not_fit" and summary["micro_batches"]["chosen"] is None
+    assert [(t["micro_batches"], t["status"]) for t in summary["micro_batches"]["tried"]] == [
+        (1, "does_not_fit"), (2, "does_not_fit")]
+
+
 @pytest.mark.slow
 def test_word_rnn_tiny_chooses_m_and_reports_every_m_tried(tmp_path):
     """A single node on 4 logical CPU devices: M = 1, 2, 4 (batch 4) built, estimated and placed; the run
     trains the chosen M's graph and summary.json lists every M tried with its figures."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "launcher.cli", "word-rnn-tiny", "--micro-batches", "auto", "--batch-size", "4",
-         "--costs", "estimate", "--iterations", "12", "--window", "4:10", "--no-progress", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**_env(), "TF_CPP_MIN_LOG_LEVEL": "2"})
+    proc = _launch(tmp_path, "--batch-size", "4", "--iterations", "12", "--window", "4:10")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     [run] = [path for path in tmp_path.iterdir() if path.is_dir()]
     summary = json.loads((run / "summary.json").read_text())
