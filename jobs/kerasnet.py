@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from jobs.config import Job, JobError
 from jobs.entrypoints import model_error, user_error
-from jobs.microbatch import micro_step, scope
+from jobs.microbatch import Copies, micro_step, scope
 from jobs.models.layers import Net, keras_blocks
 from jobs.recipe import COMPILED, Recipe, by_output, loss_name
 from jobs.userbatch import LABELS, Batch, Layout, as_dict, check_batch, dtype_of, label_key, layout_of
@@ -179,8 +179,9 @@ def _micro_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batc
     labels: dict[str, tf.Tensor] = {}
     label_pieces: dict[str, list[tf.Tensor]] = {}
     values: Batch = {}
+    copies = Copies()  # which op of micro-batch 0 each op copies, for the graph file
     for index in range(micro):
-        with v1.name_scope(scope(index)):
+        with copies.copy(index), v1.name_scope(scope(index)):
             sliced = {name: parts[index] for name, parts in pieces.items()}
             outputs = _call(job, model, layout, sliced)
             if index == 0:
@@ -193,4 +194,5 @@ def _micro_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batc
             loss = _loss(job, recipe, outputs, {key: parts[index] for key, parts in label_pieces.items()}, values)
             loss, updates = _with_model_extras(model, [sliced[name] for name in layout.inputs], loss)
             nets.append(Net(loss, {}, updates))
+    copies.record()
     return micro_step(nets, {**inputs, **labels})

@@ -19,22 +19,64 @@ last micro-batch's moving-average updates run. Running all M would move the aver
 step (momentum^M where the full batch moves them once) and write one variable from M unordered ops;
 the last micro-batch's keep the averages' decay per step what it is with M = 1.
 
+Copy metadata: while building, each copy's ops are recorded as they are created (the forward when the
+model is built or called, the gradients in :func:`mean_gradients`), and :func:`record_copies` marks
+them for the capture (:func:`pardnn.tf.capture.mark_copies`): copy m's op copies the op of copy 0
+created under the same name with ``micro_m`` in place of ``micro_0`` (the scopes this module made;
+``tf.gradients`` repeats the forward op's name in its gradient's). An op of copy 0 that no other
+copy repeats, and every op made outside the copies (variables, summed gradients, the mean loss), is
+of no micro-batch. The graph file then says which op copies which (native format version 2).
+
 M = 1 builds exactly the graph of a job without ``micro_batches``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import tensorflow as tf
 
 from jobs.config import Job, JobError
 from jobs.models.layers import Net
+from pardnn.tf.capture import mark_copies
 
 v1 = tf.compat.v1
 
-__all__ = ["mean_gradients", "micro_size", "micro_step", "scope", "split_feed", "zoo_copies"]
+__all__ = ["Copies", "mean_gradients", "micro_size", "micro_step", "scope", "split_feed", "zoo_copies"]
+
+
+class Copies:
+    """The ops each micro-batch copy creates, in creation order, marked for the capture by :meth:`record`."""
+
+    def __init__(self) -> None:
+        self.made: dict[int, list[str]] = {}
+
+    @contextmanager
+    def copy(self, index: int) -> Iterator[None]:
+        """Record the ops created in the block as copy ``index``'s."""
+        graph = v1.get_default_graph()
+        before = len(graph.get_operations())
+        yield
+        self.made.setdefault(index, []).extend(op.name for op in graph.get_operations()[before:])
+
+    def record(self) -> None:
+        """Mark the copies in the default graph (module docstring, "Copy metadata")."""
+        first = set(self.made.get(0, ()))
+        marks: dict[str, tuple[int, str]] = {}
+        for index, names in self.made.items():
+            if index == 0:
+                continue
+            own = re.compile(rf"(?<![^/]){scope(index)}(?=/|$)")
+            for name in names:
+                original = own.sub(scope(0), name)
+                if original in first:
+                    marks[name] = (index, original)
+                    marks[original] = (0, original)
+        if marks:
+            mark_copies(v1.get_default_graph(), marks)
 
 
 def micro_size(job: Job, batch: int, micro: object) -> int:
@@ -68,9 +110,11 @@ def zoo_copies(build_one: Callable[[int], Net], micro: int, size: int) -> Net:
     the inputs are named ``micro_m/name``."""
     nets = []
     root = v1.get_variable_scope()
+    copies = Copies()
     for index in range(micro):
-        with v1.variable_scope(root, reuse=True if index else None), v1.name_scope(scope(index)):
+        with copies.copy(index), v1.variable_scope(root, reuse=True if index else None), v1.name_scope(scope(index)):
             nets.append(build_one(size))
+    copies.record()
     inputs = {f"{scope(index)}/{name}": tensor for index, net in enumerate(nets) for name, tensor in net.inputs.items()}
     return micro_step(nets, inputs)
 
@@ -91,12 +135,14 @@ def mean_gradients(losses: Sequence[tf.Tensor], variables: Sequence[tf.Variable]
     """Each variable's gradient summed over the micro-batches' ``losses`` and scaled by 1/M (``None``
     when no loss depends on it); ``dense`` makes a micro-batch's embedding gradients dense first."""
     per_micro = []
+    copies = Copies()
     for index, loss in enumerate(losses):
-        with v1.name_scope(f"{scope(index)}/"):  # re-entered: micro_m/gradients/..., micro_m/dense_gradients/...
+        with copies.copy(index), v1.name_scope(f"{scope(index)}/"):  # micro_m/gradients/..., .../dense_gradients/...
             grads = tf.gradients(loss, list(variables))
             used = [(grad, var) for grad, var in zip(grads, variables, strict=True) if grad is not None]
             made = dict(zip((id(var) for _, var in used), (grad for grad, _ in dense(used)), strict=True))
         per_micro.append([made.get(id(var)) for var in variables])
+    copies.record()
     out: list[tuple[tf.Tensor | None, tf.Variable]] = []
     with v1.name_scope("micro_batches/gradients"):
         for position, var in enumerate(variables):

@@ -16,15 +16,15 @@ shorter (the one that fits first).
      with ``a(v) < L`` is a forward op of layer ``a(v)`` (the weights used so far);
    - an op with ``a(v) = L`` (the last layer's forward ops, the loss, and every backward op, which
      all depend on every layer through the loss) is *late*: it takes the largest position among its
-     inputs that are forward ops or weight-group members — a gradient op reads the activations or
-     the weights of the layer it differentiates, so it goes with that layer's forward ops and
-     weights, never to a later stage; a late op without such inputs (a sum of gradients, the
-     clipping norm) takes the smallest position among its late inputs; then, in reverse
-     topological order, a late op moves to the smallest position among its consumers when that is
-     later, or when it had no forward or weight input. So a sum of gradients goes with its update,
-     and a weight gradient ``dW_l = x_{l-1}^T dy_l``, which reads the previous layer's output, not
-     layer l's weights, but feeds layer l's update, goes with layer l: the weight-sized gradient
-     never crosses a stage boundary;
+     inputs that are forward ops, weight-group members or inputs of forward ops (a data input feeds
+     the first layer that reads it) — a gradient op reads the activations or the weights of the
+     layer it differentiates, so it goes with that layer's forward ops and weights, never to a later
+     stage; a late op without such inputs (a sum of gradients, the clipping norm) takes the
+     smallest position among its late inputs; then, in reverse topological order, a late op moves
+     up to the smallest position among its consumers when that is later. So a weight gradient
+     ``dW_l = x_{l-1}^T dy_l``, which reads the previous layer's output, not layer l's weights, but
+     feeds layer l's update (directly or through the sum over micro-batches), goes with layer l:
+     the weight-sized gradient never crosses a stage boundary;
    - an op that depends on no weight (inputs, constants) goes with its earliest consumer;
    - every other colocation group takes its members' smallest position (groups stay whole).
 
@@ -106,7 +106,14 @@ def _positions_sweep(order: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, 
                 a[v] = a[pred[i]]
     pos = np.full(n, -1, np.int64)
     late = np.zeros(n, np.bool_)
-    weak = np.zeros(n, np.bool_)  # a late op without forward or weight inputs: placed by its consumers
+    feeds = np.full(n, -1, np.int64)  # an op of no weight that feeds a forward op: the earliest such op's
+    for v in order:
+        if a[v] < 0:
+            for i in range(succ_ptr[v], succ_ptr[v + 1]):
+                s = succ[i]
+                t = own[s] if own[s] >= 0 else (a[s] if a[s] < last else -1)
+                if t >= 0 and (feeds[v] < 0 or t < feeds[v]):
+                    feeds[v] = t
     for v in order:
         if own[v] >= 0:
             pos[v] = own[v]
@@ -117,14 +124,11 @@ def _positions_sweep(order: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, 
             high, low = -1, last + 1
             for i in range(pred_ptr[v], pred_ptr[v + 1]):
                 p = pred[i]
-                if pos[p] < 0:
-                    continue
                 if late[p]:
                     low = min(low, pos[p])
-                else:
-                    high = max(high, pos[p])
+                elif pos[p] >= 0 or feeds[p] >= 0:
+                    high = max(high, max(pos[p], feeds[p]))
             pos[v] = high if high >= 0 else (low if low <= last else last)
-            weak[v] = high < 0
     for k in range(n - 1, -1, -1):  # a late op goes no earlier than its consumers (a gradient's update)
         v = order[k]
         if late[v]:
@@ -133,7 +137,7 @@ def _positions_sweep(order: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, 
                 s = pos[succ[i]]
                 if s >= 0 and s < low:
                     low = s
-            if low <= last and (low > pos[v] or weak[v]):
+            if low <= last and low > pos[v]:
                 pos[v] = low
     for k in range(n - 1, -1, -1):  # ops of no weight: with their earliest consumer
         v = order[k]

@@ -21,6 +21,12 @@ fetched are left out. One node per op, named as the op.
   mutate a variable (``Assign*``, ``ApplyAdam``, ``ResourceApply*``, ``ScatterUpdate``,
   ``ResourceScatter*``...) are reference ops and hold no bytes of their own. Everything else is
   normal, holding the sum of its outputs' bytes.
+- **Micro-batch copies.** A graph built with M micro-batches carries, in the graph collection
+  :data:`COPIES` (:func:`mark_copies`, called by the builder that made the copies), each copy's op
+  name → ``(micro-batch, name of the op of micro-batch 0 it copies)``. The capture turns it into
+  the graph's ``micro_batch`` and ``copy_of`` columns (:mod:`pardnn.copies`): an op whose original
+  is not in the step or is of another type, and every op not marked, belongs to no micro-batch. A
+  graph without marks has no metadata (its file is version 1).
 - **Colocation groups** are found by union-find over the *whole* graph, because TensorFlow's placer
   constrains the whole graph, not only the step: an edge carrying a resource handle joins producer
   and consumer (a variable, its ``ReadVariableOp``, ``AssignVariableOp``, ``ResourceApplyAdam`` with
@@ -45,8 +51,8 @@ from pardnn.errors import InvalidGraphError
 from pardnn.graph import CostGraph, Kind
 from pardnn.tf.sizing import VARIABLE_OPS, SizingReport, shape_bytes, size_step
 
-__all__ = ["VARIABLE_OPS", "Step", "capture", "capture_with_report", "colocation_groups", "cost_graph", "fetch_ops",
-           "op_kind", "shape_bytes", "static_sizes", "trace_step"]
+__all__ = ["COPIES", "VARIABLE_OPS", "Step", "capture", "capture_with_report", "colocation_groups", "copy_columns",
+           "cost_graph", "fetch_ops", "mark_copies", "op_kind", "shape_bytes", "static_sizes", "trace_step"]
 
 _MUTATING_OPS = frozenset({
     "Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
@@ -55,6 +61,31 @@ _MUTATING_OPS = frozenset({
 _MUTATING_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply", "Scatter", "ResourceScatter")
 _NOT_MUTATING = frozenset({"ScatterNd", "ScatterNdNonAliasingAdd"})
 _BACK_EDGE = (frozenset({"NextIteration", "RefNextIteration"}), frozenset({"Merge", "RefMerge"}))
+COPIES = "pardnn_micro_batch_copies"  # graph collection of {op name: (micro-batch, original's name)}
+
+
+def mark_copies(graph: tf.Graph, marks: dict[str, tuple[int, str]]) -> None:
+    """Record in ``graph`` which micro-batch each op of ``marks`` belongs to and which op of micro-batch
+    0 it copies (op name → ``(micro-batch, original name)``; an op of micro-batch 0 names itself)."""
+    graph.add_to_collection(COPIES, dict(marks))
+
+
+def copy_columns(step: Step) -> tuple[list[int] | None, list[int] | None]:
+    """The ``micro_batch`` and ``copy_of`` columns of ``step`` from its graph's :data:`COPIES` marks,
+    or ``(None, None)`` when it has none (module docstring). O(|V|)."""
+    marks: dict[str, tuple[int, str]] = {}
+    for part in step.graph.get_collection(COPIES):
+        marks.update(part)
+    if not marks:
+        return None, None
+    batch, source = [-1] * len(step.ops), list(range(len(step.ops)))
+    for i, op in enumerate(step.ops):
+        index, name = marks.get(op.name, (-1, op.name))
+        j = step.index.get(name)
+        if index < 0 or j is None or step.ops[j].type != op.type or marks.get(name, (-1, ""))[0] != 0:
+            continue
+        batch[i], source[i] = index, j
+    return batch, source
 
 
 def op_kind(op_type: str) -> Kind:
@@ -232,6 +263,7 @@ def cost_graph(step: Step, sizes: Sequence[Sequence[int | None]], comp_us: Itera
         dst.append(consumer)
         edge_bytes.append(0)
     comp = np.zeros(len(step.ops)) if comp_us is None else np.fromiter(comp_us, np.float64, len(step.ops))
+    micro_batch, copy_of = copy_columns(step)
     return CostGraph(
         step.names, comp, out_bytes, src, dst, edge_bytes,
         kind=[int(k) for k in kinds],
@@ -239,6 +271,8 @@ def cost_graph(step: Step, sizes: Sequence[Sequence[int | None]], comp_us: Itera
         ops=[op.type for op in step.ops],
         param_bytes=param_bytes,
         name=name,
+        micro_batch=micro_batch,
+        copy_of=copy_of,
     )
 
 
