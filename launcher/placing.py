@@ -74,6 +74,11 @@ def _build(state: RunState, runner: Runner, micro: int) -> tuple[Any, Any, Any]:
     return trained, hook, broadcast
 
 
+def _count_samples(state: RunState, trained: Any) -> None:
+    state.samples_per_step = int(trained.samples_per_step)
+    state.tokens_per_step = None if trained.tokens_per_step is None else int(trained.tokens_per_step)
+
+
 def _costed(state: RunState, runner: Runner, devices: Any, guard: StopGuard, micro: int | None = None) -> Costed:
     """Build and cost the graph, or take the comparison's (built again when a run order is in it);
     ``micro`` (``--micro-batches auto`` trying an M) builds and costs that M's graph afresh."""
@@ -87,6 +92,7 @@ def _costed(state: RunState, runner: Runner, devices: Any, guard: StopGuard, mic
         return costed
     with collector.phase("build"):  # the hook's devices are set by apply
         trained, hook, broadcast = _build(state, runner, settings.micro_batches if micro is None else micro)
+    _count_samples(state, trained)  # known before placing, so a step that does not fit reports them
     guard.check()
     if costed is not None:
         costed = dataclasses.replace(costed, trained=trained, hook=hook, broadcast=broadcast, ordered=False)
@@ -205,8 +211,7 @@ def run_model(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, An
                 devices.kind, getattr(state.job, "name", "?"), settings.batch_size, state.variant.label)
     costed, result = _costed_and_placed(state, runner, devices, guard, warm_up)
     trained, hook, cost, machine = costed.trained, costed.hook, costed.cost, costed.machine
-    state.samples_per_step = int(trained.samples_per_step)
-    state.tokens_per_step = None if trained.tokens_per_step is None else int(trained.tokens_per_step)
+    _count_samples(state, trained)  # the chosen M's (the same for every M: the node's batch)
     # The placement file's bytes, as pardnn.io.write_placement writes them: the run order, if any, is in
     # them, so the nodes' digests agree on it too.
     text = format_placement(cost, result.placement, order=result.order)
