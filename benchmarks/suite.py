@@ -52,7 +52,7 @@ BASELINES = tuple(name for name, placer in PLACERS.items() if not placer.complet
 PAPER = "pardnn-paper"  # the registry's paper row: Steps 1 and 2 alone (no guard, refinement or run order)
 LABELS = {"pardnn": "ParDNN", "pardnn-paper": "ParDNN (paper)", "critical_path": "CP", "linear_clustering": "LC",
           "metis": "METIS", "topological": "topological", "round_robin": "round robin", "single": "single",
-          "etf": "ETF", "exact": "exact"}
+          "etf": "ETF", "pipeline": "pipeline", "exact": "exact"}
 HEURISTICS = {"overflow": "I", "balance": "II"}
 SYNTHETIC = "synthetic"
 FILES = "graph files"

@@ -45,14 +45,16 @@ shorter (the one that fits first).
    GPipe: every forward, then every backward. 1F1B: ``min(M, K - 1 - s)`` forwards on stage ``s``,
    then one forward and one backward alternately, then the remaining backwards. The shorter of the
    two under the emulator (the one that fits first) is returned — or no order at all when the order
-   of readiness is shorter still, so the candidate is never slower than its own placement unordered. Shared reads run
+   of readiness is shorter still, so the candidate is never slower than its own placement unordered.
+   With one micro-batch (M = 1) there is nothing to interleave: no order, and no emulation here. Shared reads run
    first, shared gradient sums and updates last; within a slot, topological order. Should the
    devices' sequences so made wait on each other in a cycle (an edge from a later slot on one device
    to an earlier one on another), a Kahn sweep taking the ready op of the smallest slot gives the
    order instead (a topological order: valid by construction).
 
 Complexity: O((|V| + |E|) log |V|) for the sweeps and the orders, O(U² K) for the dynamic program
-(U ≤ :data:`MAX_UNITS` positions), two emulations and memory sweeps; deterministic.
+(U ≤ :data:`MAX_UNITS` positions), and for M ≥ 2 three emulations and memory sweeps (1F1B, GPipe,
+readiness), O((|V| + |E|) log |V|) each; deterministic.
 """
 
 from __future__ import annotations
@@ -345,6 +347,11 @@ def pipeline_placement(graph: CostGraph, machine: Machine) -> Placed:
         return Placed(np.zeros(graph.n, np.int64), {"stages": 1, "schedule": None}, None)
     pos, late, positions = layer_positions(graph)
     placement, fitted = _split(graph, machine, pos, late, positions)
+    micro = micro_batches(graph.micro_batch)
+    details: dict[str, Any] = {"stages": int(placement.max()) + 1, "micro_batches": micro, "layers": positions,
+                               "schedule": "readiness", "makespans_us": {}, "memory_respected": fitted}
+    if micro == 1:  # one micro-batch: nothing to interleave, each stage runs its ops as they come
+        return Placed(placement, details, None)
     best, name, makespans = None, None, {}
     for schedule in ("1f1b", "gpipe", "readiness"):
         order = None if schedule == "readiness" else run_order(graph, placement, late, schedule)
@@ -353,7 +360,5 @@ def pipeline_placement(graph: CostGraph, machine: Machine) -> Placed:
         if _better(answer, best, machine):
             best, name = answer, schedule
     assert best is not None
-    details: dict[str, Any] = {"stages": int(placement.max()) + 1, "micro_batches": micro_batches(graph.micro_batch),
-                               "layers": positions, "schedule": name, "makespans_us": makespans,
-                               "memory_respected": fitted}
+    details.update(schedule=name, makespans_us=makespans)
     return Placed(placement, details, best.order)

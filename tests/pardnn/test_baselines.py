@@ -150,10 +150,10 @@ def test_every_placer_is_deterministic_on_a_synthetic_dnn_graph():
 # --------------------------------------------------------------------- registry and arguments
 def test_registry_names():
     assert list(PLACERS) == ["pardnn", "pardnn-paper", "single", "topological", "round_robin", "critical_path",
-                             "linear_clustering", "metis", "etf", "exact"]
+                             "linear_clustering", "metis", "etf", "pipeline", "exact"]
     # The guard's candidates are the cheap ones, in the registry's order (its order on ties).
     assert [name for name, placer in PLACERS.items() if placer.cheap] == [
-        "single", "topological", "round_robin", "critical_path", "linear_clustering", "metis", "etf"]
+        "single", "topological", "round_robin", "critical_path", "linear_clustering", "metis", "etf", "pipeline"]
 
 
 def test_get_placer_unknown_name_lists_the_valid_ones():
