@@ -66,7 +66,7 @@ from numba import njit
 
 from pardnn.checks import check_order
 from pardnn.copies import micro_batches, single_copy
-from pardnn.emulated import Emulated, emulate_and_track
+from pardnn.emulated import Emulated, emulate_and_track, strictly_shorter
 from pardnn.emulator import heap_pop, heap_push
 from pardnn.errors import InvalidPlacementError
 from pardnn.graph import CostGraph, Kind
@@ -331,7 +331,7 @@ def _better(a: Emulated, b: Emulated | None, machine: Machine) -> bool:
         return True
     if a.fits(machine) != b.fits(machine):
         return a.fits(machine)
-    return a.makespan_us < b.makespan_us
+    return strictly_shorter(a.makespan_us, b.makespan_us)
 
 
 def pipeline_placement(graph: CostGraph, machine: Machine) -> Placed:

@@ -15,6 +15,7 @@ from pardnn.emulator import emulate
 from pardnn.graph import CostGraph, Kind
 from pardnn.machine import Machine
 from pardnn.placers import PLACERS
+from pardnn.simulate import evaluate
 from tests.conftest import most_reach, random_dags, reached
 
 FREE = {"bandwidth": "1000000TB/s", "latency": "0us"}  # transfers cost nothing: makespans by hand
@@ -218,3 +219,20 @@ def test_the_pipeline_wins_the_guard_on_a_chain_of_heavy_layers():
     assert result.report.evaluation.makespan_us <= guard.candidates["pipeline"] * (1 + 1e-9)
     unordered = partition(g, machine, refine_seconds=0, ordered=False)
     assert unordered.order is None  # ordered=False: no order, the pipeline judged in order of readiness
+
+
+def test_under_a_memory_limit_1f1b_fits_where_gpipe_does_not():
+    """2 layers, 4 micro-batches of 1 MiB activations, K = 2: GPipe keeps all 4 micro-batches' activations
+    on stage 0 until their backward (peak 9 MiB), 1F1B at most 2 (5 MiB); at 6 MiB per device the placer
+    returns the 1F1B order, which fits, although all three orders take the same time."""
+    g = chain_copies(layers=2, micro=4, weight=1 << 10)
+    unbounded = pipeline_placement(g, Machine(2, **FREE))
+    assert all(v == pytest.approx(15.0) for v in unbounded.details["makespans_us"].values())
+    machine = Machine(2, memory="6MiB", reserve=0.0, **FREE)
+    placed = pipeline_placement(g, machine)
+    assert placed.details["schedule"] == "1f1b" and placed.details["memory_respected"]
+    result = PLACERS["pipeline"](g, machine)
+    assert result.report.evaluation.memory_fits and result.order is not None
+    gpipe = run_order(g, placed.placement, layer_positions(g)[1], "gpipe")
+    assert not evaluate(g, machine, placed.placement, order=gpipe).memory_fits
+    assert not evaluate(g, machine, placed.placement).memory_fits  # nor in order of readiness
