@@ -32,8 +32,6 @@ from pathlib import Path
 from benchmarks.report import machine_line, write_section
 from benchmarks.speed import CLI, Progress
 from pardnn.errors import PardnnError
-from pardnn.io import write_graph
-from pardnn.synthetic import dnn_graph
 
 __all__ = ["LargeRun", "main", "measure", "render"]
 
@@ -71,6 +69,14 @@ def place_once(graph_path: Path, devices: int, placement: Path) -> tuple[float, 
     return seconds, usage.ru_maxrss * 1024  # kilobytes on Linux
 
 
+def _run(argv: Sequence[str]) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise PardnnError(f"benchmark command failed (exit {done.returncode}): {shlex.join(argv)}: "
+                          f"{done.stderr.strip()}")
+    return done.stdout
+
+
 def measure(ops: int, devices: int, repeats: int, seed: int = 0, progress: Progress = print,
             work: Path | None = None) -> tuple[list[LargeRun], dict[str, int], str]:
     """Every run (``repeats`` rounds of the forms in :data:`FORMS`), each form's file size and a line
@@ -78,13 +84,15 @@ def measure(ops: int, devices: int, repeats: int, seed: int = 0, progress: Progr
     if work is None:
         with tempfile.TemporaryDirectory() as tmp:
             return measure(ops, devices, repeats, seed, progress, Path(tmp))
-    graph = dnn_graph(ops, seed=seed)
-    paths = {form: work / f"{graph.name}{form}" for form in FORMS}
-    for path in paths.values():
-        write_graph(graph, path)
+    # Written by child processes: a child's ru_maxrss starts from its parent's resident size at the
+    # fork (Linux keeps the high-water mark across exec), so this process must never hold the graph.
+    name = f"dnn-{ops}-s{seed}"
+    paths = {form: work / f"{name}{form}" for form in FORMS}
+    wrote = _run([*CLI, "generate", "--ops", str(ops), "--seed", str(seed), "-o", str(paths[FORMS[0]])])
+    for form in FORMS[1:]:
+        _run([*CLI, "convert", str(paths[FORMS[0]]), "-o", str(paths[form])])
     sizes = {form: path.stat().st_size for form, path in paths.items()}
-    about = f"{graph.name}: {graph.n:,} ops, {graph.m:,} edges, K = {devices}"
-    del graph
+    about = f"{name}: {wrote.split(': ', 1)[1].strip()}, K = {devices}"
     runs = []
     for _ in range(repeats):
         for form, path in paths.items():
