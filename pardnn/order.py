@@ -73,6 +73,8 @@ class OrderDetails:
     ranked_us: float | None = None
     ordered_us: float | None = None
     refine: RefineDetails | None = None
+    came_ordered: bool = False  # the answer came with a run order of its own (a guard candidate's): its makespan
+    # is ``unordered_us``, and it keeps that order unless upward rank is shorter
 
 
 def positions(placement: np.ndarray, schedule: Schedule) -> np.ndarray:
@@ -87,7 +89,7 @@ def order_placement(graph: CostGraph, machine: Machine, current: Emulated, *,
     """The ordering stage (module docstring): ``current`` (an unordered, fitting answer) refined under
     upward-rank order, with its positions, if that step is strictly shorter and fits; else ``None``.
     Deterministic. Also returns what it tried."""
-    unordered = current.makespan_us
+    unordered, came = current.makespan_us, current.order is not None
     if machine.devices < 2 or graph.n == 0:
         return None, OrderDetails(False, unordered, "one device" if graph.n else "no ops")
     ranked = emulate_and_track(graph, machine, current.placement, order=UPWARD_RANK)
@@ -99,8 +101,9 @@ def order_placement(graph: CostGraph, machine: Machine, current: Emulated, *,
         refined = Refined(ranked, ranked.makespan_us)
     answer = refined.answer
     if not strictly_shorter(answer.makespan_us, unordered):
-        return None, OrderDetails(False, unordered, "not shorter than the order of readiness", ranked.makespan_us,
-                                  answer.makespan_us, refined.details())
+        than = "the run order it came with" if came else "the order of readiness"
+        return None, OrderDetails(False, unordered, f"not shorter than {than}", ranked.makespan_us,
+                                  answer.makespan_us, refined.details(), came)
     ordered = replace(answer, order=positions(answer.placement, answer.schedule))
     return ordered, OrderDetails(True, unordered, None, ranked.makespan_us, answer.makespan_us, refined.details())
 

@@ -87,7 +87,8 @@ def format_guard(guard: GuardDetails) -> str:
         return f"no placement tried fits the memory limits (no memory heuristic); kept ParDNN's ({us(own)})"
     by = "" if speedup is None else f"{speedup:.2f}x "  # None: ParDNN's did not fit, or the winner takes 0 us
     return (f"{guard.winner} is {by}faster than ParDNN's own placement "
-            f"({us(guard.makespan_us)} vs {'none that fits' if own == float('inf') else us(own)}); using it")
+            f"({us(guard.makespan_us)} vs {'none that fits' if own == float('inf') else us(own)}); using it"
+            + (", in its own run order" if guard.ordered else ""))
 
 
 def format_order(order: OrderDetails) -> str:
@@ -97,4 +98,5 @@ def format_order(order: OrderDetails) -> str:
         return (f"each device runs in upward-rank order (written as positions, enforced by pardnn.tf.apply): "
                 f"makespan {us(before)} -> {us(after)}" + (f" ({before / after:.2f}x)" if after > 0 else ""))
     tried = f", {us(order.ordered_us)} in upward-rank order" if order.ordered_us is not None else ""
-    return f"none kept ({order.why_not}{tried}): each device runs in order of readiness"
+    runs = "keeps the run order it came with" if order.came_ordered else "runs in order of readiness"
+    return f"none kept ({order.why_not}{tried}): each device {runs}"
