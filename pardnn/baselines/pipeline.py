@@ -190,9 +190,12 @@ def _coarsen(work: np.ndarray) -> np.ndarray:
 
 def stage_split(work: np.ndarray, comm: np.ndarray, memory: np.ndarray, limits: np.ndarray | None
                 ) -> np.ndarray:
-    """PipeDream's dynamic program: the first unit of each stage (``cuts[0] == 0``), at most
-    ``limits.size`` stages... ``memory[s, u]``: unit u's bytes if on stage s; ``comm[b]``: the time of
-    the boundary after unit b. Minimises the slowest stage or boundary. O(U² K)."""
+    """PipeDream's dynamic program: the first unit of each stage (``cuts[0] == 0``), at most K stages.
+
+    ``work[u]``: unit u's compute; ``comm[b]``: the time of the boundary after unit b; ``memory[s, u]``:
+    unit u's bytes if on stage s (K rows); ``limits[s]``: stage s's limit (``None``: none). Minimises
+    the slowest stage's compute or boundary; an empty array when no split fits the limits. O(U² K).
+    """
     k, u = memory.shape
     prefix = np.concatenate(([0.0], np.cumsum(work)))
     mem_prefix = np.concatenate((np.zeros((k, 1)), np.cumsum(memory, axis=1)), axis=1)
