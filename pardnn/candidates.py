@@ -57,13 +57,15 @@ class Prepared:
     """A candidate made before the guard runs: its placement (``None`` when it is unavailable, ``note``
     says why), a lower bound on its makespan, its emulation (``None`` when not made ahead, or when
     its residual state alone overflows a device) and its run order (``None``: order of readiness;
-    the emulation, the guard's and the answer kept all assume it)."""
+    the emulation, the guard's and the answer kept all assume it). ``makespan_us``: the emulated
+    makespan, kept when the emulation itself was let go (:func:`prepare_candidates`)."""
 
     placement: np.ndarray | None
     note: str = ""
     bound: float | None = None
     schedule: Schedule | None = None
     order: np.ndarray | None = None
+    makespan_us: float | None = None
 
     @classmethod
     def make(cls, candidate: Candidate, graph: CostGraph, machine: Machine, ordered: bool = True) -> Prepared:
@@ -83,17 +85,30 @@ def prepare_candidates(graph: CostGraph, machine: Machine, edge_weight: np.ndarr
     Emulates every candidate that could fit (the guard's pruning needs ParDNN's makespan, not known
     yet), so it is meant for a worker thread with a core of its own while Steps 1 and 2 run; the
     guard's answer is the same as without it. O(candidates × (|V| + |E|) log |V|).
+
+    Only the fastest emulation so far is kept whole; the others keep their makespan alone (a
+    1M-op schedule is 37 MB, eight of them a third of a placement's peak memory). Without memory
+    limits only the fastest can win; with them, the guard emulates again one it lets go that wins
+    (the same numbers: emulation is deterministic).
     """
-    prepared = {}
+    prepared: dict[str, Prepared] = {}
     residual = residual_bytes(graph, machine)
+    fastest = None
     for candidate in candidates(machine):
         made = prepared[candidate.label] = Prepared.make(candidate, graph, machine, ordered)
         if made.placement is None:
             continue
-        fits = residual is None or residual_overflow(made.placement, residual, machine) is None
-        prepared[candidate.label] = replace(made, bound=makespan_bound(graph, machine, made.placement, edge_weight),
-                                            schedule=emulate(graph, machine, made.placement, order=made.order)
-                                            if fits else None)
+        made = replace(made, bound=makespan_bound(graph, machine, made.placement, edge_weight))
+        if residual is None or residual_overflow(made.placement, residual, machine) is None:
+            schedule = emulate(graph, machine, made.placement, order=made.order)
+            made = replace(made, schedule=schedule, makespan_us=schedule.makespan_us)
+            if fastest is not None and schedule.makespan_us >= prepared[fastest].makespan_us:  # type: ignore[operator]
+                made = replace(made, schedule=None)
+            else:
+                if fastest is not None:
+                    prepared[fastest] = replace(prepared[fastest], schedule=None)
+                fastest = candidate.label
+        prepared[candidate.label] = made
     return prepared
 
 

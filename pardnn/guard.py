@@ -49,7 +49,9 @@ Choices where nothing says what to do:
   can make them, bound them and emulate them (all of them: the pruning needs ParDNN's makespan) in a
   worker thread while Steps 1 and 2 run (:func:`pardnn.pipeline.partition` does on two or more cores;
   the kernels release the GIL). The guard then decides on those numbers exactly as it would have
-  lazily (pruned candidates stay pruned in the report), so the answer does not depend on it.
+  lazily (pruned candidates stay pruned in the report), so the answer does not depend on it. Only
+  the fastest candidate's emulation is kept whole, the others' makespans alone (memory: a 1M-op
+  schedule is 37 MB); one let go that wins after all (under memory limits) is emulated again.
 - **Folding.** Device ``j``'s *pressure* is the communication on its cut edges minus its compute;
   the device of highest positive pressure is folded (all its ops move) into the device it
   communicates with most; at most ``ceil(log2 K)`` folds, stopping at the first that does not
@@ -170,6 +172,10 @@ class _Best:
             self.rule_out(name, overflow)
             return None
         order = ahead.order
+        if ahead.schedule is None and ahead.makespan_us is not None and \
+                not strictly_shorter(ahead.makespan_us, out.makespan_us):  # emulated ahead, and not kept
+            out.makespans[name] = ahead.makespan_us
+            return ahead.makespan_us
         schedule = emulate(graph, machine, placement, order=order) if ahead.schedule is None else ahead.schedule
         out.makespans[name] = schedule.makespan_us
         if not strictly_shorter(schedule.makespan_us, out.makespan_us):

@@ -226,8 +226,11 @@ def test_the_guard_judges_prepared_candidates_as_it_judges_its_own():
     schedule = emulate(g, machine, paper.placement)
     prepared = prepare_candidates(g, machine, weight)
     cheap = {name for name, placer in PLACERS.items() if placer.cheap}  # the registry's, not the guard's list
-    assert set(prepared) == cheap and all(p.schedule is not None for p in prepared.values()
-                                                    if p.placement is not None)
+    made = [p for p in prepared.values() if p.placement is not None]
+    assert set(prepared) == cheap and all(p.makespan_us is not None for p in made)
+    # Only the fastest keeps its whole emulation (memory); the others their makespan.
+    kept = [p for p in made if p.schedule is not None]
+    assert len(kept) == 1 and kept[0].makespan_us == min(p.makespan_us for p in made)
     lazy = guard(g, machine, paper.placement, schedule, None, weight)
     judged = guard(g, machine, paper.placement, schedule, None, weight, prepared)
     assert judged.details() == lazy.details()
