@@ -157,6 +157,8 @@ def read_binary_graph(path: PathLike) -> CostGraph:
         raise InvalidGraphError(f"{source}: corrupt binary graph file (checksum mismatch in the data section)")
     columns = {entry.field: _array(view, entry, source) for entry in header.arrays}
     try:
+        if set(header.scalars) & {"names", "comp_us", "out_bytes", *_EDGE_FIELDS}:
+            raise InvalidGraphError(f"{source}: corrupt binary graph file header (an array field among its scalars)")
         names = _names(columns.pop("names", None), columns.pop("name_bytes", None), header.n, source)
         fields: dict[str, Any] = {**header.scalars, **columns}
         if "ops" in fields:

@@ -140,6 +140,9 @@ def test_a_graph_rule_broken_inside_a_sound_container_names_the_file(tmp_path):
     write_binary_graph(SimpleNamespace(**fields), path)  # type: ignore[arg-type]
     message = one_line_error(path)
     assert "node #2 'dense/MatMul': comp_us = -812.0" in message
+    fields["comp_us"] = 1.0  # a column written as a scalar: the header is refused
+    write_binary_graph(SimpleNamespace(**fields), path)  # type: ignore[arg-type]
+    assert "an array field among its scalars" in one_line_error(path)
 
 
 # ---------------------------------------------------------------------------------------- pardnn convert
@@ -175,3 +178,11 @@ def test_place_reads_the_binary_form_and_writes_the_same_placement(tmp_path):
     for form in ("json", "pardnn"):
         assert main(["place", str(tmp_path / f"g.{form}"), "-k", "2", "-q", "-o", str(tmp_path / f"{form}.txt")]) == 0
     assert (tmp_path / "json.txt").read_bytes() == (tmp_path / "pardnn.txt").read_bytes()
+
+
+def test_generate_and_info_take_the_binary_form(tmp_path, capsys):
+    path = tmp_path / "g.pardnn"
+    assert main(["generate", "--ops", "400", "--seed", "2", "-o", str(path)]) == EXIT_OK
+    assert path.read_bytes()[:8] == MAGIC
+    assert main(["info", str(path)]) == EXIT_OK
+    assert "graph 'dnn-400-s2'" in capsys.readouterr().out
