@@ -112,6 +112,12 @@ def _trial(measured: Measured, batch: int, status: str, reason: str) -> Trial:
                  measured.peak_bytes, measured.limit_bytes, None if measured.error else measured.fits)
 
 
+def _improves(measured: Measured, best: Measured | None) -> bool:
+    """``measured`` fits and its step is strictly shorter than ``best``'s (any fitting one beats ``None``)."""
+    return measured.error is None and measured.fits and measured.step_us is not None and (
+        best is None or strictly_shorter(measured.step_us, best.step_us))  # type: ignore[arg-type]
+
+
 def _rate(measured: Measured, batch: int) -> float:
     return batch / (measured.step_us * 1e-6) if measured.step_us else float("inf")
 
@@ -121,10 +127,9 @@ def decide(measured: Sequence[Measured], batch: int, skipped: Sequence[int] = ()
 
     Raises :class:`NoMicroBatchFits` (a :class:`DoesNotFit`: exit 3) naming every M's reason when none fits.
     """
-    fitting = [m for m in measured if m.error is None and m.fits and m.step_us is not None]
     best: Measured | None = None
-    for m in fitting:  # in order of M: a larger M must be strictly faster
-        if best is None or strictly_shorter(m.step_us, best.step_us):  # type: ignore[arg-type]
+    for m in measured:  # in order of M: a larger M must be strictly faster
+        if _improves(m, best):
             best = m
     trials: list[Trial] = []
     for m in measured:
@@ -189,8 +194,7 @@ def search(batch: int, measure: Callable[[int], Measured], *,
         result = measure(micro)
         measured.append(result)
         logger.info("micro-batches auto: M = %d: %s", micro, _line(result, batch))
-        if result.error is None and result.fits and result.step_us is not None and (
-                best is None or strictly_shorter(result.step_us, best.step_us)):  # type: ignore[arg-type]
+        if _improves(result, best):
             best = result
             if keep is not None:
                 keep(micro)
