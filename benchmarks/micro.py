@@ -203,7 +203,8 @@ def _rate(cell: dict[str, Any] | None, batch: int) -> float | None:
 def render(rows: Sequence[dict[str, Any]], command: str, seconds: float) -> str:
     finished = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [f"## Pipelined micro-batches on the paper graphs ({SECTION})", "",
-             f"Command: `{command}` ({seconds:.0f} s of placing, finished {finished}). Machine: {machine_line()}.",
+             f"Commands: `python -m benchmarks.micro build`, then `{command}` ({seconds:.0f} s of placing in all, "
+             f"finished {finished}). Machine: {machine_line()}.",
              "", "Each cell: emulated samples/s (the job's batch B / the emulated step) of the step of M "
              "micro-batches of B / M, placed by `pardnn place` on K V100-32GB (32 GiB, 10 % reserve, 150 GB/s); "
              "`over`: no placement fits. *best / M=1*: the fastest fitting M against M = 1 (`-` when M = 1 "
@@ -288,21 +289,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         saved = [json.loads(path.read_text()) for path in args.json]
         rows = [row for run in saved for row in run["rows"]]
         order = {name: i for i, name in enumerate(MODELS)}
-        rows.sort(key=lambda row: order[row["model"]])
-        write_section(Path(args.results), SECTION, render(rows, saved[0]["command"], sum(s["seconds"] for s in saved)),
+        rows.sort(key=lambda row: order.get(row["model"], len(order)))
+        command = "`, `".join(run["command"] for run in saved)  # runs side by side, one per process
+        write_section(Path(args.results), SECTION, render(rows, command, sum(run["seconds"] for run in saved)),
                       "python -m benchmarks.micro")
         print(f"wrote {args.results}")
         return 0
     started = time.perf_counter()
     rows = []
+    command = "python -m benchmarks.micro run" + ("" if args.models == list(MODELS) else
+                                                  " --models " + " ".join(args.models))
     for name in args.models:
         rows.append(run_model(name, args.graphs,
                               lambda line: print(f"benchmarks.micro: {line}", file=sys.stderr, flush=True)))
+        if args.json is not None:  # after each model: an interrupted run keeps what it finished
+            seconds = time.perf_counter() - started
+            args.json.write_text(json.dumps({"command": command, "seconds": seconds, "rows": rows}, indent=1) + "\n")
     seconds = time.perf_counter() - started
-    command = "python -m benchmarks.micro run" + ("" if args.models == list(MODELS) else
-                                                  " --models " + " ".join(args.models))
-    if args.json is not None:
-        args.json.write_text(json.dumps({"command": command, "seconds": seconds, "rows": rows}, indent=1) + "\n")
     write_section(Path(args.results), SECTION, render(rows, command, seconds), "python -m benchmarks.micro")
     print(f"wrote {args.results}")
     return 0

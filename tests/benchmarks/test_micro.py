@@ -44,3 +44,7 @@ def test_build_run_and_section_on_a_tiny_job(tmp_path):
         assert cells[8] == f"{max(rates.values()) / rates[1]:.2f}"
         best = min(m for m in rates if rates[m] == max(rates.values()))
         assert int(cells[10]) == best  # auto: the fastest, the smaller M on a tie; never below M = 1
+    again = tmp_path / "again.md"
+    assert main(["render", "--json", str(rows), "--results", str(again)]) == 0  # the section from saved rows
+    table = [line for line in text.splitlines() if line.startswith("| word-rnn-tiny")]
+    assert [line for line in again.read_text().splitlines() if line.startswith("| word-rnn-tiny")] == table
