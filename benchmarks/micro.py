@@ -1,21 +1,23 @@
 """Pipelined micro-batches on the ten paper graphs: emulated samples/s for M = 1, 2, 4, 8, 16 on K =
 2, 4, 8, 16 V100-32GB GPUs, against M = 1 and data parallelism, at each job's batch and memory limit.
 
-    python -m benchmarks.micro build [--models NAME ...] [--out out/micro]     # TensorFlow builds
-    python -m benchmarks.micro run [--models NAME ...] [--graphs out/micro] [--base out/graphs]
-                                   [--json FILE] [--results benchmarks/RESULTS.md]
+    python -m benchmarks.micro build [--models NAME ...] [--out out/micro] [--base out/graphs]
+    python -m benchmarks.micro run [--models NAME ...] [--graphs out/micro] [--json FILE]
+                                   [--results benchmarks/RESULTS.md]
     python -m benchmarks.micro render --json FILE [--json FILE ...]            # the section from saved rows
 
-**build** writes, for each model with batch B (its job file) and each M in 2, 4, 8, 16 dividing B,
-the step of two micro-batches of B / M samples (``NAME-b{2B/M}-m2.pardnn``, with each op's FLOP
-candidates and bytes moved beside it in ``.parts.npz``, estimated on the job's preset); for data
-parallelism, the plain step at B / K for each K dividing B (``NAME-b{B/K}-m1.pardnn``); and for the
-check, the step of 4 micro-batches of Word-RNN and WRN built whole (``NAME-b{B}-m4.pardnn``). It
-skips files already there, so an interrupted build resumes; about 70 min of one core for all ten.
+**build** writes, for each model with batch B (its job file): the plain step at B
+(``NAME-b{B}-m1.pardnn``, copied from ``python -m jobs.paper``'s ``--base`` graph when it is
+there); for each M in 2, 4, 8, 16 dividing B, the step of two micro-batches of B / M samples
+(``NAME-b{2B/M}-m2.pardnn``, with each op's FLOP candidates and bytes moved beside it in
+``.parts.npz``, estimated on the job's preset); for data parallelism, the plain step at B / K for
+each K dividing B (``NAME-b{B/K}-m1.pardnn``); and for the check, the step of 4 micro-batches built
+whole for the ``--check`` jobs (``NAME-b{B}-m4.pardnn``). It skips files already there, so an
+interrupted build resumes; about 70 builds and 50 min of two cores for all ten.
 
 **run** places, for each model, K and M, the step of M micro-batches of B / M: M = 1 is the plain
-graph of ``python -m jobs.paper`` (``--base``), M = 2 the one built, M >= 4 the M = 2 step of the
-same micro-batch size replicated to M copies (:mod:`pardnn.replicate`; checked op by op against
+step at B, M = 2 the one built, M >= 4 the M = 2 step of the same micro-batch size replicated to M
+copies (:mod:`pardnn.replicate`; checked op by op against
 the two whole builds). Each is placed by ``pardnn place``'s pipeline (ParDNN, the guard with the
 pipeline candidate, refinement, run order; heuristic I) on K devices with the job's memory and
 reserve; samples/s = B / emulated step. Data parallelism: K replicas of the plain step at B / K,
@@ -200,6 +202,11 @@ def _rate(cell: dict[str, Any] | None, batch: int) -> float | None:
     return batch / (cell["step_us"] * 1e-6)
 
 
+def _figure(rate: float) -> str:
+    """Samples/s to three significant figures (whole numbers from 100 on)."""
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
+
+
 def render(rows: Sequence[dict[str, Any]], command: str, seconds: float) -> str:
     finished = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [f"## Pipelined micro-batches on the paper graphs ({SECTION})", "",
@@ -227,7 +234,7 @@ def render(rows: Sequence[dict[str, Any]], command: str, seconds: float) -> str:
             for m in MICRO:
                 cell = by_m.get(m)
                 rate = _rate(cell, batch)
-                texts.append("" if cell is None else ("over" if rate is None else f"{rate:,.0f}"))
+                texts.append("" if cell is None else ("over" if rate is None else _figure(rate)))
             rates = {m: _rate(c, batch) for m, c in by_m.items()}
             fitting = {m: r for m, r in rates.items() if r is not None}
             best = max(fitting.values(), default=None)
@@ -236,7 +243,7 @@ def render(rows: Sequence[dict[str, Any]], command: str, seconds: float) -> str:
             if chosen is not None and rates.get(1) is not None and (rates.get(chosen) or 0) < rates[1]:  # type: ignore[operator]
                 auto_below += 1
             dp = row["dp"].get(str(k))
-            dp_text = "-" if dp is None else ("over" if not dp["fits"] else f"{batch / (dp['step_us'] * 1e-6):,.0f}")
+            dp_text = "-" if dp is None else ("over" if not dp["fits"] else _figure(batch / (dp["step_us"] * 1e-6)))
             wins = [str(c["micro_batches"]) for c in cells if c.get("winner") == "pipeline" and c["fits"]]
             pipeline_wins += len(wins)
             cells_total += sum(1 for c in cells if c["micro_batches"] > 1)

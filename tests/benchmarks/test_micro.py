@@ -40,7 +40,8 @@ def test_build_run_and_section_on_a_tiny_job(tmp_path):
                  if c["devices"] == k and c["fits"]}
         line = next(line for line in text.splitlines() if line.startswith(f"| word-rnn-tiny | 16 | {k} |"))
         cells = [part.strip() for part in line.split("|")[1:-1]]
-        assert cells[3:8] == [f"{rates[m]:,.0f}" for m in (1, 2, 4, 8, 16)]
+        shown = [float(cell.replace(",", "")) for cell in cells[3:8]]
+        assert shown == [pytest.approx(rates[m], rel=5e-3, abs=0.5) for m in (1, 2, 4, 8, 16)]
         assert cells[8] == f"{max(rates.values()) / rates[1]:.2f}"
         best = min(m for m in rates if rates[m] == max(rates.values()))
         assert int(cells[10]) == best  # auto: the fastest, the smaller M on a tie; never below M = 1
