@@ -152,11 +152,6 @@ def run_model(name: str, graphs: Path, note: Any) -> dict[str, Any]:
         return job_machine(job.device_preset, k, job.memory, job.reserve)
 
     row: dict[str, Any] = {"model": name, "batch": batch, "cells": [], "dp": {}, "check": None}
-    if step_path(graphs, name, batch, 4).exists():
-        built = read_graph(step_path(graphs, name, batch, 4))
-        made = replicate(load_parts(step_path(graphs, name, 2 * (batch // 4), 2)), 4, device, name=built.name)
-        row["check"] = difference(built, made) or "equal"
-        note(f"{name}: M = 4 built whole against replicated: {row['check']}")
     for micro in MICRO:
         if batch % micro:
             continue
@@ -164,6 +159,10 @@ def run_model(name: str, graphs: Path, note: Any) -> dict[str, Any]:
             graph = read_graph(step_path(graphs, name, batch, micro))
         else:
             graph = replicate(load_parts(step_path(graphs, name, 2 * (batch // micro), 2)), micro, device)
+        whole = step_path(graphs, name, batch, micro)
+        if micro == 4 and whole.exists():  # the check: the step just written down against the one built whole
+            row["check"] = difference(read_graph(whole), graph) or "equal"
+            note(f"{name}: M = 4 built whole against replicated: {row['check']}")
         for k in DEVICES:
             cell = {"devices": k, "micro_batches": micro, "ops": graph.n, **_place(graph, machine(k))}
             row["cells"].append(cell)
@@ -184,16 +183,16 @@ def run_model(name: str, graphs: Path, note: Any) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ render
-def _auto(cells: Sequence[dict[str, Any]], batch: int) -> tuple[int | None, str]:
-    from launcher.microsearch import Measured, NoMicroBatchFits, decide
+def _auto(cells: Sequence[dict[str, Any]], batch: int) -> int | None:
+    """The M ``--micro-batches auto`` picks from these cells (None: none fits)."""
+    from launcher.microsearch import DOES_NOT_FIT, Measured, NoMicroBatchFits, decide
 
     measured = [Measured(c["micro_batches"], c["ops"], c.get("step_us"), c.get("peak_bytes"), None, c["fits"],
-                         c.get("error"), "does_not_fit" if c.get("error") else None) for c in cells]
+                         c.get("error"), DOES_NOT_FIT if c.get("error") else None) for c in cells]
     try:
-        _, chosen, _ = decide(measured, batch)
+        return decide(measured, batch)[1].micro_batches
     except NoMicroBatchFits:
-        return None, "none fits"
-    return chosen.micro_batches, ""
+        return None
 
 
 def _rate(cell: dict[str, Any] | None, batch: int) -> float | None:
@@ -239,7 +238,7 @@ def render(rows: Sequence[dict[str, Any]], command: str, seconds: float) -> str:
             fitting = {m: r for m, r in rates.items() if r is not None}
             best = max(fitting.values(), default=None)
             ratio = None if best is None or rates.get(1) is None else best / rates[1]  # type: ignore[operator]
-            chosen, _ = _auto(cells, batch)
+            chosen = _auto(cells, batch)
             if chosen is not None and rates.get(1) is not None and (rates.get(chosen) or 0) < rates[1]:  # type: ignore[operator]
                 auto_below += 1
             dp = row["dp"].get(str(k))

@@ -38,6 +38,7 @@ copied op name.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 
@@ -111,36 +112,38 @@ class _Layout:
             self.position[ops] = np.arange(ops.size)
         self.size = self.first.size
         self.base = self.shared.size + self.size * np.arange(micro, dtype=np.int64)  # copy j's first new index
-
-    def templates(self) -> list[tuple[int, np.ndarray, re.Pattern[str], str]]:
-        """Per copy j: (j, its template's ops, the template's scope pattern, ``micro_j``)."""
-        return [(j, *((self.first, _scope(0)) if j < self.micro - 1 else (self.last, _scope(1))), f"micro_{j}")
-                for j in range(self.micro)]
+        # per copy j: (j, its template's ops, the template's scope pattern, ``micro_j``)
+        self.templates = [(j, *((self.first, _scope(0)) if j < micro - 1 else (self.last, _scope(1))), f"micro_{j}")
+                          for j in range(micro)]
 
     def column(self, values: np.ndarray) -> np.ndarray:
-        return np.concatenate([values[self.shared], *(values[ops] for _, ops, _, _ in self.templates())])
+        return np.concatenate([values[self.shared], *(values[ops] for _, ops, _, _ in self.templates)])
+
+    def _renamed(self, labels: np.ndarray, what: str) -> list[Any]:
+        """``labels`` (one per op of the M = 2 graph; None stays None) in the new graph's op order,
+        each copy's with its scope renamed. A shared label in the last copy's scope (batch norm's
+        updates, which only the last copy runs) stays with the last copy. A copy's label without
+        its scope is refused when ``what`` names the labels (op names must stay unique)."""
+        last, renamed_last = _scope(1), f"micro_{self.micro - 1}"
+        out = [last.sub(renamed_last, label) if isinstance(label, str) else label for label in labels[self.shared]]
+        for _, ops, pattern, replacement in self.templates:
+            for v, label in zip(ops.tolist(), labels[ops].tolist(), strict=True):
+                if not isinstance(label, str):
+                    out.append(label)
+                    continue
+                renamed, count = pattern.subn(replacement, label)
+                if what and not count:
+                    scope = int(self.role[v])
+                    raise ScalingError(f"graph {self.g.name!r}: op {label!r} of micro-batch {scope} has no "
+                                       f"'micro_{scope}' in its {what}, so its copies cannot be named")
+                out.append(renamed)
+        return out
 
     def names(self) -> list[str]:
-        g = self.g
-        # a shared op named in the last copy's scope (batch norm's updates, which only the last copy
-        # runs) stays with the last copy
-        names = [_scope(1).sub(f"micro_{self.micro - 1}", g.names[v]) for v in self.shared.tolist()]
-        for _, ops, pattern, replacement in self.templates():
-            for v in ops.tolist():
-                renamed, count = pattern.subn(replacement, g.names[v])
-                if not count:
-                    raise ScalingError(f"graph {g.name!r}: op {g.names[v]!r} of micro-batch {int(self.role[v])} has "
-                                       f"no 'micro_{int(self.role[v])}' in its name, so its copies cannot be named")
-                names.append(renamed)
-        return names
+        return self._renamed(np.array(self.g.names, dtype=object), "name")
 
     def groups(self) -> list[str | None]:
-        labels = np.array((*self.g.group_names, None), dtype=object)[self.g.colocation]
-        last = _scope(1), f"micro_{self.micro - 1}"
-        out = [last[0].sub(last[1], label) if isinstance(label, str) else label for label in labels[self.shared]]
-        for _, ops, pattern, replacement in self.templates():
-            out.extend(pattern.sub(replacement, label) if isinstance(label, str) else label for label in labels[ops])
-        return out
+        return self._renamed(np.array((*self.g.group_names, None), dtype=object)[self.g.colocation], "")
 
     def micro_column(self) -> np.ndarray:
         return np.concatenate([np.full(self.shared.size, -1, np.int64),
@@ -152,7 +155,7 @@ class _Layout:
         original = self.position[self.g.copy_of[self.last]]
         return np.concatenate([np.arange(self.shared.size, dtype=np.int64),
                                *(self.base[0] + (np.arange(self.size) if ops is self.first else original)
-                                 for _, ops, _, _ in self.templates())])
+                                 for _, ops, _, _ in self.templates)])
 
     def edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         g = self.g
@@ -165,7 +168,7 @@ class _Layout:
                                "micro-batches")
         kept = (rs == 2) & (rd == 2)
         out = [(self.position[src[kept]], self.position[dst[kept]], nbytes[kept])]
-        for j, ops, _, _ in self.templates():
+        for j, ops, _, _ in self.templates:
             touching = (rs == 0) | (rd == 0) if ops is self.first else (rs == 1) | (rd == 1)
             out.append((self._new(src[touching], j), self._new(dst[touching], j), nbytes[touching]))
         return tuple(np.concatenate([part[i] for part in out]) for i in range(3))  # type: ignore[return-value]
