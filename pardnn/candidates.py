@@ -10,6 +10,8 @@ are judged. O(candidates × (|V| + |E|) log |V|).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -78,37 +80,63 @@ class Prepared:
         return cls(placement, order=order if ordered else None)
 
 
-def prepare_candidates(graph: CostGraph, machine: Machine, edge_weight: np.ndarray, ordered: bool = True
-                       ) -> dict[str, Prepared]:
-    """Every candidate's placement, makespan bound and emulation, for the guard to judge later.
+def prepare_candidates(graph: CostGraph, machine: Machine, edge_weight: np.ndarray, ordered: bool = True,
+                       start: Callable[[], float] | None = None) -> dict[str, Prepared]:
+    """Every candidate's placement and makespan bound, and the emulation of each the guard could
+    need, for the guard to judge later.
 
-    Emulates every candidate that could fit (the guard's pruning needs ParDNN's makespan, not known
-    yet), so it is meant for a worker thread with a core of its own while Steps 1 and 2 run; the
-    guard's answer is the same as without it. O(candidates × (|V| + |E|) log |V|).
+    Meant for a worker thread with a core of its own while Steps 1 and 2 run: ParDNN's makespan, which
+    the guard's pruning starts from, is not known yet. ``start`` returns it once it is (the guard's
+    starting best: ParDNN's makespan when its placement fits, else inf), and inf before; it is asked
+    again before each emulation and never waited for. The guard's answer and report are the same as
+    without it (O(candidates × (|V| + |E|) log |V|)):
 
-    Only the fastest emulation so far is kept whole; the others keep their makespan alone (a
-    1M-op schedule is 37 MB, eight of them a third of a placement's peak memory). Without memory
-    limits only the fastest can win; with them, the guard emulates again one it lets go that wins
-    (the same numbers: emulation is deterministic).
+    - every placement and bound is made first, then the emulations, likeliest winners first (lowest
+      bound; ties in the guard's order), so that the losers come last, when ``start`` may know more;
+    - a candidate is not emulated when the guard will prune it whatever happens before it: when its
+      bound reaches ParDNN's makespan (the guard's best is never above it), or, on a machine without
+      memory sizes (where every placement fits), an emulated makespan of a candidate the guard judges
+      before it (its best then is at most that makespan over ``1 - TOLERANCE``). A candidate the
+      guard would emulate is never skipped, so the guard emulates nothing again.
+
+    Only the fastest emulation so far is kept whole; the others keep their makespan alone (a 1M-op
+    schedule is 37 MB, eight of them a third of a placement's peak memory). Without memory limits
+    only the fastest can win; with them, the guard emulates again one it lets go that wins (the same
+    numbers: emulation is deterministic).
     """
     prepared: dict[str, Prepared] = {}
-    residual = residual_bytes(graph, machine)
-    fastest = None
     for candidate in candidates(machine):
-        made = prepared[candidate.label] = Prepared.make(candidate, graph, machine, ordered)
-        if made.placement is None:
-            continue
-        made = replace(made, bound=makespan_bound(graph, machine, made.placement, edge_weight))
-        if residual is None or residual_overflow(made.placement, residual, machine) is None:
-            schedule = emulate(graph, machine, made.placement, order=made.order)
-            made = replace(made, schedule=schedule, makespan_us=schedule.makespan_us)
-            if fastest is not None and schedule.makespan_us >= prepared[fastest].makespan_us:  # type: ignore[operator]
-                made = replace(made, schedule=None)
-            else:
-                if fastest is not None:
-                    prepared[fastest] = replace(prepared[fastest], schedule=None)
-                fastest = candidate.label
+        made = Prepared.make(candidate, graph, machine, ordered)
+        if made.placement is not None:
+            made = replace(made, bound=makespan_bound(graph, machine, made.placement, edge_weight))
         prepared[candidate.label] = made
+    labels = list(prepared)
+    residual = residual_bytes(graph, machine)
+    made_first = sorted((i for i, label in enumerate(labels) if prepared[label].placement is not None),
+                        key=lambda i: (prepared[labels[i]].bound, i))
+    emulated: dict[int, float] = {}  # guard position -> emulated makespan
+    fastest: int | None = None  # guard position of the fastest so far
+    for i in made_first:
+        label = labels[i]
+        made = prepared[label]
+        assert made.placement is not None and made.bound is not None
+        if residual is not None and residual_overflow(made.placement, residual, machine) is not None:
+            continue  # the guard rules it out before any emulation
+        reached = math.inf if start is None else start()
+        if not machine.bounded:
+            reached = min([reached, *(m for j, m in emulated.items() if j < i)])
+        if made.bound >= reached:
+            continue  # the guard prunes it (its bound reaches the guard's best by then)
+        schedule = emulate(graph, machine, made.placement, order=made.order)
+        emulated[i] = schedule.makespan_us
+        made = replace(made, schedule=schedule, makespan_us=schedule.makespan_us)
+        if fastest is not None and (schedule.makespan_us, i) > (emulated[fastest], fastest):  # ties: the guard's first
+            made = replace(made, schedule=None)
+        else:
+            if fastest is not None:
+                prepared[labels[fastest]] = replace(prepared[labels[fastest]], schedule=None)
+            fastest = i
+        prepared[label] = made
     return prepared
 
 

@@ -11,6 +11,7 @@ them and measures.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -94,15 +95,22 @@ class _Ahead:
     def __init__(self, graph: CostGraph, machine: Machine, weight: np.ndarray, ordered: bool) -> None:
         self._prepared: dict[str, Prepared] | None = None
         self._error: BaseException | None = None
+        self._start = math.inf  # the guard's starting best, once Step 2 has published it
         self._thread = threading.Thread(target=self._run, args=(graph, machine, weight, ordered),
                                         name="pardnn-guard", daemon=True)
         self._thread.start()
 
     def _run(self, graph: CostGraph, machine: Machine, weight: np.ndarray, ordered: bool) -> None:
         try:
-            self._prepared = prepare_candidates(graph, machine, weight, ordered)
+            self._prepared = prepare_candidates(graph, machine, weight, ordered, start=lambda: self._start)
         except BaseException as exc:  # handed to the caller by result()
             self._error = exc
+
+    def publish(self, answer: Emulated | None, machine: Machine) -> None:
+        """Step 2's answer: the guard starts from its makespan when it fits (the worker skips emulating
+        candidates the guard will prune against it)."""
+        if answer is not None and answer.fits(machine):
+            self._start = answer.makespan_us
 
     def result(self) -> dict[str, Prepared]:
         self._thread.join()
@@ -180,6 +188,8 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
     ccr = communication_ratio(graph, machine)
     groups = _step1(graph, machine, heuristic, weight, ccr, seconds, details, progress, started)
     current, failure = _step2(graph, machine, heuristic, groups, seconds, details, progress)
+    if ahead is not None:
+        ahead.publish(current, machine)
     switches = ((GUARD, guarded), (REFINE, refine_seconds > 0), (ORDER, ordered))
     context = Context(weight, refine_seconds, failure, heuristic, None if ahead is None else ahead.result,
                       ordered=ordered)

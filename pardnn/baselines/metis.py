@@ -64,23 +64,26 @@ def contract_groups(graph: CostGraph, edge_weight: np.ndarray) -> tuple[np.ndarr
     """
     groups = len(graph.group_names)
     key = np.where(graph.colocation >= 0, graph.colocation, groups + np.arange(graph.n))
-    keys, vertex_of = np.unique(key, return_inverse=True)
-    vertex_of = vertex_of.astype(np.int64).reshape(-1)
-    count = keys.size
+    present = np.zeros(groups + graph.n, np.bool_)
+    present[key] = True
+    vertex_of = (np.cumsum(present) - 1)[key]  # np.unique's inverse without its sort: O(|V|)
+    count = int(np.count_nonzero(present))
     vertex_comp = np.bincount(vertex_of, weights=graph.comp_us, minlength=count)
     a, b = vertex_of[graph.edge_src], vertex_of[graph.edge_dst]
-    cut = a != b
-    tail = np.concatenate((a[cut], b[cut]))
-    head = np.concatenate((b[cut], a[cut]))
-    weight = np.concatenate((edge_weight[cut], edge_weight[cut])).astype(np.float64)
-    order = np.lexsort((head, tail))
-    tail, head, weight = tail[order], head[order], weight[order]
-    if tail.size:
-        first = np.ones(tail.size, bool)
-        first[1:] = (tail[1:] != tail[:-1]) | (head[1:] != head[:-1])
+    cut = np.flatnonzero(a != b)
+    a, b = a[cut], b[cut]
+    # Both directions of every cut edge as one key (tail, head), sorted; equal keys are merged arcs.
+    arc = np.concatenate((a * count + b, b * count + a))
+    order = np.argsort(arc, kind="stable")
+    arc = arc[order]
+    weight = np.asarray(edge_weight, dtype=np.float64)[cut][order % cut.size]
+    if arc.size:
+        first = np.ones(arc.size, bool)
+        np.not_equal(arc[1:], arc[:-1], out=first[1:])
         starts = np.flatnonzero(first)
         weight = np.add.reduceat(weight, starts)
-        tail, head = tail[starts], head[starts]
+        arc = arc[starts]
+    tail, head = np.divmod(arc, count) if count else (arc, arc)
     xadj = np.concatenate(([0], np.cumsum(np.bincount(tail, minlength=count)))).astype(np.int64)
     return vertex_of, vertex_comp, xadj, head.astype(np.int64), weight
 

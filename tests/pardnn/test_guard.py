@@ -227,18 +227,47 @@ def test_the_guard_judges_prepared_candidates_as_it_judges_its_own():
     prepared = prepare_candidates(g, machine, weight)
     cheap = {name for name, placer in PLACERS.items() if placer.cheap}  # the registry's, not the guard's list
     made = [p for p in prepared.values() if p.placement is not None]
-    assert set(prepared) == cheap and all(p.makespan_us is not None for p in made)
+    assert set(prepared) == cheap and all(p.bound is not None for p in made)
     # Only the fastest keeps its whole emulation (memory); the others their makespan.
+    emulated = [p for p in made if p.makespan_us is not None]
     kept = [p for p in made if p.schedule is not None]
-    assert len(kept) == 1 and kept[0].makespan_us == min(p.makespan_us for p in made)
+    assert len(kept) == 1 and kept[0].makespan_us == min(p.makespan_us for p in emulated)
     lazy = guard(g, machine, paper.placement, schedule, None, weight)
     judged = guard(g, machine, paper.placement, schedule, None, weight, prepared)
     assert judged.details() == lazy.details()
     assert judged.placement.tobytes() == lazy.placement.tobytes()
+    # Not emulated ahead: only what the guard prunes (without ParDNN's makespan: by an emulated
+    # candidate the guard judges before it).
+    skipped = {label for label, p in prepared.items() if p.placement is not None and p.makespan_us is None}
+    assert skipped
+    assert all(lazy.notes[label].startswith("pruned") for label in skipped)
+
+
+def test_candidates_made_ahead_skip_what_parDNNs_makespan_prunes():
+    """Once Step 2 publishes ParDNN's makespan, the worker emulates no candidate whose bound reaches
+    it, and the guard, judging what the worker made, gives the report it gives alone."""
+    g = dnn_graph(2500, seed=3)
+    machine = Machine(4, bandwidth="150GB/s")
+    paper = partition(g, machine, **PAPER)
+    weight = machine.edge_comm_us(g.edge_bytes)
+    schedule = emulate(g, machine, paper.placement)
+    blind = prepare_candidates(g, machine, weight)
+    told = prepare_candidates(g, machine, weight, start=lambda: schedule.makespan_us)
+    bounds = {label: p.bound for label, p in told.items() if p.placement is not None}
+    reach = [label for label, bound in bounds.items() if bound >= schedule.makespan_us]
+    # 'single' is judged first, so nothing but ParDNN's makespan prunes it; its bound is the whole compute.
+    assert "single" in reach, bounds
+    assert blind["single"].makespan_us is not None
+    assert all(told[label].makespan_us is None for label in reach)
+    lazy = guard(g, machine, paper.placement, schedule, None, weight)
+    for prepared in (blind, told):
+        judged = guard(g, machine, paper.placement, schedule, None, weight, prepared)
+        assert judged.details() == lazy.details()
+        assert judged.placement.tobytes() == lazy.placement.tobytes()
 
 
 def test_an_error_in_the_worker_thread_reaches_the_caller(monkeypatch):
-    def broken(*_args):
+    def broken(*_args, **_kwargs):
         raise RuntimeError("candidate broke")
 
     monkeypatch.setattr(pipeline, "available_cores", lambda: 2)
