@@ -51,6 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
 from pardnn.emulated import emulate_and_track
 from pardnn.emulator import Schedule
@@ -173,20 +174,39 @@ def _target(state: _Round, unit: int, device: int, usage_then: np.ndarray) -> in
     """The device ``unit`` moves to, or -1 when none can hold it.
 
     Among the devices with room (see :func:`_candidates`), the one the unit communicates with most,
-    then the lowest peak (with this round's arrivals), then the lowest index.
+    then the lowest peak (with this round's arrivals), then the lowest index. Called once per unit
+    taken, so compiled (:func:`_pick_target`).
     """
-    limits, peak = state.limits, state.memory.peak_bytes
-    need = int(state.pot[unit]) - state.copies[unit].astype(np.int64)  # per target device
-    devices = np.arange(limits.size)
-    fits = np.flatnonzero(_holds_residual(state, state.res[unit : unit + 1])[0]
-                          & (usage_then + state.reserved + need <= limits) & (devices != device))
-    if fits.size == 0:
-        return -1
     units = state.units
-    lo, hi = units.edge_ptr[unit], units.edge_ptr[unit + 1]
-    comm = np.bincount(state.place[units.edge_other[lo:hi]], weights=units.edge_comm[lo:hi],
-                       minlength=limits.size)[fits]
-    return int(fits[np.lexsort((fits, peak[fits] + state.reserved[fits], -comm))[0]])
+    return int(_pick_target(unit, device, state.limits, state.memory.peak_bytes, usage_then, state.reserved,
+                            state.reserved_always, float(state.pot[unit]), float(state.res[unit]),
+                            state.copies[unit], state.place, units.edge_ptr, units.edge_other, units.edge_comm))
+
+
+@njit(cache=True, nogil=True)
+def _pick_target(unit: int, device: int, limits: np.ndarray, peak: np.ndarray, usage_then: np.ndarray,
+                 reserved: np.ndarray, reserved_always: np.ndarray, pot: float, res: float, copies: np.ndarray,
+                 place: np.ndarray, edge_ptr: np.ndarray, edge_other: np.ndarray, edge_comm: np.ndarray) -> int:
+    # The room checks of _holds_residual and _candidates for one unit, in their integer arithmetic
+    # (potential and copies truncated to whole bytes), then the unit's communication per device summed
+    # in edge order (as np.bincount sums), and the best by (most communication, lowest peak, index).
+    k = limits.size
+    comm = np.zeros(k)
+    for e in range(edge_ptr[unit], edge_ptr[unit + 1]):
+        comm[place[edge_other[e]]] += edge_comm[e]
+    need_all = np.int64(pot)
+    best = -1
+    for d in range(k):
+        if d == device:
+            continue
+        if not (res == 0 or res <= limits[d] - peak[d] - reserved_always[d]):
+            continue
+        if usage_then[d] + reserved[d] + (need_all - np.int64(copies[d])) > limits[d]:
+            continue
+        if best < 0 or comm[d] > comm[best] or (comm[d] == comm[best]
+                                                and peak[d] + reserved[d] < peak[best] + reserved[best]):
+            best = d
+    return best
 
 
 def _relieve(state: _Round, device: int, frozen: np.ndarray, moves: list[tuple[int, int, int]]) -> int:

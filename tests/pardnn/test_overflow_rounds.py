@@ -28,8 +28,9 @@ from hypothesis import event, given, target
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, Machine
-from pardnn.overflow import handle_overflow
+from pardnn.overflow import _pick_target, handle_overflow
 from pardnn.simulate import evaluate
+from tests.conftest import most_reach, reached
 
 LINK = {"bandwidth": 1e6, "latency": 1.0, "reserve": 0.0}
 
@@ -102,3 +103,53 @@ def test_heuristic_one_solves_every_cascade_in_one_round_per_link(case):
     assert result.rounds == chain + 1 >= 3
     assert result.placement.tolist() == fits.tolist()
     assert evaluate(g, machine, result.placement).memory_fits
+
+
+@st.composite
+def target_cases(draw):
+    """One unit's move off ``device``: every device's limit, peak, use at the overflow instant and
+    this round's arrivals, the unit's potential, residual bytes, copies per device and crossing edges.
+    Small integers, so ties in communication and in peak are common."""
+    k = draw(st.integers(2, 6))
+    ints = st.integers(0, 6)
+    limits = np.array(draw(st.lists(st.integers(4, 12), min_size=k, max_size=k)), np.int64)
+    peak = np.array(draw(st.lists(ints, min_size=k, max_size=k)), np.int64)
+    usage = np.array(draw(st.lists(ints, min_size=k, max_size=k)), np.int64)
+    reserved = np.array(draw(st.lists(st.integers(0, 3), min_size=k, max_size=k)), np.int64)
+    always = np.array(draw(st.lists(st.integers(0, 3), min_size=k, max_size=k)), np.int64)
+    pot = draw(st.floats(0, 8, allow_nan=False))
+    res = float(draw(st.sampled_from([0, 0, 1, 3, 9])))
+    copies = np.array(draw(st.lists(st.floats(0, 3, allow_nan=False), min_size=k, max_size=k)))
+    ends = draw(st.lists(st.tuples(st.integers(0, 7), st.sampled_from([0.5, 1.0, 2.0])), max_size=6))
+    place = np.array(draw(st.lists(st.integers(0, k - 1), min_size=8, max_size=8)), np.int64)
+    device = draw(st.integers(0, k - 1))
+    return k, device, limits, peak, usage, reserved, always, pot, res, copies, ends, place
+
+
+def _target_by_the_rule(case) -> int:
+    """Heuristic I's target (module docstring, "Target device"), restated: the devices other than the
+    source with room for the potential less the copies from there (whole bytes) on top of their use
+    and arrivals, and, for a unit with residual bytes, room for those on top of their peak and arrivals;
+    among them the most communication, then the lowest peak with arrivals, then the lowest index."""
+    k, device, limits, peak, usage, reserved, always, pot, res, copies, ends, place = case
+    comm = [0.0] * k
+    for other, cost in ends:
+        comm[int(place[other])] += cost
+    room = [d for d in range(k) if d != device
+            and usage[d] + reserved[d] + int(pot) - int(copies[d]) <= limits[d]
+            and (res == 0 or res <= limits[d] - peak[d] - always[d])]
+    return min(room, key=lambda d: (-comm[d], peak[d] + reserved[d], d), default=-1)
+
+
+@most_reach
+@given(target_cases())
+def test_the_compiled_target_choice_follows_the_rule(case):
+    _k, device, limits, peak, usage, reserved, always, pot, res, copies, ends, place = case
+    edge_ptr = np.array([0, len(ends)], np.int64)
+    other = np.array([e[0] for e in ends], np.int64)
+    comm = np.array([e[1] for e in ends], np.float64)
+    chosen = _pick_target(0, device, limits, peak, usage, reserved, always, pot, res, copies, place, edge_ptr,
+                          other, comm)
+    expected = _target_by_the_rule(case)
+    reached(expected >= 0, "some device can hold the unit")
+    assert chosen == expected
