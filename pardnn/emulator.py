@@ -114,10 +114,11 @@ def emulate_sweep(n: int, devices: int, succ_ptr: np.ndarray, succ: np.ndarray, 
     arrival = np.zeros(succ.size)
     indegree = _indegrees(n, pred_ptr, chain_next)
     qbase, qsize, qtime, qkey, qitem = _device_queues(n, devices, placement)
-    # Event heap: key 0 = an op finishes, key 1 = an op becomes ready (its inputs have arrived).
-    etime = np.zeros(2 * n)
-    ekey = np.zeros(2 * n, np.int64)
-    eitem = np.zeros(2 * n, np.int64)
+    # Event heap: key 0 = an op finishes, key 1 = an op becomes ready (its inputs have arrived). An op
+    # is pushed ready once and finishing while it runs, one at a time per device: n + devices entries.
+    etime = np.zeros(n + devices)
+    ekey = np.zeros(n + devices, np.int64)
+    eitem = np.zeros(n + devices, np.int64)
     esize = 0
     busy = np.zeros(devices, np.bool_)
     for v in range(n):

@@ -162,7 +162,8 @@ class _Best:
         residual state alone overflows a device (the tracker's peak includes it); keep it if it is
         strictly faster and fits. Returns its makespan (``None`` when pruned or ruled out). ``ahead``:
         the placement, with its bound and emulation when made beforehand (:func:`prepare_candidates`)."""
-        graph, machine, out, placement = self.graph, self.machine, self.out, ahead.placement
+        graph, machine, out = self.graph, self.machine, self.out
+        placement = np.asarray(ahead.placement, dtype=np.int64)  # made ahead: held in the smallest type
         bound = makespan_bound(graph, machine, placement, self.edge_weight) if ahead.bound is None else ahead.bound
         if not strictly_shorter(bound, out.makespan_us):
             self.rule_out(name, f"pruned: its makespan is at least {bound:.1f} us")
@@ -300,7 +301,7 @@ def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failur
     for candidate in candidates(machine):
         made = Prepared.make(candidate, graph, machine, False) if prepared is None else prepared[candidate.label]
         if made.placement is not None:
-            starts.append((candidate.label, made.placement))
+            starts.append((candidate.label, np.asarray(made.placement, dtype=np.int64)))
     closest = ""
     for i, (name, start) in enumerate(starts):
         if progress is not None:
