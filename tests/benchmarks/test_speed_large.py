@@ -28,3 +28,16 @@ def test_main_writes_its_section(tmp_path):
     text = results.read_text()
     assert "## Kept" in text and "<!-- section: speed-large" in text
     assert "Command: `python -m benchmarks.speed_large --ops 800 -k 2 --repeats 1`" in text
+
+
+def test_the_met_column_says_which_target_is_met():
+    from benchmarks.speed_large import LargeRun
+
+    # JSON: 5 s and 0.9 GB (memory only); binary: 3 s and 1.2 GB (time only).
+    runs = [LargeRun(".json", 5.0, 900_000_000, 0.5), LargeRun(".pardnn", 3.0, 1_200_000_000, 0.5)]
+    text = render(runs, {".json": 10, ".pardnn": 5}, "g", 16, 1.0, "cmd")
+    rows = [line for line in text.splitlines() if line.startswith("| `pardnn place")]
+    assert rows[0].endswith("| memory only |") and rows[1].endswith("| time only |")
+    both = render([LargeRun(".json", 2.0, 10**8, 0.5), LargeRun(".pardnn", 9.0, 2 * 10**9, 0.5)],
+                  {".json": 10, ".pardnn": 5}, "g", 16, 1.0, "cmd")
+    assert "| yes |" in both and both.rstrip().splitlines()[-3].endswith("| no |")
