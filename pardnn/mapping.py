@@ -230,6 +230,20 @@ def _balance(order: np.ndarray, k: int, adj: _Adjacency, st: _State) -> int:
     return mapped
 
 
+def _work_trees(row: np.ndarray, level_of: np.ndarray, comp: np.ndarray, levels: int, k: int) -> np.ndarray:
+    """The Fenwick trees of work per level: row ``pe`` for the ops on device ``pe``, row ``K`` for the
+    unmapped ones (``row``: each op's). Built one row at a time (all at once would take a second
+    (K + 1) x levels array: 85 MB on 1M ops), ops in index order within a row, as one bincount sums."""
+    tree = np.zeros((k + 1, levels + 1))
+    row = row.astype(np.int16 if k < np.iinfo(np.int16).max else np.int64)  # int16: a radix sort
+    by_row = np.argsort(row, kind="stable")
+    bounds = np.searchsorted(row[by_row], np.arange(k + 2))
+    for r in range(k + 1):
+        ops = by_row[bounds[r] : bounds[r + 1]]
+        fenwick_build(tree, r, np.bincount(level_of[ops], weights=comp[ops], minlength=levels))
+    return tree
+
+
 def map_clusters(graph: CostGraph, edge_weight: np.ndarray, clusters: Clusters, k: int, ccr: float) -> Mapping:
     """Algorithm 2 (LFLAM): map every secondary cluster onto one of the K primaries.
 
@@ -281,16 +295,8 @@ def map_clusters(graph: CostGraph, edge_weight: np.ndarray, clusters: Clusters, 
     device_of = np.full(n, -1, np.int64)
     primary_ops = cluster_of < k
     device_of[primary_ops] = cluster_of[primary_ops]
-    tree = np.zeros((k + 1, levels.size + 1))
-    # Each row's work per level, one row at a time (all at once would be a second (K + 1) x levels
-    # array: 85 MB on 1M ops); ops in index order within a row, so the sums are the same.
-    row = np.where(primary_ops, cluster_of, k).astype(np.int16 if k < np.iinfo(np.int16).max else np.int64)
-    by_row = np.argsort(row, kind="stable")
-    bounds = np.searchsorted(row[by_row], np.arange(k + 2))
-    for r in range(k + 1):
-        ops = by_row[bounds[r] : bounds[r + 1]]
-        fenwick_build(tree, r, np.bincount(level_of[ops], weights=graph.comp_us[ops], minlength=levels.size))
-    del zeroed, inner, by_row
+    tree = _work_trees(np.where(primary_ops, cluster_of, k), level_of, graph.comp_us, levels.size, k)
+    del zeroed, inner
 
     secondary = np.arange(k, count, dtype=np.int64)
     first_rank = graph.topo_rank[first[secondary]]
