@@ -25,14 +25,15 @@ from pardnn.settings import PLACEMENT as SHARED_PLACEMENT
 from pardnn.settings import REQUIRED, Param
 from pardnn.settings import RUN as SHARED_RUN
 
-__all__ = ["AUTO", "DATASETS", "DEFAULT", "ENTRY", "JOB_FILE", "KERAS_LOSSES", "MODEL_PARAMS", "PLACEMENT",
-           "PLACEMENT_KEYS", "RUN", "TOP", "TRAIN", "BadOutput", "IntOrAuto", "Param", "PerOutput", "check_model",
-           "is_entry", "micro_batches_arg", "micro_batches_number", "normalise", "positive_int", "window_fits"]
+__all__ = ["AUTO", "COMMAND_LINE", "DATASETS", "DEFAULT", "ENTRY", "JOB_FILE", "KERAS_LOSSES", "MODEL_PARAMS",
+           "PLACEMENT", "PLACEMENT_KEYS", "RUN", "TOP", "TRAIN", "BadOutput", "IntOrAuto", "Param", "PerOutput",
+           "check_model", "is_entry", "micro_batches_arg", "micro_batches_number", "normalise", "positive_int",
+           "window_fits"]
 
 _DERIVED = None  # default of a key whose value follows from others (documented per key)
 
-# Where a setting came from, as logs and summaries say it (launcher.settings adds the command line).
-JOB_FILE, DEFAULT = "job file", "default"
+# Where a setting came from, as logs and summaries say it (the command line: the launcher's flags).
+JOB_FILE, DEFAULT, COMMAND_LINE = "job file", "default", "command line"
 
 
 def _int(default: Any = REQUIRED, low: float | None = 1, high: float | None = None, help: str = "") -> Param:

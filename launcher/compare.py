@@ -35,7 +35,6 @@ from launcher.failure import exit_code, one_line, status_of
 from launcher.files import write_json, write_text
 from launcher.lifecycle import (
     LOG_FILE,
-    Runner,
     attach_log,
     detach_log,
     make_folder,
@@ -43,6 +42,7 @@ from launcher.lifecycle import (
     run_variant,
     start_horovod,
 )
+from launcher.runner import Runner
 from launcher.settings import Settings
 from launcher.signals import StopGuard
 from launcher.state import RunState

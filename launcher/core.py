@@ -35,8 +35,9 @@ from launcher.env import launch_size
 from launcher.errors import LaunchError
 from launcher.failure import exit_code
 from launcher.files import check_output_folder
-from launcher.lifecycle import Runner, detach_log, end, open_run, run_variant, start_horovod
+from launcher.lifecycle import detach_log, end, open_run, run_variant, start_horovod
 from launcher.recompute import check_wrappable
+from launcher.runner import Runner
 from launcher.settings import Settings, resolve
 from launcher.signals import StopGuard
 from launcher.state import RESULTS_FILE, SUMMARY_FILE

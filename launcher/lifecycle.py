@@ -12,8 +12,6 @@ one per variant.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,31 +23,17 @@ from launcher.dataparallel import find_horovod, init_horovod
 from launcher.errors import AgreedError, Stalled, Stopped
 from launcher.failure import exit_code, fail, one_line, shared, status_of
 from launcher.files import check_output_folder
+from launcher.runner import Runner
 from launcher.settings import Settings
 from launcher.signals import StopGuard
 from launcher.state import RunState
 from launcher.topology import Topology
 from launcher.variants import Variant
 
-__all__ = ["LOG_FILE", "Runner", "attach_log", "detach_log", "end", "make_folder", "open_run", "run_variant",
+__all__ = ["LOG_FILE", "attach_log", "detach_log", "end", "make_folder", "open_run", "run_variant",
            "start_horovod"]
 
 LOG_FILE = "rank-{rank}.log"
-
-BuildFn = Callable[..., Any]
-
-
-@dataclass
-class Runner:
-    """What the variants of a run share: the graph builder, Horovod and the node leaders' process set
-    (``None``: the global one), and the model-parallel graph once built and costed
-    (:class:`launcher.placing.Costed`)."""
-
-    build: BuildFn
-    hvd: Any = None
-    leaders_set: Any = None
-    costed: Any = None
-
 
 def make_folder(topology: Topology, settings: Settings, job_name: str, label: str) -> Path:
     """``<out>/<job>-<label>-n<N>-k<K>-b<B>-<UTC time>``, made by rank 0, shared, checked writable

@@ -32,9 +32,9 @@ from launcher.dataparallel import GradientAverager, broadcast_op, local_costs
 from launcher.errors import UNTRAINED, AgreedError, DoesNotFit, NotPlaced
 from launcher.failure import status_of
 from launcher.files import write_text
-from launcher.lifecycle import Runner
 from launcher.microsearch import AUTO, Measured, NoMicroBatchFits, failed, report, search
 from launcher.outcome import end_untrained, finish
+from launcher.runner import Runner
 from launcher.signals import StopGuard
 from launcher.state import RunState
 from launcher.timeline import EMULATED_FILE, write_emulated

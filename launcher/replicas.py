@@ -27,9 +27,9 @@ from launcher.agreement import average_costs, graph_digest, together
 from launcher.checkpoint import make_checkpointer, resume_point
 from launcher.dataparallel import GradientAverager, broadcast_op, local_costs
 from launcher.errors import DoesNotFit
-from launcher.lifecycle import Runner
 from launcher.outcome import end_untrained, finish
 from launcher.recompute import check_blocks, check_wrappable, recomputed
+from launcher.runner import Runner
 from launcher.signals import StopGuard
 from launcher.state import RunState
 from launcher.timeline import EMULATED_FILE, write_emulated

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs.schema import DEFAULT, JOB_FILE, PLACEMENT, RUN, TRAIN, normalise, window_fits
+from jobs.schema import COMMAND_LINE, DEFAULT, JOB_FILE, PLACEMENT, RUN, TRAIN, normalise, window_fits
 from launcher.errors import LaunchError
 from launcher.gpus import adapt, detect_gpus
 from launcher.microsearch import check_auto
@@ -44,8 +44,6 @@ LAUNCHER_DEFAULTS.update({"parallelism": "model", "recompute": False, "compare":
 DEFAULTS: dict[str, Any] = {**{name: None if param.required else param.default for name, param in SCHEMA.items()},
                             **LAUNCHER_DEFAULTS}
 OVERRIDABLE = tuple(DEFAULTS)
-
-COMMAND_LINE = "command line"  # besides JOB_FILE and DEFAULT, the sources jobs.schema names
 
 
 @dataclass(frozen=True)

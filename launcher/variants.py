@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from jobs.schema import COMMAND_LINE, JOB_FILE
 from launcher.errors import DoesNotFit, LaunchError
 from pardnn.machine import Machine, format_bytes
 from pardnn.placers import get_placer
@@ -135,9 +136,7 @@ def replica_batch(settings: Any, variant: Variant, devices: int) -> int:
     batch = int(settings.batch_size)
     if variant.placer is not None:
         return batch
-    from launcher.settings import COMMAND_LINE
-
-    source = settings.sources.get("batch_size", "job file")
+    source = settings.sources.get("batch_size", JOB_FILE)
     if not settings.compare and source == COMMAND_LINE:
         return batch
     if batch % devices:

@@ -1,0 +1,25 @@
+"""What the variants of one run share (:class:`Runner`), apart from how a run lives and ends
+(:mod:`launcher.lifecycle`), so that the variants' trainers (:mod:`launcher.placing`,
+:mod:`launcher.replicas`) and the life that runs them import it from below."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["BuildFn", "Runner"]
+
+BuildFn = Callable[..., Any]
+
+
+@dataclass
+class Runner:
+    """What the variants of a run share: the graph builder, Horovod and the node leaders' process set
+    (``None``: the global one), and the model-parallel graph once built and costed
+    (:class:`launcher.placing.Costed`)."""
+
+    build: BuildFn
+    hvd: Any = None
+    leaders_set: Any = None
+    costed: Any = None
