@@ -46,12 +46,14 @@ Choices where nothing says what to do:
   :func:`place_under_memory` runs heuristic I from each candidate in turn, at most
   :data:`FALLBACK_MAX_ROUNDS` rounds from each (a hopeless start crawls on for hundreds of rounds).
 - **Ahead of time.** The candidates do not depend on ParDNN's placement, so :func:`prepare_candidates`
-  can make them, bound them and emulate them (all of them: the pruning needs ParDNN's makespan) in a
-  worker thread while Steps 1 and 2 run (:func:`pardnn.pipeline.partition` does on two or more cores;
-  the kernels release the GIL). The guard then decides on those numbers exactly as it would have
-  lazily (pruned candidates stay pruned in the report), so the answer does not depend on it. Only
-  the fastest candidate's emulation is kept whole, the others' makespans alone (memory: a 1M-op
-  schedule is 37 MB); one let go that wins after all (under memory limits) is emulated again.
+  can make them, bound them and emulate them in a worker thread while Steps 1 and 2 run
+  (:func:`pardnn.pipeline.partition` does on two or more cores; the kernels release the GIL). It
+  skips emulating only what this guard is certain to prune: a bound that reaches ParDNN's makespan,
+  which Step 2 publishes to it once known, or, without memory sizes, the makespan of a candidate
+  judged earlier. The guard then decides on those numbers exactly as it would have lazily (pruned
+  candidates stay pruned in the report), so the answer does not depend on it. Only the fastest
+  candidate's emulation is kept whole, the others' makespans alone (memory: a 1M-op schedule is
+  37 MB); one let go that wins after all (under memory limits) is emulated again.
 - **Folding.** Device ``j``'s *pressure* is the communication on its cut edges minus its compute;
   the device of highest positive pressure is folded (all its ops move) into the device it
   communicates with most; at most ``ceil(log2 K)`` folds, stopping at the first that does not
