@@ -99,12 +99,13 @@ def prepare_candidates(graph: CostGraph, machine: Machine, edge_weight: np.ndarr
       bound reaches ParDNN's makespan (the guard's best is never above it), or, on a machine without
       memory sizes (where every placement fits), an emulated makespan of a candidate the guard judges
       before it (its best then is at most that makespan over ``1 - TOLERANCE``). A candidate the
-      guard would emulate is never skipped, so the guard emulates nothing again.
+      guard would emulate is never skipped.
 
-    Only the fastest emulation so far is kept whole; the others keep their makespan alone (a 1M-op
-    schedule is 37 MB, eight of them a third of a placement's peak memory). Without memory limits
-    only the fastest can win; with them, the guard emulates again one it lets go that wins (the same
-    numbers: emulation is deterministic).
+    Only the fastest emulation (ties: the guard's first) is kept whole; the others keep their
+    makespan alone (a 1M-op schedule is 37 MB, eight of them a third of a placement's peak memory).
+    The guard emulates again one it lets go that wins after all (the same numbers: emulation is
+    deterministic): under memory limits when the fastest does not fit, or when a candidate judged
+    earlier is within ``TOLERANCE`` of the fastest (the guard keeps only a strictly shorter one).
     """
     every = candidates(machine)
     labels = [candidate.label for candidate in every]

@@ -24,7 +24,7 @@ __all__ = ["release_free_memory"]
 def _malloc_trim() -> Callable[[int], int] | None:
     try:
         trim = ctypes.CDLL(None).malloc_trim  # the C library the interpreter itself runs on
-    except (AttributeError, OSError):
+    except (AttributeError, OSError, TypeError):  # TypeError: Windows' ctypes takes no CDLL(None)
         return None
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int

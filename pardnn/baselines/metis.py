@@ -66,7 +66,7 @@ def contract_groups(graph: CostGraph, edge_weight: np.ndarray) -> tuple[np.ndarr
     key = np.where(graph.colocation >= 0, graph.colocation, groups + np.arange(graph.n))
     present = np.zeros(groups + graph.n, np.bool_)
     present[key] = True
-    vertex_of = (np.cumsum(present) - 1)[key]  # np.unique's inverse without its sort: O(|V|)
+    vertex_of = (np.cumsum(present, dtype=np.int64) - 1)[key]  # np.unique's inverse without its sort: O(|V|)
     count = int(np.count_nonzero(present))
     vertex_comp = np.bincount(vertex_of, weights=graph.comp_us, minlength=count)
     a, b = vertex_of[graph.edge_src], vertex_of[graph.edge_dst]
