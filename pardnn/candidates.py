@@ -109,19 +109,20 @@ def prepare_candidates(graph: CostGraph, machine: Machine, edge_weight: np.ndarr
     """
     every = candidates(machine)
     labels = [candidate.label for candidate in every]
-    prepared: dict[str, Prepared] = dict.fromkeys(labels)  # type: ignore[arg-type]  # the guard's order
+    made_first: dict[str, Prepared] = {}
     for candidate in sorted(every, key=lambda c: not c.placer.name.startswith("metis")):
         made = Prepared.make(candidate, graph, machine, ordered)
         if made.placement is not None:  # held as int16 until the guard reads it: 2 MB, not 8, per 1M ops
             made = replace(made, placement=_compact(made.placement, machine.devices),
                            bound=makespan_bound(graph, machine, made.placement, edge_weight))
-        prepared[candidate.label] = made
+        made_first[candidate.label] = made
+    prepared = {label: made_first[label] for label in labels}  # in the guard's order
     residual = residual_bytes(graph, machine)
-    made_first = sorted((i for i, label in enumerate(labels) if prepared[label].placement is not None),
-                        key=lambda i: (prepared[labels[i]].bound, i))
+    by_bound = sorted((i for i, label in enumerate(labels) if prepared[label].placement is not None),
+                      key=lambda i: (prepared[labels[i]].bound, i))
     emulated: dict[int, float] = {}  # guard position -> emulated makespan
     fastest: int | None = None  # guard position of the fastest so far
-    for i in made_first:
+    for i in by_bound:
         label = labels[i]
         made = prepared[label]
         assert made.placement is not None and made.bound is not None
