@@ -55,7 +55,7 @@ REFINE = Stage("refine", refine_stage)
 ORDER = Stage("order", order_stage)
 POLISH = (GUARD, REFINE, ORDER)
 # partition()'s switches for the paper's algorithm alone: no polishing stage.
-PAPER = {"guarded": False, "refine_seconds": 0.0, "ordered": False}
+PAPER: dict[str, Any] = {"guarded": False, "refine_seconds": 0.0, "ordered": False}
 
 
 def resolve_heuristic(memory_heuristic: str | None, machine: Machine) -> str | None:

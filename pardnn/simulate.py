@@ -87,6 +87,7 @@ def evaluate(graph: CostGraph, machine: Machine, placement: np.ndarray, *,
     if memory is None:
         answer = emulate_and_track(graph, machine, place, order=order, schedule=schedule, track=True)
         schedule, memory = answer.schedule, answer.memory
+        assert memory is not None  # track=True
     elif schedule is None:
         schedule = emulate(graph, machine, place, order=order)
     bound, critical = lower_bound_us(graph, machine.devices)
