@@ -137,6 +137,12 @@ def _chained_pairs(graph, names, placement, order):
     return [(a, b) for seq in by_device.values() for (_, a), (_, b) in zip(sorted(seq), sorted(seq)[1:])]
 
 
+def _waits_for(graph, then, first):
+    """Whether op ``then`` cannot start before op ``first``: a control input or a data input from it."""
+    op, before = graph.get_operation_by_name(then), graph.get_operation_by_name(first)
+    return before in op.control_inputs or any(t.op is before for t in op.inputs)
+
+
 @pytest.mark.filterwarnings("ignore:non-integer arguments to randrange:DeprecationWarning")  # keras' own seeding
 def test_an_order_is_enforced_and_trains_like_one_device():
     """The LSTM model placed on 4 devices with its upward-rank order: every device runs its sequenced
@@ -158,10 +164,19 @@ def test_an_order_is_enforced_and_trains_like_one_device():
         assert op.control_inputs.count(model.graph.get_operation_by_name(first)) <= 1
     losses, metadata = models.train_losses(model, feeds, session_config(4), trace_last=True)
     np.testing.assert_allclose(losses, expected, rtol=1e-5)
-    started = {s.node_name: s.all_start_micros for d in metadata.step_stats.dev_stats for s in d.node_stats}
-    timed = [(a, b) for a, b in pairs if a in started and b in started]
+    started: dict[str, int] = {}  # each op's earliest traced start (an op can have entries on two streams)
+    for stats in (s for d in metadata.step_stats.dev_stats for s in d.node_stats):
+        started[stats.node_name] = min(started.get(stats.node_name, stats.all_start_micros), stats.all_start_micros)
+    # The pairs the order binds: a control input apply added, or a data edge. Not the others: apply
+    # leaves frame members and ops it sends to the host out of the sequences, and TensorFlow may run
+    # those either way round (under load it does).
+    bound = [(a, b) for a, b in pairs if _waits_for(model.graph, b, a)]
+    assert len(bound) >= report.ordered
+    timed = [(a, b) for a, b in bound if a in started and b in started]
     assert len(timed) >= 50  # Grappler folds some (shape arithmetic); the rest ran
-    assert all(started[a] <= started[b] for a, b in timed)
+    late = [(a, started[a], b, started[b]) for a, b in timed if started[a] > started[b]]
+    assert not late, (f"{len(late)} of {len(timed)} bound pairs ran out of order "
+                      f"(first, its start, then, its start): {late[:5]}")
     with tf.compat.v1.Session(graph=model.graph, config=session_config(4)) as session:  # no feed needed
         session.run(model.initializer())
         with model.graph.as_default():
