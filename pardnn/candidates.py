@@ -110,7 +110,7 @@ def prepare_candidates(graph: CostGraph, machine: Machine, edge_weight: np.ndarr
     every = candidates(machine)
     labels = [candidate.label for candidate in every]
     made_first: dict[str, Prepared] = {}
-    for candidate in sorted(every, key=lambda c: not c.placer.name.startswith("metis")):
+    for candidate in sorted(every, key=lambda c: c.placer.name != "metis"):
         made = Prepared.make(candidate, graph, machine, ordered)
         if made.placement is not None:  # held as int16 until the guard reads it: 2 MB, not 8, per 1M ops
             made = replace(made, placement=_compact(made.placement, machine.devices),

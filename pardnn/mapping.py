@@ -296,17 +296,12 @@ def map_clusters(graph: CostGraph, edge_weight: np.ndarray, clusters: Clusters, 
     primary_ops = cluster_of < k
     device_of[primary_ops] = cluster_of[primary_ops]
     tree = _work_trees(np.where(primary_ops, cluster_of, k), level_of, graph.comp_us, levels.size, k)
-    del zeroed, inner
 
     secondary = np.arange(k, count, dtype=np.int64)
     first_rank = graph.topo_rank[first[secondary]]
     order = secondary[np.lexsort((first_rank, -criticality[secondary]))]
     adj = _Adjacency(graph.succ_ptr, graph.succ, weight, graph.pred_ptr, graph.pred, weight[graph.pred_edge])
     st = _State(ptr, members, cluster_of, device_of, level_of, graph.comp_us, span_lo, span_hi, tree)
-    # The passes need only the state: the per-op levels and spans go now rather than at the return.
-    del top, bottom, criticality_of_op, finish, span_start, span_end, first, last, first_rank
-    if n:
-        del latest, earliest
 
     dirty = np.ones(count, np.bool_)
     by_locality = 0

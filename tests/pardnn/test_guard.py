@@ -218,12 +218,18 @@ def test_candidates_made_ahead_in_a_thread_give_the_same_answer(monkeypatch, heu
     assert ahead.report.details == alone.report.details
 
 
-def test_the_guard_judges_prepared_candidates_as_it_judges_its_own():
+def _paper_step(bandwidth: str):
+    """A 2,500-op graph on 4 devices at ``bandwidth``, the paper's placement of it, the edge costs and
+    its emulation: what the guard judges candidates against."""
     g = dnn_graph(2500, seed=3)
-    machine = Machine(4, bandwidth="4GB/s")
+    machine = Machine(4, bandwidth=bandwidth)
     paper = partition(g, machine, **PAPER)
     weight = machine.edge_comm_us(g.edge_bytes)
-    schedule = emulate(g, machine, paper.placement)
+    return g, machine, paper, weight, emulate(g, machine, paper.placement)
+
+
+def test_the_guard_judges_prepared_candidates_as_it_judges_its_own():
+    g, machine, paper, weight, schedule = _paper_step("4GB/s")
     prepared = prepare_candidates(g, machine, weight)
     cheap = {name for name, placer in PLACERS.items() if placer.cheap}  # the registry's, not the guard's list
     made = [p for p in prepared.values() if p.placement is not None]
@@ -246,11 +252,7 @@ def test_the_guard_judges_prepared_candidates_as_it_judges_its_own():
 def test_candidates_made_ahead_skip_what_parDNNs_makespan_prunes():
     """Once Step 2 publishes ParDNN's makespan, the worker emulates no candidate whose bound reaches
     it, and the guard, judging what the worker made, gives the report it gives alone."""
-    g = dnn_graph(2500, seed=3)
-    machine = Machine(4, bandwidth="150GB/s")
-    paper = partition(g, machine, **PAPER)
-    weight = machine.edge_comm_us(g.edge_bytes)
-    schedule = emulate(g, machine, paper.placement)
+    g, machine, paper, weight, schedule = _paper_step("150GB/s")
     blind = prepare_candidates(g, machine, weight)
     told = prepare_candidates(g, machine, weight, start=lambda: schedule.makespan_us)
     bounds = {label: p.bound for label, p in told.items() if p.placement is not None}
