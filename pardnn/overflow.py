@@ -59,7 +59,7 @@ from pardnn.errors import NoPlacementFoundError
 from pardnn.feasibility import check_feasible, infeasible_message
 from pardnn.graph import CostGraph, Kind
 from pardnn.machine import Machine
-from pardnn.memory import MemoryProfile
+from pardnn.memory import INT64_MAX, MemoryProfile
 from pardnn.units import Units
 
 __all__ = ["OverflowResult", "handle_overflow"]
@@ -149,7 +149,7 @@ class _Round:
 def _holds_residual(state: _Round, res: np.ndarray) -> np.ndarray:
     """[unit, device]: whether the device can hold the unit's residual bytes all step — on top of its
     own peak and this round's arrivals. A unit without residual bytes needs no such room."""
-    room_always = state.limits - state.memory.peak_bytes - state.reserved_always
+    room_always = _room(state.limits, state.memory.peak_bytes, state.reserved_always)
     return (res[:, None] == 0) | (res[:, None] <= room_always[None, :])
 
 
@@ -164,7 +164,7 @@ def _candidates(state: _Round, device: int, frozen: np.ndarray, usage_then: np.n
     pot = state.pot
     units = np.flatnonzero((state.unit_device == device) & ~frozen & (pot > 0))
     needs = pot[units, None] - state.copies[units]  # on each possible target
-    holds = ((needs <= (state.limits - usage_then - state.reserved)[None, :])
+    holds = ((needs <= _room(state.limits, usage_then, state.reserved)[None, :])
              & _holds_residual(state, state.res[units]))
     holds[:, device] = False
     return units[holds.any(axis=1)]
@@ -187,26 +187,38 @@ def _target(state: _Round, unit: int, device: int, usage_then: np.ndarray) -> in
 def _pick_target(unit: int, device: int, limits: np.ndarray, peak: np.ndarray, usage_then: np.ndarray,
                  reserved: np.ndarray, reserved_always: np.ndarray, pot: float, res: float, copies: np.ndarray,
                  place: np.ndarray, edge_ptr: np.ndarray, edge_other: np.ndarray, edge_comm: np.ndarray) -> int:
-    # The room checks of _holds_residual and _candidates for one unit, in their integer arithmetic
-    # (potential and copies truncated to whole bytes), then the unit's communication per device summed
-    # in edge order (as np.bincount sums), and the best by (most communication, lowest peak, index).
+    # The room checks of _holds_residual and _candidates for one unit, in their float64 arithmetic
+    # (exact below 2^53 bytes; no int64 wrap-around with exabytes), then the unit's communication per
+    # device summed in edge order (as np.bincount sums), and the best by (most communication, lowest
+    # peak, index).
     k = limits.size
     comm = np.zeros(k)
     for e in range(edge_ptr[unit], edge_ptr[unit + 1]):
         comm[place[edge_other[e]]] += edge_comm[e]
-    need_all = np.int64(pot)
     best = -1
     for d in range(k):
         if d == device:
             continue
-        if not (res == 0 or res <= limits[d] - peak[d] - reserved_always[d]):
+        if not (res == 0 or res <= float(limits[d]) - float(peak[d]) - float(reserved_always[d])):
             continue
-        if usage_then[d] + reserved[d] + (need_all - np.int64(copies[d])) > limits[d]:
+        if pot - copies[d] > float(limits[d]) - float(usage_then[d]) - float(reserved[d]):
             continue
         if best < 0 or comm[d] > comm[best] or (comm[d] == comm[best]
-                                                and peak[d] + reserved[d] < peak[best] + reserved[best]):
+                                                and float(peak[d]) + float(reserved[d])
+                                                < float(peak[best]) + float(reserved[best])):
             best = d
     return best
+
+
+def _room(limits: np.ndarray, used: np.ndarray, reserved: np.ndarray) -> np.ndarray:
+    """Bytes left per device, in float64: exact below 2^53 bytes, and no int64 wrap-around when
+    exabyte tensors saturate the usage (module :mod:`pardnn.memory`, "Exabytes")."""
+    return limits.astype(np.float64) - used.astype(np.float64) - reserved.astype(np.float64)
+
+
+def _reserve(reserved: np.ndarray, device: int, nbytes: int) -> None:
+    """Add ``nbytes`` to ``reserved[device]`` in Python integers, saturated to the int64 range."""
+    reserved[device] = min(max(int(reserved[device]) + nbytes, -INT64_MAX), INT64_MAX)
 
 
 def _relieve(state: _Round, device: int, frozen: np.ndarray, moves: list[tuple[int, int, int]]) -> int:
@@ -260,8 +272,8 @@ def _relieve(state: _Round, device: int, frozen: np.ndarray, moves: list[tuple[i
         state.place[members] = target
         state.unit_device[unit] = target
         frozen[unit] = True
-        state.reserved[target] += int(pot[unit]) - int(state.copies[unit, target])
-        state.reserved_always[target] += int(state.res[unit])
+        _reserve(state.reserved, target, int(pot[unit]) - int(state.copies[unit, target]))
+        _reserve(state.reserved_always, target, int(state.res[unit]))
         remaining -= int(pot[unit])
         moved += members.size
         moves.append((int(members[0]), device, target))

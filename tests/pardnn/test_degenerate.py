@@ -234,6 +234,12 @@ EXABYTES = CostGraph(["a", "v", "v/Apply", "w", "w/Apply"], [0.0] * 5, [HUGE_BYT
                      [0, 0, 1, 3], [2, 4, 2, 4], kind=[0, 1, 2, 1, 2], colocation=[None, "v", "v", "w", "w"],
                      name="exabytes", memory_limit_bytes=1)
 
+# Found by this test: heuristic I moved a 2^63-byte unit (two 2^62-byte buffers) and its room
+# arithmetic passed int64 (OverflowError); rooms are now float64, reservations saturate.
+ONE_GROUP = CostGraph([f"op{i}" for i in range(6)], [0.0] * 6, [0, HUGE_BYTES, 0, 0, HUGE_BYTES, 0],
+                      [0, 0, 2, 4], [3, 5, 3, 5], [0, 0, 0, HUGE_BYTES], kind=[0, 0, 1, 2, 1, 2],
+                      colocation=[0] * 6, name="one-group", memory_limit_bytes=2**63 - 1)
+
 
 @pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -241,6 +247,7 @@ EXABYTES = CostGraph(["a", "v", "v/Apply", "w", "w/Apply"], [0.0] * 5, [HUGE_BYT
 @example(Case(FAN_OUT.replace(memory_limit_bytes=1024), 16, "150GB/s", "25us", 0.0))
 @example(Case(EXABYTES, 1, "150GB/s", "25us", 0.1))
 @example(Case(EXABYTES.replace(memory_limit_bytes=2**63 - 1), 1, "1B/s", "0us", 0.0))
+@example(Case(ONE_GROUP, 16, "150GB/s", "25us", 0.0))
 def test_degenerate_graphs_place_simulate_and_inform(case: Case) -> None:
     for kind in case.kinds():
         event(kind)
