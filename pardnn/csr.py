@@ -7,6 +7,8 @@ offsets and a target array: the neighbours of ``v`` are ``targets[ptr[v]:ptr[v +
 - :func:`merge_parallel_edges` sorts edges by (source, destination) and merges those with the same
   ends into one whose bytes are their sum (one transfer, one buffer).
 - :func:`pointers` builds ``ptr`` from sorted edge ends.
+- :func:`stable_buckets` orders edges by one end, keeping their order within each bucket (a counting
+  sort): edges sorted by (source, destination) come out sorted by (destination, source).
 - :func:`topological_order` is Kahn's algorithm with a FIFO queue seeded by node index (all sources
   first, in index order), so it is deterministic; on a cyclic graph it returns the acyclic prefix,
   and :func:`find_cycle` names a cycle among the nodes left over.
@@ -20,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["find_cycle", "merge_parallel_edges", "pointers", "segment_reduce", "topological_order"]
+__all__ = ["find_cycle", "merge_parallel_edges", "pointers", "segment_reduce", "stable_buckets", "topological_order"]
 
 
 def merge_parallel_edges(
@@ -48,6 +50,20 @@ def merge_parallel_edges(
 def pointers(ends: np.ndarray, n: int) -> np.ndarray:
     """CSR pointers of ``n`` nodes for edges sorted by ``ends`` (their source, or their destination)."""
     return np.concatenate(([0], np.cumsum(np.bincount(ends, minlength=n)))).astype(np.int64)
+
+
+@njit(cache=True, nogil=True)
+def stable_buckets(keys: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+    """The permutation that sorts ``keys`` stably, given ``ptr = pointers(keys, n)``: bucket ``v`` is
+    ``ptr[v]:ptr[v + 1]``, in the keys' own order within it. O(len(keys) + n), where a stable
+    comparison sort of 1.6M edges takes ten times longer."""
+    fill = ptr[:-1].copy()
+    out = np.empty(keys.size, np.int64)
+    for e in range(keys.size):
+        k = keys[e]
+        out[fill[k]] = e
+        fill[k] += 1
+    return out
 
 
 @njit(cache=True, nogil=True)

@@ -98,6 +98,9 @@ class CostGraph:
     _name_index:
         Private, for readers that built ``validation.name_index(names)`` already (to resolve edges
         given by name): taken as the graph's own index instead of building it again.
+    _group_names:
+        Private, for the binary reader: ``colocation`` holds ids into these labels (-1: none); kept as
+        they are when numbered by first appearance (the graph's own form), else looked up as labels.
 
     Raises
     ------
@@ -130,6 +133,7 @@ class CostGraph:
         micro_batch: npt.ArrayLike | Sequence[int | None] | None = None,
         copy_of: npt.ArrayLike | Sequence[int | None] | None = None,
         _name_index: dict[str, int] | None = None,
+        _group_names: Sequence[str] | None = None,
     ) -> None:
         self.name = graph = str(name)
         self.names: tuple[str, ...] = tuple(names)
@@ -150,7 +154,7 @@ class CostGraph:
             else validation.byte_column(param_bytes, "param_bytes", n, label, graph)
         )
         self.kind = _readonly(validation.kind_column(kind, n, label, graph))
-        colocation_ids, self.group_names = validation.group_column(colocation, n, label, graph)
+        colocation_ids, self.group_names = validation.group_column(colocation, n, label, graph, _group_names)
         self.colocation = _readonly(colocation_ids)
         self.memory_limit_bytes = validation.memory_limit(memory_limit_bytes, graph)
         batch, source = copies.copy_columns(micro_batch, copy_of, n, label, self.ops, graph)
@@ -210,11 +214,11 @@ class CostGraph:
         self.succ_ptr = _readonly(csr.pointers(src_a, n))
         self.succ = self.edge_dst
         self.succ_bytes = self.edge_bytes
-        by_dst = np.lexsort((src_a, dst_a))
-        self.pred_edge = _readonly(by_dst.astype(np.int64))
+        self.pred_ptr = _readonly(csr.pointers(dst_a, n))
+        by_dst = csr.stable_buckets(dst_a, self.pred_ptr)  # (destination, source) order: edges are by source
+        self.pred_edge = _readonly(by_dst)
         self.pred = _readonly(src_a[by_dst])
         self.pred_bytes = _readonly(bytes_a[by_dst])
-        self.pred_ptr = _readonly(csr.pointers(dst_a, n))
 
     def _topological_order(self) -> np.ndarray:
         order = csr.topological_order(self.succ_ptr, self.succ, self.pred_ptr)

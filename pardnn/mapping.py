@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from pardnn.fenwick import fenwick_add, fenwick_build, fenwick_range
+from pardnn.fenwick import fenwick_build, fenwick_move, fenwick_ranges
 from pardnn.graph import CostGraph, segment_reduce
 from pardnn.levels import bottom_levels, top_levels
 from pardnn.slicing import Clusters
@@ -71,7 +71,7 @@ class Mapping:
 _Adjacency = namedtuple("_Adjacency", ["succ_ptr", "succ", "succ_weight", "pred_ptr", "pred", "pred_weight"])
 # Clusters (CSR ``ptr``/``members``, ``cluster_of``), the device of every op (-1: unmapped), every op's
 # level and compute, every cluster's span as level indices, and the Fenwick trees of work per level
-# (row ``pe`` per device, row K unmapped).
+# (column ``pe`` per device, column K unmapped: pardnn.fenwick's level-major layout).
 _State = namedtuple("_State", ["ptr", "members", "cluster_of", "device_of", "level_of", "comp", "span_lo",
                                "span_hi", "tree"])
 
@@ -112,23 +112,24 @@ def _assign(c: int, target: int, st: _State, unmapped_row: int) -> None:
     for i in range(st.ptr[c], st.ptr[c + 1]):
         v = st.members[i]
         st.device_of[v] = target
-        fenwick_add(st.tree, target, st.level_of[v], st.comp[v])
-        fenwick_add(st.tree, unmapped_row, st.level_of[v], -st.comp[v])
+        fenwick_move(st.tree, unmapped_row, target, st.level_of[v], st.comp[v])
 
 
 @njit(cache=True, nogil=True)
-def _span_work(c: int, k: int, st: _State, work: np.ndarray) -> tuple[float, float]:
-    """``work[pe]`` = work of ``pe`` within the span; returns (own work within span, other unmapped work)."""
+def _span_work(c: int, k: int, st: _State, work: np.ndarray, sums: np.ndarray) -> tuple[float, float]:
+    """``work[pe]`` = work of ``pe`` within the span; returns (own work within span, other unmapped work).
+    ``sums`` (K + 1 entries) is scratch: every tree's sum over the span, from one pair of walks."""
     lo = st.span_lo[c]
     hi = st.span_hi[c]
+    fenwick_ranges(st.tree, lo, hi, sums)
     for pe in range(k):
-        work[pe] = fenwick_range(st.tree, pe, lo, hi)
+        work[pe] = sums[pe]
     own = 0.0
     for i in range(st.ptr[c], st.ptr[c + 1]):
         v = st.members[i]
         if lo <= st.level_of[v] < hi:
             own += st.comp[v]
-    unmapped = fenwick_range(st.tree, k, lo, hi) - own
+    unmapped = sums[k] - own
     return own, max(unmapped, 0.0)
 
 
@@ -158,6 +159,7 @@ def _lookahead_pass(order: np.ndarray, dirty: np.ndarray, k: int, consider_maxim
     succ_ptr, succ, pred_ptr, pred = adj.succ_ptr, adj.succ, adj.pred_ptr, adj.pred
     comm_to = np.zeros(k)
     work = np.zeros(k)
+    sums = np.zeros(k + 1)
     next_dirty = np.zeros(dirty.size, np.bool_)
     mapped = 0
     for c in order:
@@ -180,7 +182,7 @@ def _lookahead_pass(order: np.ndarray, dirty: np.ndarray, k: int, consider_maxim
         maximally = best > total / k
         if not (totally or (consider_maximal and maximally)):
             continue
-        own, unmapped_work = _span_work(c, k, st, work)
+        own, unmapped_work = _span_work(c, k, st, work, sums)
         before = _deficit(work, _largest(work))
         work[target] += own
         after = _deficit(work, work[target])
@@ -209,12 +211,13 @@ def _balance(order: np.ndarray, k: int, adj: _Adjacency, st: _State) -> int:
     ptr, members, device_of = st.ptr, st.members, st.device_of
     comm_to = np.zeros(k)
     work = np.zeros(k)
+    sums = np.zeros(k + 1)
     mapped = 0
     for c in order:
         if device_of[members[ptr[c]]] >= 0:
             continue
         _comm_profile(c, adj, st, comm_to)
-        _span_work(c, k, st, work)
+        _span_work(c, k, st, work, sums)
         mapped_comm = 0.0
         for pe in range(k):
             mapped_comm += comm_to[pe]
@@ -231,10 +234,10 @@ def _balance(order: np.ndarray, k: int, adj: _Adjacency, st: _State) -> int:
 
 
 def _work_trees(row: np.ndarray, level_of: np.ndarray, comp: np.ndarray, levels: int, k: int) -> np.ndarray:
-    """The Fenwick trees of work per level: row ``pe`` for the ops on device ``pe``, row ``K`` for the
-    unmapped ones (``row``: each op's). Built one row at a time (all at once would take a second
-    (K + 1) x levels array: 85 MB on 1M ops), ops in index order within a row, as one bincount sums."""
-    tree = np.zeros((k + 1, levels + 1))
+    """The Fenwick trees of work per level: column ``pe`` for the ops on device ``pe``, column ``K`` for
+    the unmapped ones (``row``: each op's). Built one tree at a time (all at once would take a second
+    (K + 1) x levels array: 85 MB on 1M ops), ops in index order within a tree, as one bincount sums."""
+    tree = np.zeros((levels + 1, k + 1))
     row = row.astype(np.int16 if k < np.iinfo(np.int16).max else np.int64)  # int16: a radix sort
     by_row = np.argsort(row, kind="stable")
     bounds = np.searchsorted(row[by_row], np.arange(k + 2))

@@ -241,15 +241,24 @@ def kind_column(kind: npt.ArrayLike | Sequence[str] | None, n: int, label: Label
 
 
 def group_column(
-    colocation: Sequence[Any] | npt.ArrayLike | None, n: int, label: Label, graph: str
+    colocation: Sequence[Any] | npt.ArrayLike | None, n: int, label: Label, graph: str,
+    labels: Sequence[str] | None = None,
 ) -> tuple[np.ndarray, tuple[str, ...]]:
     """Group ids (-1: none) numbered by first appearance, and each group's label.
 
     Labels are strings with ``None`` for no group, or integer ids with -1 for none (labelled by
-    their number); anything else is labelled by ``str``.
+    their number); anything else is labelled by ``str``. With ``labels``, ``colocation`` holds ids
+    into them (-1: none), and the answer is that of the labels they pick; when the ids are already
+    numbered by first appearance and the labels distinct (as a graph's own columns are), the ids are
+    kept as they are (no million label strings looked up again).
     """
     if colocation is None:
         return np.full(n, -1, np.int64), ()
+    if labels is not None:
+        kept = _numbered_ids(colocation, n, labels)
+        if kept is not None:
+            return kept, tuple(labels)
+        colocation = np.array([*labels, None], dtype=object)[np.asarray(colocation, dtype=np.intp)].tolist()
     values = colocation.tolist() if isinstance(colocation, np.ndarray) else _listed(colocation)
     if len(values) != n or (isinstance(colocation, np.ndarray) and colocation.ndim != 1):
         raise InvalidGraphError(f"graph {graph!r}: colocation has {np.size(colocation)} values for {n} ops")
@@ -277,6 +286,23 @@ def group_column(
         if value is not None and value != -1:
             out[i] = group_ids.setdefault(str(value), len(group_ids))
     return out, tuple(group_ids)
+
+
+def _numbered_ids(ids: Any, n: int, labels: Sequence[str]) -> np.ndarray | None:
+    """``ids`` as int64 when they are n group ids into ``labels`` numbered by first appearance, every
+    label used and every label a distinct string; ``None`` otherwise."""
+    if not isinstance(ids, np.ndarray) or ids.shape != (n,) or ids.dtype.kind not in "iu":
+        return None
+    if len(set(labels)) != len(labels) or not all(isinstance(g, str) for g in labels):
+        return None
+    out = ids.astype(np.int64)
+    grouped = out[out >= 0]
+    if not grouped.size:
+        return out if not labels and not (out < -1).any() else None
+    seen = np.maximum.accumulate(grouped)  # the largest id so far: a new group is exactly one more
+    if out.min() < -1 or grouped[0] != 0 or seen[-1] != len(labels) - 1 or (grouped[1:] > seen[:-1] + 1).any():
+        return None
+    return out
 
 
 def memory_limit(value: Any, graph: str) -> int | None:

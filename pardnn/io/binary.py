@@ -164,10 +164,11 @@ def read_binary_graph(path: PathLike) -> CostGraph:
         if "ops" in fields:
             table = np.array(header.op_types, dtype=object)
             fields["ops"] = tuple(table[_indices(fields["ops"], len(table), "ops", source)].tolist())
-        if "colocation" in fields:
-            labels = np.array([*header.group_names, None], dtype=object)  # -1 picks the trailing None
-            ids = _indices(fields["colocation"], len(header.group_names), "colocation", source, allow=1)
-            fields["colocation"] = labels[ids].tolist()
+        groups = None
+        if "colocation" in fields:  # ids into the group names: the graph checks and keeps them
+            fields["colocation"] = _indices(fields["colocation"], len(header.group_names), "colocation", source,
+                                            allow=1)
+            groups = header.group_names
         unknown = sorted(set(fields) - set(CostGraph._REPLACEABLE))
         if unknown:
             raise InvalidGraphError(f"{source}: binary graph file with field(s) {', '.join(unknown)}, which this "
@@ -176,7 +177,7 @@ def read_binary_graph(path: PathLike) -> CostGraph:
         if edges[0] is None or edges[1] is None:
             raise InvalidGraphError(f"{source}: binary graph file without its edge arrays")
         comp_us, out_bytes = fields.pop("comp_us", None), fields.pop("out_bytes", None)
-        return CostGraph(names, comp_us, out_bytes, *edges, **fields)  # type: ignore[arg-type]
+        return CostGraph(names, comp_us, out_bytes, *edges, **fields, _group_names=groups)  # type: ignore[arg-type]
     except InvalidGraphError as exc:  # a rule of the graph: name the file too
         if str(exc).startswith(f"{source}: "):
             raise

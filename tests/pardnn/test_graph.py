@@ -5,9 +5,10 @@ import re
 import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from pardnn import CostGraph, InvalidGraphError, Kind
-from pardnn.csr import merge_parallel_edges
+from pardnn.csr import merge_parallel_edges, pointers, stable_buckets
 from pardnn.graph import segment_reduce
 from tests.conftest import random_dags
 
@@ -135,6 +136,14 @@ def test_csr_views_agree(g):
     pairs_pred = {(int(p), int(v)) for v in range(g.n) for p in g.predecessors(v)}
     assert pairs_succ == pairs_pred == set(zip(g.edge_src.tolist(), g.edge_dst.tolist()))
     assert np.array_equal(g.edge_bytes[g.pred_edge], g.pred_bytes)
+    # predecessors in (destination, source) order, as a comparison sort gives them
+    assert np.array_equal(g.pred_edge, np.lexsort((g.edge_src, g.edge_dst)))
+
+
+@given(st.lists(st.integers(0, 6), max_size=40))
+def test_stable_buckets_is_a_stable_sort(keys):
+    keys = np.array(keys, dtype=np.int64)
+    assert np.array_equal(stable_buckets(keys, pointers(keys, 7)), np.argsort(keys, kind="stable"))
 
 
 # ---------------------------------------------------------------------------------------- validation
@@ -254,3 +263,37 @@ def test_replace_rejects_unknown_fields():
 def test_replace_validates_again(fields, message):
     with pytest.raises(InvalidGraphError, match=message):
         grouped().replace(**fields)
+
+
+@given(st.lists(st.integers(-1, 3), min_size=1, max_size=12),
+       st.lists(st.sampled_from(["loc:@a", "loc:@b", "c", "d"]), min_size=4, max_size=4))
+def test_group_ids_with_their_labels_equal_the_labels_themselves(ids, labels):
+    """The binary reader's form (ids into a label table) gives the graph the labels themselves give,
+    whether the ids are numbered by first appearance (kept) or not, and labels repeat or not."""
+    n = len(ids)
+    table = [*labels, None]
+    names = [f"op{i}" for i in range(n)]
+    by_label = CostGraph(names, np.ones(n), np.zeros(n), [], [], colocation=[table[i] for i in ids])
+    by_id = CostGraph(names, np.ones(n), np.zeros(n), [], [], colocation=np.array(ids), _group_names=labels)
+    assert by_id == by_label
+    assert by_id.colocation.tolist() == by_label.colocation.tolist() and by_id.group_names == by_label.group_names
+
+
+@pytest.mark.parametrize(("ids", "labels", "kept"), [
+    ([0, -1, 1, 0, 2], ["x", "y", "z"], True),  # numbered by first appearance: the ids are kept
+    ([-1, -1], [], True),
+    ([1, -1, 0], ["x", "y"], False),  # not by first appearance: renumbered through the labels
+    ([0, 2, 1], ["x", "y", "z"], False),
+    ([0, 1], ["x", "x"], False),  # one label twice: one group
+    ([0, -1], ["x", "y"], False),  # a label unused
+])
+def test_group_ids_kept_only_in_the_graphs_own_form(ids, labels, kept):
+    from pardnn.validation import _numbered_ids
+
+    n = len(ids)
+    assert (_numbered_ids(np.array(ids), n, labels) is not None) is kept
+    names = [f"op{i}" for i in range(n)]
+    table = [*labels, None]
+    by_label = CostGraph(names, np.ones(n), np.zeros(n), [], [], colocation=[table[i] for i in ids])
+    by_id = CostGraph(names, np.ones(n), np.zeros(n), [], [], colocation=np.array(ids), _group_names=labels)
+    assert by_id.colocation.tolist() == by_label.colocation.tolist() and by_id.group_names == by_label.group_names

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph
-from pardnn.fenwick import FenwickTree
+from pardnn.fenwick import FenwickTree, fenwick_build, fenwick_move, fenwick_ranges
 from pardnn.levels import bottom_levels, critical_path_us, top_levels, weighted_levels
 from tests.conftest import random_dags
 
@@ -96,3 +96,27 @@ def test_fenwick_matches_cumsum(values, data):
     tree.add(index, 3.5)
     values[index] += 3.5
     assert tree.prefix_sum(end) == pytest.approx(values[:end].sum(), abs=1e-9)
+
+
+@given(st.integers(1, 40), st.integers(1, 5), st.data())
+def test_many_trees_in_one_walk_match_brute_force(levels, trees, data):
+    """Trees side by side (pardnn.fenwick's level-major columns): moving work between two and summing
+    every tree over a range agree with per-level arrays kept by hand."""
+    values = np.array(data.draw(st.lists(st.lists(st.floats(-100, 100, allow_nan=False), min_size=levels,
+                                                  max_size=levels), min_size=trees, max_size=trees)))
+    tree = np.zeros((levels + 1, trees))
+    for t in range(trees):
+        fenwick_build(tree, t, values[t])
+    moves = data.draw(st.lists(st.tuples(st.integers(0, trees - 1), st.integers(0, trees - 1),
+                                         st.integers(0, levels - 1), st.floats(-50, 50, allow_nan=False)),
+                               max_size=6))
+    for source, target, index, delta in moves:
+        fenwick_move(tree, source, target, index, delta)
+        values[source, index] -= delta
+        values[target, index] += delta
+    start = data.draw(st.integers(0, levels))
+    end = data.draw(st.integers(0, levels))
+    out = np.full(trees, np.nan)
+    fenwick_ranges(tree, start, end, out)
+    expected = values[:, start:end].sum(axis=1) if end > start else np.zeros(trees)
+    np.testing.assert_allclose(out, expected, atol=1e-9)
