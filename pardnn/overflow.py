@@ -100,15 +100,13 @@ def _potentials(graph: CostGraph, place: np.ndarray, memory: MemoryProfile, sche
     return pot + np.where(running, graph.out_bytes, 0) + residual, copies
 
 
-def _move_costs(graph: CostGraph, units: Units, place: np.ndarray) -> np.ndarray:
+def _move_costs(units: Units, place: np.ndarray) -> np.ndarray:
     """Eq. 5 per unit: its compute plus its communication with other units on its own device."""
     count = units.ptr.size - 1
-    cost = np.bincount(units.of, weights=graph.comp_us, minlength=count)
     unit_device = np.empty(count, np.int64)
     unit_device[units.of] = place
-    owner = np.repeat(np.arange(count), np.diff(units.edge_ptr))
-    same = place[units.edge_other] == unit_device[owner]
-    return cost + np.bincount(owner[same], weights=units.edge_comm[same], minlength=count)
+    same = place[units.edge_other] == unit_device[units.edge_owner]
+    return units.compute + np.bincount(units.edge_owner[same], weights=units.edge_comm[same], minlength=count)
 
 
 @dataclass
@@ -142,7 +140,7 @@ class _Round:
         return cls(machine.limits_bytes, memory, units, place, unit_device,
                    np.bincount(units.of, weights=potential, minlength=count),
                    np.bincount(units.of, weights=residual, minlength=count), copies,
-                   _move_costs(graph, units, place), np.zeros(machine.devices, np.int64),
+                   _move_costs(units, place), np.zeros(machine.devices, np.int64),
                    np.zeros(machine.devices, np.int64))
 
 
@@ -187,21 +185,22 @@ def _target(state: _Round, unit: int, device: int, usage_then: np.ndarray) -> in
 def _pick_target(unit: int, device: int, limits: np.ndarray, peak: np.ndarray, usage_then: np.ndarray,
                  reserved: np.ndarray, reserved_always: np.ndarray, pot: float, res: float, copies: np.ndarray,
                  place: np.ndarray, edge_ptr: np.ndarray, edge_other: np.ndarray, edge_comm: np.ndarray) -> int:
-    # The room checks of _holds_residual and _candidates for one unit, in their float64 arithmetic
-    # (exact below 2^53 bytes; no int64 wrap-around with exabytes), then the unit's communication per
-    # device summed in edge order (as np.bincount sums), and the best by (most communication, lowest
-    # peak, index).
+    # The room checks of _holds_residual and _candidates for one unit (potential and copies truncated
+    # to whole bytes), in float64 (exact below 2^53 bytes; no int64 wrap-around with exabytes), then
+    # the unit's communication per device summed in edge order (as np.bincount sums), and the best by
+    # (most communication, lowest peak, index).
     k = limits.size
     comm = np.zeros(k)
     for e in range(edge_ptr[unit], edge_ptr[unit + 1]):
         comm[place[edge_other[e]]] += edge_comm[e]
+    whole = np.floor(pot)  # whole bytes, as the potential and copies are counted
     best = -1
     for d in range(k):
         if d == device:
             continue
         if not (res == 0 or res <= float(limits[d]) - float(peak[d]) - float(reserved_always[d])):
             continue
-        if pot - copies[d] > float(limits[d]) - float(usage_then[d]) - float(reserved[d]):
+        if whole - np.floor(copies[d]) > float(limits[d]) - float(usage_then[d]) - float(reserved[d]):
             continue
         if best < 0 or comm[d] > comm[best] or (comm[d] == comm[best]
                                                 and float(peak[d]) + float(reserved[d])
@@ -226,7 +225,8 @@ def _relieve(state: _Round, device: int, frozen: np.ndarray, moves: list[tuple[i
 
     Eq. 4: minimise sum_j c_j x_j subject to sum_j a_j x_j >= O, x_j in {0, 1}, where O is the
     overflow, a_j the unit's ``M_pot`` and c_j its ``move_cost`` (Eq. 5). Greedily, as the paper:
-    a min-heap on the movement criterion c_j / a_j, and a min-heap on c_j holding the units whose
+    a min-heap on the movement criterion c_j / a_j (its keys fixed for the round, so a sorted list
+    read in order), and a min-heap on c_j holding the units whose
     a_j alone covers what is left of O — refreshed as it shrinks: units enter in order of falling
     a_j as soon as a_j >= the remaining overflow; take both tops and keep the one of lower c_j. A
     unit no device can hold is dropped. Moves ``place`` in ``state`` and freezes the moved units;
@@ -240,9 +240,9 @@ def _relieve(state: _Round, device: int, frozen: np.ndarray, moves: list[tuple[i
         return 0
     first_op = state.units.first_op
     pot, cost = state.pot, state.cost
-    criterion = cost[candidates] / pot[candidates]  # c_j / a_j
-    by_criterion = list(zip(criterion.tolist(), first_op[candidates].tolist(), candidates.tolist()))
-    heapq.heapify(by_criterion)
+    criterion = cost[candidates] / pot[candidates]  # c_j / a_j; ties to the earlier first op
+    by_criterion = candidates[np.lexsort((first_op[candidates], criterion))].tolist()
+    cheapest = 0  # the next of by_criterion not taken yet
     by_size = candidates[np.lexsort((first_op[candidates], -pot[candidates]))].tolist()  # falling a_j
     by_cost: list[tuple[float, int, int]] = []
     entered = 0
@@ -255,15 +255,17 @@ def _relieve(state: _Round, device: int, frozen: np.ndarray, moves: list[tuple[i
             entered += 1
             if unit not in taken:
                 heapq.heappush(by_cost, (float(cost[unit]), int(first_op[unit]), unit))
-        for heap in (by_criterion, by_cost):  # a unit taken from one heap is stale in the other
-            while heap and heap[0][2] in taken:
-                heapq.heappop(heap)
-        if not by_criterion and not by_cost:
+        while cheapest < len(by_criterion) and by_criterion[cheapest] in taken:  # taken from by_cost
+            cheapest += 1
+        while by_cost and by_cost[0][2] in taken:  # taken from by_criterion
+            heapq.heappop(by_cost)
+        if cheapest == len(by_criterion) and not by_cost:
             break
-        if by_cost and (not by_criterion or by_cost[0][0] < cost[by_criterion[0][2]]):
+        if by_cost and (cheapest == len(by_criterion) or by_cost[0][0] < cost[by_criterion[cheapest]]):
             unit = heapq.heappop(by_cost)[2]
         else:
-            unit = heapq.heappop(by_criterion)[2]
+            unit = by_criterion[cheapest]
+            cheapest += 1
         taken.add(unit)
         target = _target(state, unit, device, usage_then)
         if target < 0:

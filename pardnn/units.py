@@ -37,6 +37,8 @@ class Units:
     edge_other: np.ndarray  # the op at the other end of each crossing edge
     edge_comm: np.ndarray  # its cost if cut (µs)
     first_op: np.ndarray
+    edge_owner: np.ndarray  # the unit each crossing edge belongs to (``edge_ptr`` spelled out)
+    compute: np.ndarray  # each unit's compute (µs), summed in op order
 
     @classmethod
     def build(cls, graph: CostGraph, machine: Machine) -> Units:
@@ -53,7 +55,8 @@ class Units:
         edge_ptr = np.searchsorted(owner[order], np.arange(count + 1))
         first_op = np.full(count, graph.n, np.int64)
         np.minimum.at(first_op, of, np.arange(graph.n))
-        return cls(of, ptr, members, edge_ptr, other[order], np.concatenate((comm, comm))[order], first_op)
+        return cls(of, ptr, members, edge_ptr, other[order], np.concatenate((comm, comm))[order], first_op,
+                   owner[order], np.bincount(of, weights=graph.comp_us, minlength=count))
 
     @property
     def count(self) -> int:
