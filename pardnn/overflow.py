@@ -185,10 +185,10 @@ def _target(state: _Round, unit: int, device: int, usage_then: np.ndarray) -> in
 def _pick_target(unit: int, device: int, limits: np.ndarray, peak: np.ndarray, usage_then: np.ndarray,
                  reserved: np.ndarray, reserved_always: np.ndarray, pot: float, res: float, copies: np.ndarray,
                  place: np.ndarray, edge_ptr: np.ndarray, edge_other: np.ndarray, edge_comm: np.ndarray) -> int:
-    # The room checks of _holds_residual and _candidates for one unit (potential and copies truncated
-    # to whole bytes), in float64 (exact below 2^53 bytes; no int64 wrap-around with exabytes), then
-    # the unit's communication per device summed in edge order (as np.bincount sums), and the best by
-    # (most communication, lowest peak, index).
+    # The room checks of _holds_residual and _candidates for one unit, with the potential and copies
+    # truncated to whole bytes (_candidates compares them as they are: the same for the whole byte
+    # counts emulation gives); each room as _room computes it. Then the unit's communication per device
+    # summed in edge order (as np.bincount sums), and the best by (most communication, lowest peak, index).
     k = limits.size
     comm = np.zeros(k)
     for e in range(edge_ptr[unit], edge_ptr[unit + 1]):
@@ -198,9 +198,9 @@ def _pick_target(unit: int, device: int, limits: np.ndarray, peak: np.ndarray, u
     for d in range(k):
         if d == device:
             continue
-        if not (res == 0 or res <= float(limits[d]) - float(peak[d]) - float(reserved_always[d])):
+        if not (res == 0 or res <= float(limits[d] - peak[d]) - float(reserved_always[d])):
             continue
-        if whole - np.floor(copies[d]) > float(limits[d]) - float(usage_then[d]) - float(reserved[d]):
+        if whole - np.floor(copies[d]) > float(limits[d] - usage_then[d]) - float(reserved[d]):
             continue
         if best < 0 or comm[d] > comm[best] or (comm[d] == comm[best]
                                                 and float(peak[d]) + float(reserved[d])
@@ -210,9 +210,11 @@ def _pick_target(unit: int, device: int, limits: np.ndarray, peak: np.ndarray, u
 
 
 def _room(limits: np.ndarray, used: np.ndarray, reserved: np.ndarray) -> np.ndarray:
-    """Bytes left per device, in float64: exact below 2^53 bytes, and no int64 wrap-around when
-    exabyte tensors saturate the usage (module :mod:`pardnn.memory`, "Exabytes")."""
-    return limits.astype(np.float64) - used.astype(np.float64) - reserved.astype(np.float64)
+    """Bytes left per device, in float64: ``limits - used`` first, in int64 (exact: a limit is 1 to
+    2^63 - 2, a use 0 to 2^63 - 1, so a saturated use leaves -1 byte, never 0, as :mod:`pardnn.memory`
+    ("Exabytes") wants), then this round's reservations, in float64 (exact below 2^53 bytes, and no
+    int64 wrap-around when they are exabytes)."""
+    return (limits - used).astype(np.float64) - reserved.astype(np.float64)
 
 
 def _reserve(reserved: np.ndarray, device: int, nbytes: int) -> None:

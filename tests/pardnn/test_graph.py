@@ -140,6 +140,18 @@ def test_csr_views_agree(g):
     assert np.array_equal(g.pred_edge, np.lexsort((g.edge_src, g.edge_dst)))
 
 
+@given(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7), st.integers(0, 9)), max_size=30))
+def test_predecessors_in_order_from_edges_in_any_order(edges):
+    """Edges given unsorted and with parallel ones (merged): the predecessor order is still (destination,
+    source), as a comparison sort gives it."""
+    edges = [(min(a, b), max(a, b), size) for a, b, size in edges if a != b]  # acyclic: low to high
+    g = CostGraph([f"op{i}" for i in range(8)], np.ones(8), np.zeros(8), [e[0] for e in edges],
+                  [e[1] for e in edges], [e[2] for e in edges])
+    assert np.array_equal(g.pred_edge, np.lexsort((g.edge_src, g.edge_dst)))
+    assert sorted(zip(g.pred.tolist(), g.pred_bytes.tolist())) == sorted(zip(g.edge_src.tolist(),
+                                                                              g.edge_bytes.tolist()))
+
+
 @given(st.lists(st.integers(0, 6), max_size=40))
 def test_stable_buckets_is_a_stable_sort(keys):
     keys = np.array(keys, dtype=np.int64)

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph
-from pardnn.fenwick import FenwickTree, fenwick_build, fenwick_move, fenwick_ranges
+from pardnn.fenwick import FenwickTree, fenwick_add, fenwick_build, fenwick_move, fenwick_range, fenwick_ranges
 from pardnn.levels import bottom_levels, critical_path_us, top_levels, weighted_levels
 from tests.conftest import random_dags
 
@@ -110,13 +110,18 @@ def test_many_trees_in_one_walk_match_brute_force(levels, trees, data):
     moves = data.draw(st.lists(st.tuples(st.integers(0, trees - 1), st.integers(0, trees - 1),
                                          st.integers(0, levels - 1), st.floats(-50, 50, allow_nan=False)),
                                max_size=6))
+    by_adds = tree.copy()  # the same moves as two single-tree additions: equal to the last bit
     for source, target, index, delta in moves:
         fenwick_move(tree, source, target, index, delta)
+        fenwick_add(by_adds, target, index, delta)
+        fenwick_add(by_adds, source, index, -delta)
         values[source, index] -= delta
         values[target, index] += delta
+    assert np.array_equal(tree, by_adds)
     start = data.draw(st.integers(0, levels))
     end = data.draw(st.integers(0, levels))
     out = np.full(trees, np.nan)
     fenwick_ranges(tree, start, end, out)
+    assert out.tolist() == [fenwick_range(tree, t, start, end) for t in range(trees)]  # bit for bit
     expected = values[:, start:end].sum(axis=1) if end > start else np.zeros(trees)
     np.testing.assert_allclose(out, expected, atol=1e-9)
