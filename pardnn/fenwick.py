@@ -62,12 +62,15 @@ def fenwick_range(tree: np.ndarray, column: int, start: int, end: int) -> float:
 
 
 @njit(cache=True, nogil=True)
-def fenwick_ranges(tree: np.ndarray, start: int, end: int, out: np.ndarray) -> None:
+def fenwick_ranges(tree: np.ndarray, start: int, end: int, out: np.ndarray, below: np.ndarray) -> None:
     """``out[t]`` = sum of levels ``[start, end)`` of every tree ``t`` (0 when empty), in one pair of
-    walks; each value equals ``fenwick_range(tree, t, start, end)`` to the last bit. O(T log L)."""
+    walks; each value equals ``fenwick_range(tree, t, start, end)`` to the last bit. ``below`` (as many
+    entries as trees) is scratch for the prefix before ``start``, so that a caller in a loop allocates
+    nothing per call. O(T log L)."""
     trees = tree.shape[1]
     for t in range(trees):
         out[t] = 0.0
+        below[t] = 0.0
     if end <= start:
         return
     i = end
@@ -75,7 +78,6 @@ def fenwick_ranges(tree: np.ndarray, start: int, end: int, out: np.ndarray) -> N
         for t in range(trees):
             out[t] += tree[i, t]
         i -= i & (-i)
-    below = np.zeros(trees)
     i = start
     while i > 0:
         for t in range(trees):

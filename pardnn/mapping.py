@@ -118,10 +118,11 @@ def _assign(c: int, target: int, st: _State, unmapped_row: int) -> None:
 @njit(cache=True, nogil=True)
 def _span_work(c: int, k: int, st: _State, work: np.ndarray, sums: np.ndarray) -> tuple[float, float]:
     """``work[pe]`` = work of ``pe`` within the span; returns (own work within span, other unmapped work).
-    ``sums`` (K + 1 entries) is scratch: every tree's sum over the span, from one pair of walks."""
+    ``sums`` (2 x (K + 1)) is scratch: row 0 every tree's sum over the span, from one pair of walks."""
     lo = st.span_lo[c]
     hi = st.span_hi[c]
-    fenwick_ranges(st.tree, lo, hi, sums)
+    fenwick_ranges(st.tree, lo, hi, sums[0], sums[1])
+    sums = sums[0]
     for pe in range(k):
         work[pe] = sums[pe]
     own = 0.0
@@ -159,7 +160,7 @@ def _lookahead_pass(order: np.ndarray, dirty: np.ndarray, k: int, consider_maxim
     succ_ptr, succ, pred_ptr, pred = adj.succ_ptr, adj.succ, adj.pred_ptr, adj.pred
     comm_to = np.zeros(k)
     work = np.zeros(k)
-    sums = np.zeros(k + 1)
+    sums = np.zeros((2, k + 1))
     next_dirty = np.zeros(dirty.size, np.bool_)
     mapped = 0
     for c in order:
@@ -211,7 +212,7 @@ def _balance(order: np.ndarray, k: int, adj: _Adjacency, st: _State) -> int:
     ptr, members, device_of = st.ptr, st.members, st.device_of
     comm_to = np.zeros(k)
     work = np.zeros(k)
-    sums = np.zeros(k + 1)
+    sums = np.zeros((2, k + 1))
     mapped = 0
     for c in order:
         if device_of[members[ptr[c]]] >= 0:

@@ -296,11 +296,13 @@ def _numbered_ids(ids: Any, n: int, labels: Sequence[str]) -> np.ndarray | None:
     if len(set(labels)) != len(labels) or not all(isinstance(g, str) for g in labels):
         return None
     out = ids.astype(np.int64)
+    if out.min(initial=-1) < -1:
+        return None
     grouped = out[out >= 0]
     if not grouped.size:
-        return out if not labels and not (out < -1).any() else None
+        return None if labels else out
     seen = np.maximum.accumulate(grouped)  # the largest id so far: a new group is exactly one more
-    if out.min() < -1 or grouped[0] != 0 or seen[-1] != len(labels) - 1 or (grouped[1:] > seen[:-1] + 1).any():
+    if grouped[0] != 0 or seen[-1] != len(labels) - 1 or (grouped[1:] > seen[:-1] + 1).any():
         return None
     return out
 

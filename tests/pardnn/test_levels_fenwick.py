@@ -121,7 +121,7 @@ def test_many_trees_in_one_walk_match_brute_force(levels, trees, data):
     start = data.draw(st.integers(0, levels))
     end = data.draw(st.integers(0, levels))
     out = np.full(trees, np.nan)
-    fenwick_ranges(tree, start, end, out)
+    fenwick_ranges(tree, start, end, out, np.full(trees, np.nan))
     assert out.tolist() == [fenwick_range(tree, t, start, end) for t in range(trees)]  # bit for bit
     expected = values[:, start:end].sum(axis=1) if end > start else np.zeros(trees)
     np.testing.assert_allclose(out, expected, atol=1e-9)
