@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["FenwickTree", "fenwick_add", "fenwick_build", "fenwick_move", "fenwick_prefix", "fenwick_range",
-           "fenwick_ranges"]
+__all__ = ["FenwickTree", "fenwick_add", "fenwick_build", "fenwick_build_all", "fenwick_move", "fenwick_prefix",
+           "fenwick_range", "fenwick_ranges"]
 
 
 @njit(cache=True, nogil=True)
@@ -96,6 +96,31 @@ def fenwick_build(tree: np.ndarray, column: int, values: np.ndarray) -> None:
         parent = i + (i & (-i))
         if parent <= size:
             tree[parent, column] += tree[i, column]
+
+
+@njit(cache=True, nogil=True)
+def fenwick_build_all(tree: np.ndarray, level_ptr: np.ndarray, by_level: np.ndarray, column: np.ndarray,
+                      weight: np.ndarray) -> None:
+    """Fill every tree (``tree`` must be zero) from items grouped by level: level ``l`` holds items
+    ``by_level[level_ptr[l]:level_ptr[l + 1]]``, item ``i`` adds ``weight[i]`` to tree ``column[i]``.
+    One row-major pass, O(L T + items); each tree ends equal to the last bit to :func:`fenwick_build`
+    of its per-level sums taken over its items in their order within each level (as ``np.bincount``
+    sums them). Column by column, 17 trees of 1M levels took 0.66 s (every entry a cache line of its
+    own); this pass reads each row once."""
+    size = tree.shape[0] - 1
+    trees = tree.shape[1]
+    sums = np.zeros(trees)
+    for i in range(1, size + 1):
+        for t in range(trees):
+            sums[t] = 0.0
+        for j in range(level_ptr[i - 1], level_ptr[i]):
+            item = by_level[j]
+            sums[column[item]] += weight[item]
+        parent = i + (i & (-i))
+        for t in range(trees):
+            tree[i, t] += sums[t]
+            if parent <= size:
+                tree[parent, t] += tree[i, t]
 
 
 class FenwickTree:

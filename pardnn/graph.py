@@ -63,6 +63,19 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     return array
 
 
+class _LazyNames:
+    """A graph's names for its error labels, split only when a message needs one."""
+
+    def __init__(self, graph: CostGraph) -> None:
+        self._graph = graph
+
+    def __len__(self) -> int:
+        return self._graph.n
+
+    def __getitem__(self, i: int) -> str:
+        return self._graph.names[i]
+
+
 class CostGraph:
     """An immutable, validated DAG with per-op costs.
 
@@ -98,6 +111,9 @@ class CostGraph:
     _name_index:
         Private, for readers that built ``validation.name_index(names)`` already (to resolve edges
         given by name): taken as the graph's own index instead of building it again.
+    _joined_names:
+        Private, for the binary reader: the names joined by NUL into one string, given instead of
+        ``names`` (which must then be empty); checked without splitting them.
     _group_names:
         Private, for the binary reader: ``colocation`` holds ids into these labels (-1: none); kept as
         they are when numbered by first appearance (the graph's own form), else looked up as labels.
@@ -134,19 +150,26 @@ class CostGraph:
         copy_of: npt.ArrayLike | Sequence[int | None] | None = None,
         _name_index: dict[str, int] | None = None,
         _group_names: Sequence[str] | None = None,
+        _joined_names: str | None = None,
     ) -> None:
         self.name = graph = str(name)
-        self.names: tuple[str, ...] = tuple(names)
-        n = self.n = len(self.names)
         self._index: dict[str, int] | None = None  # built on first use (a 1M-op dict: 0.5 s, 70 MB)
-        if _name_index is not None and len(_name_index) == n:
-            self._index = _name_index
+        self._joined = _joined_names
+        self._names: tuple[str, ...] | None = None
+        if _joined_names is not None:  # split on first use of ``names``
+            n = self.n = _joined_names.count("\0") + 1
+            validation.check_joined_names(_joined_names)
         else:
-            validation.check_names(self.names)
+            self._names = tuple(names)
+            n = self.n = len(self._names)
+            if _name_index is not None and len(_name_index) == n:
+                self._index = _name_index
+            else:
+                validation.check_names(self._names)
         self.ops: tuple[str, ...] = tuple(ops) if ops is not None else ("",) * n
         if len(self.ops) != n:
             raise InvalidGraphError(f"graph {graph!r}: {len(self.ops)} op types for {n} ops")
-        label = validation.node_label(self.names)
+        label = validation.node_label(_LazyNames(self))
         self.comp_us = _readonly(validation.cost_column(comp_us, "comp_us", n, label, graph))
         self.out_bytes = _readonly(validation.byte_column(out_bytes, "out_bytes", n, label, graph))
         self.param_bytes = _readonly(
@@ -200,7 +223,7 @@ class CostGraph:
                     f"graph {self.name!r}: edge #{k} has {label} index {int(ends[k])}, outside 0..{n - 1}"
                 )
         bytes_a = validation.edge_bytes_column(
-            edge_bytes, src_a, self.out_bytes, validation.edge_label(self.names, src_a, dst_a), self.name
+            edge_bytes, src_a, self.out_bytes, validation.edge_label(_LazyNames(self), src_a, dst_a), self.name
         )
         loops = src_a == dst_a
         if loops.any():
@@ -258,6 +281,22 @@ class CostGraph:
                          _name_index=self._index if same_names else None)
 
     # ------------------------------------------------------------------ queries
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The op names, in node order."""
+        if self._names is None:
+            assert self._joined is not None
+            self._names = tuple(self._joined.split("\0"))
+        return self._names
+
+    @property
+    def joined_names(self) -> str:
+        """The op names joined by NUL characters into one string (how a binary graph file holds them:
+        such a graph splits them only when ``names`` is first asked for)."""
+        if self._joined is None:
+            self._joined = "\0".join(self.names)
+        return self._joined
+
     @property
     def index(self) -> dict[str, int]:
         """Map from op name to node index (built on first use: placing a graph never needs it)."""

@@ -44,7 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from pardnn.fenwick import fenwick_build, fenwick_move, fenwick_ranges
+from pardnn.csr import pointers, stable_buckets
+from pardnn.fenwick import fenwick_build_all, fenwick_move, fenwick_ranges
 from pardnn.graph import CostGraph, segment_reduce
 from pardnn.levels import bottom_levels, top_levels
 from pardnn.slicing import Clusters
@@ -236,15 +237,11 @@ def _balance(order: np.ndarray, k: int, adj: _Adjacency, st: _State) -> int:
 
 def _work_trees(row: np.ndarray, level_of: np.ndarray, comp: np.ndarray, levels: int, k: int) -> np.ndarray:
     """The Fenwick trees of work per level: column ``pe`` for the ops on device ``pe``, column ``K`` for
-    the unmapped ones (``row``: each op's). Built one tree at a time (all at once would take a second
-    (K + 1) x levels array: 85 MB on 1M ops), ops in index order within a tree, as one bincount sums."""
+    the unmapped ones (``row``: each op's), built in one pass over the ops grouped by level (a counting
+    sort keeps them in index order within a level, so each tree's sums are those of a bincount)."""
     tree = np.zeros((levels + 1, k + 1))
-    row = row.astype(np.int16 if k < np.iinfo(np.int16).max else np.int64)  # int16: a radix sort
-    by_row = np.argsort(row, kind="stable")
-    bounds = np.searchsorted(row[by_row], np.arange(k + 2))
-    for r in range(k + 1):
-        ops = by_row[bounds[r] : bounds[r + 1]]
-        fenwick_build(tree, r, np.bincount(level_of[ops], weights=comp[ops], minlength=levels))
+    ptr = pointers(level_of, levels)
+    fenwick_build_all(tree, ptr, stable_buckets(level_of, ptr), row, comp)
     return tree
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from numba import njit
 
 from pardnn.errors import InvalidGraphError
 
@@ -34,6 +35,7 @@ __all__ = [
     "NAME",
     "Label",
     "byte_column",
+    "check_joined_names",
     "check_names",
     "cost_column",
     "edge_bytes_column",
@@ -116,6 +118,45 @@ def check_names(names: Sequence[Any]) -> None:
     # The types over the names in order (over the set, scattered in memory, it is five times slower).
     if len(unique) != len(names) or "" in unique or not set(map(type, names)) <= {str}:
         name_index(names)  # names the culprit (or accepts string subclasses)
+
+
+def check_joined_names(joined: str) -> None:
+    """:func:`check_names` for names joined by NUL into one string (a binary graph file's form) without
+    splitting them: a 64-bit hash of each name's UTF-8 bytes, sorted; only when two hashes collide or
+    a name is empty are the names split and checked one by one (naming the culprit, or passing on a
+    mere hash collision). On 1,000,000 names: about 0.1 s against 0.3 s to split and check them."""
+    blob = np.frombuffer(joined.encode("utf-8", "surrogatepass"), np.uint8)
+    hashes, empty = _name_hashes(blob, joined.count("\0") + 1)
+    hashes.sort()
+    if empty or (hashes[1:] == hashes[:-1]).any():
+        check_names(joined.split("\0"))
+
+
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+
+
+@njit(cache=True, nogil=True)
+def _name_hashes(blob: np.ndarray, n: int) -> tuple[np.ndarray, bool]:
+    """FNV-1a of each of the ``n`` NUL-separated names in ``blob``, and whether any name is empty."""
+    hashes = np.empty(n, np.uint64)
+    empty = False
+    i = 0
+    h = _FNV_OFFSET
+    length = 0
+    for b in blob:
+        if b == 0:
+            hashes[i] = h
+            empty |= length == 0
+            i += 1
+            h = _FNV_OFFSET
+            length = 0
+        else:
+            h = (h ^ np.uint64(b)) * _FNV_PRIME
+            length += 1
+    hashes[i] = h
+    empty |= length == 0
+    return hashes, empty
 
 
 def edge_indices(index: dict[str, int], src: Sequence[Any], dst: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:

@@ -84,7 +84,7 @@ def write_binary_graph(graph: CostGraph, path: PathLike) -> None:
     for field in CostGraph._REPLACEABLE:
         value = getattr(graph, field)
         if field == "names":
-            arrays.extend(_names_arrays(graph.names))
+            arrays.extend(_names_arrays(graph))
         elif field == "ops":
             op_types, codes = _categories(graph.ops)
             arrays.append(("ops", codes))
@@ -109,13 +109,13 @@ def write_binary_graph(graph: CostGraph, path: PathLike) -> None:
         out.write(data)
 
 
-def _names_arrays(names: tuple[str, ...]) -> list[tuple[str, np.ndarray]]:
+def _names_arrays(graph: CostGraph) -> list[tuple[str, np.ndarray]]:
     """The names as one UTF-8 blob, NUL-separated; when a name holds a NUL, joined without a separator
     and with each name's length in bytes (``name_bytes``)."""
-    blob = "\0".join(names).encode("utf-8", "surrogatepass")
-    if blob.count(b"\0") == max(len(names) - 1, 0):
+    blob = graph.joined_names.encode("utf-8", "surrogatepass") if graph.n else b""
+    if blob.count(b"\0") == max(graph.n - 1, 0):
         return [("names", np.frombuffer(blob, np.uint8))]
-    encoded = [name.encode("utf-8", "surrogatepass") for name in names]
+    encoded = [name.encode("utf-8", "surrogatepass") for name in graph.names]
     return [("names", np.frombuffer(b"".join(encoded), np.uint8)),
             ("name_bytes", _compact(np.array(list(map(len, encoded)), np.int64)))]
 
@@ -177,7 +177,9 @@ def read_binary_graph(path: PathLike) -> CostGraph:
         if edges[0] is None or edges[1] is None:
             raise InvalidGraphError(f"{source}: binary graph file without its edge arrays")
         comp_us, out_bytes = fields.pop("comp_us", None), fields.pop("out_bytes", None)
-        return CostGraph(names, comp_us, out_bytes, *edges, **fields, _group_names=groups)  # type: ignore[arg-type]
+        joined = names if isinstance(names, str) else None
+        return CostGraph(() if joined is not None else names, comp_us, out_bytes, *edges,  # type: ignore[arg-type]
+                         **fields, _group_names=groups, _joined_names=joined)
     except InvalidGraphError as exc:  # a rule of the graph: name the file too
         if str(exc).startswith(f"{source}: "):
             raise
@@ -221,12 +223,17 @@ def _array(view: memoryview, entry: _Array, source: str) -> np.ndarray:
     return np.frombuffer(view[entry.offset : end], dtype).astype(dtype.newbyteorder("="), copy=False)
 
 
-def _names(blob: np.ndarray | None, lengths: np.ndarray | None, n: int, source: str) -> tuple[str, ...]:
+def _names(blob: np.ndarray | None, lengths: np.ndarray | None, n: int, source: str) -> str | tuple[str, ...]:
+    """The op names: NUL-joined in one string (the graph splits them when asked), or a tuple when the
+    file gives their lengths (a name holds a NUL)."""
     if blob is None:
         raise InvalidGraphError(f"{source}: binary graph file without op names")
     try:
         if lengths is None:  # decoded from the file's buffer: no copy of the blob
-            names = codecs.utf_8_decode(blob, "surrogatepass", True)[0].split("\0") if n else []
+            joined = codecs.utf_8_decode(blob, "surrogatepass", True)[0]
+            if n and joined.count("\0") == n - 1:
+                return joined
+            names = joined.split("\0") if n else []
         else:
             data, ends = blob.tobytes(), np.cumsum(lengths).tolist()
             names = [data[a:b].decode("utf-8", "surrogatepass") for a, b in zip([0, *ends], ends, strict=False)]

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from numba import njit
 
 from pardnn.checks import check_order
 from pardnn.errors import InvalidPlacementError
@@ -332,31 +333,39 @@ def write_placement(path: PathLike, graph: CostGraph, placement: npt.ArrayLike, 
     path = Path(path)
     if format is None:
         format = "json" if path.suffix.lower() == ".json" else "text"
-    path.write_bytes(format_placement(graph, placement, format, order=order).encode("utf-8"))
+    path.write_bytes(_placement_bytes(graph, placement, format, order))
 
 
 def format_placement(graph: CostGraph, placement: npt.ArrayLike, format: str = "text", *,
                      order: npt.ArrayLike | None = None) -> str:
     """The contents :func:`write_placement` writes, as a string (``format`` is ``"text"`` or ``"json"``)."""
+    return str(_placement_bytes(graph, placement, format, order), "utf-8")
+
+
+def _placement_bytes(graph: CostGraph, placement: npt.ArrayLike, format: str,
+                     order: npt.ArrayLike | None) -> bytes | memoryview:
     if format not in _FORMATS:
         raise ValueError(f"format must be one of {', '.join(_FORMATS)}, got {format!r}")
     checked = _checked_placement(graph, placement)
+    positions = None if order is None else check_order(graph, checked, order, "the order")
+    if format == "text" and graph.n:  # the usual case, TensorFlow names: one compiled pass
+        joined = np.frombuffer(graph.joined_names.encode("utf-8", "surrogatepass"), np.uint8)
+        lines = _text_lines(joined, _TF_TABLE, checked,
+                            _NO_POSITIONS if positions is None else positions.astype(np.int64))
+        if lines is not None:
+            return memoryview(lines)
     devices = checked.tolist()
-    values: list[Any] = devices
-    if order is not None:
-        values = check_order(graph, checked, order, "the order").tolist()
+    values: list[Any] = devices if positions is None else positions.tolist()
     if format == "json":
         if not devices:
-            return "{}\n"
+            return b"{}\n"
         if order is not None:
             values = [f"[{d}, {p}]" for d, p in zip(devices, values, strict=True)]
         body = ",\n".join(
             f" {encode_basestring_ascii(op_name)}: {value}"
             for op_name, value in zip(graph.names, values, strict=True)
         )
-        return f"{{\n{body}\n}}\n"
-    if _tf_names("\n".join(graph.names), graph.n):  # the usual case: one C-level pass
-        return _lines(graph.names, devices, None if order is None else values)
+        return f"{{\n{body}\n}}\n".encode()
     for op_name in graph.names:
         if not _TF_NAME.fullmatch(op_name) and not _writable_as_text(op_name):
             raise InvalidPlacementError(
@@ -366,18 +375,77 @@ def format_placement(graph: CostGraph, placement: npt.ArrayLike, format: str = "
     if order is not None and any(len(op_name.split()) != 1 for op_name in graph.names):
         raise InvalidPlacementError("an op name with whitespace cannot be written to an ordered text placement "
                                     "file; write a .json placement instead")
-    return _lines(graph.names, devices, None if order is None else values)
+    return _lines(graph.names, devices, None if order is None else values).encode("utf-8")
 
 
-def _tf_names(joined: str, n: int) -> bool:
-    """Whether the ``n`` names joined by line breaks are all TensorFlow-style names (always writable)."""
-    left = joined.encode("ascii").translate(None, _TF_BYTES) if joined.isascii() else b""
-    return len(left) == left.count(b"\n") == n - 1 and joined.isascii()
+_NO_POSITIONS = np.zeros(0, np.int64)
+
+
+_TF_TABLE = np.zeros(256, np.bool_)
+_TF_TABLE[np.frombuffer(_TF_BYTES, np.uint8)] = True
+
+
+@njit(cache=True, nogil=True)
+def _text_lines(joined: np.ndarray, allowed: np.ndarray, devices: np.ndarray,
+                positions: np.ndarray) -> np.ndarray | None:
+    """``name device\\n`` (or ``name device position\\n``) lines, the bytes :func:`_lines` gives, from
+    the names joined by NUL (UTF-8) and each op's device (and position; all >= 0) in one pass; ``None``
+    unless every name is non-empty and made of ``allowed`` bytes only (:data:`_TF_NAME`'s)."""
+    ordered = positions.size > 0
+    out = np.empty(joined.size + 1 + devices.size * (42 if ordered else 21), np.uint8)
+    at = 0
+    v = 0
+    size = 0  # of the current name
+    for b in joined:
+        if b != 0:
+            if not allowed[b]:
+                return None
+            out[at] = b
+            at += 1
+            size += 1
+            continue
+        if size == 0 or v + 1 >= devices.size:
+            return None
+        at = _line_end(out, at, devices[v], positions[v] if ordered else -1)
+        v += 1
+        size = 0
+    if size == 0 or v + 1 != devices.size:
+        return None
+    at = _line_end(out, at, devices[v], positions[v] if ordered else -1)
+    return out[:at]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _line_end(out: np.ndarray, at: int, device: int, position: int) -> int:
+    # `` device\\n`` (or `` device position\\n``, position >= 0) at ``out[at]``; returns the next line's start.
+    at = _decimal(out, at, device)
+    if position >= 0:
+        at = _decimal(out, at, position)
+    out[at] = 10
+    return at + 1
+
+
+@njit(cache=True, nogil=True)
+def _decimal(out: np.ndarray, at: int, value: int) -> int:
+    # A space, then the digits of ``value`` (>= 0), at ``out[at]``; returns the index after them.
+    out[at] = 32
+    end = at + 2
+    rest = value // 10
+    while rest > 0:
+        end += 1
+        rest //= 10
+    i = end - 1
+    while True:
+        out[i] = 48 + value % 10
+        value //= 10
+        i -= 1
+        if value == 0:
+            return end
 
 
 def _lines(names: Sequence[str], devices: list[int], positions: list[int] | None) -> str:
     """``name device`` (or ``name device position``) lines: string additions, twice as fast as a format per line."""
-    ends = [f" {d}\n" if positions is None else f" {d} " for d in range(max(devices, default=0) + 1)]
+    ends = {d: f" {d}\n" if positions is None else f" {d} " for d in set(devices)}  # not a range: 2**62 is legal
     heads = map(operator.add, names, map(ends.__getitem__, devices))
     return "".join(heads if positions is None else map(operator.add, heads, map("{}\n".format, positions)))
 

@@ -134,12 +134,19 @@ def test_a_graph_rule_broken_inside_a_sound_container_names_the_file(tmp_path):
     # The reader's graph is built by CostGraph, which checks every rule as for any reader: a file whose
     # checksum holds but whose values break a rule (written from a stand-in) is refused naming the file.
     graph = every_field()
-    fields = {field: getattr(graph, field) for field in (*CostGraph._REPLACEABLE, "group_names", "n", "m")}
+    fields = {field: getattr(graph, field)
+              for field in (*CostGraph._REPLACEABLE, "group_names", "joined_names", "n", "m")}
     fields["comp_us"] = np.array([0.0, 1.5, -812.0, 3.25, 0.0, 40.0])
     path = tmp_path / "negative.pardnn"
     write_binary_graph(SimpleNamespace(**fields), path)  # type: ignore[arg-type]
     message = one_line_error(path)
     assert "node #2 'dense/MatMul': comp_us = -812.0" in message
+    fields["comp_us"] = graph.comp_us
+    for names, culprit in ((("w", "w", *graph.names[2:]), "node #1 'w': duplicate name (node #0 has it too)"),
+                           (("w", "", *graph.names[2:]), "node #1: name = ''; expected a non-empty string")):
+        fields["names"], fields["joined_names"] = names, "\0".join(names)  # the names are split only when asked
+        write_binary_graph(SimpleNamespace(**fields), path)  # type: ignore[arg-type]
+        assert one_line_error(path) == f"{path}: {culprit}"
     fields["comp_us"] = 1.0  # a column written as a scalar: the header is refused
     write_binary_graph(SimpleNamespace(**fields), path)  # type: ignore[arg-type]
     assert "an array field among its scalars" in one_line_error(path)

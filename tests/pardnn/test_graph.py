@@ -309,3 +309,61 @@ def test_group_ids_kept_only_in_the_graphs_own_form(ids, labels, kept):
     by_label = CostGraph(names, np.ones(n), np.zeros(n), [], [], colocation=[table[i] for i in ids])
     by_id = CostGraph(names, np.ones(n), np.zeros(n), [], [], colocation=np.array(ids), _group_names=labels)
     assert by_id.colocation.tolist() == by_label.colocation.tolist() and by_id.group_names == by_label.group_names
+
+
+# ---------------------------------------------------------------------------------- names joined by NUL
+def _outcome(check, value) -> str:
+    try:
+        check(value)
+    except InvalidGraphError as exc:
+        return str(exc)
+    return "ok"
+
+
+NUL_FREE = st.text(st.characters(blacklist_characters="\0"), max_size=4)
+
+
+@given(st.lists(NUL_FREE | st.sampled_from(["a", "b", ""]), min_size=1, max_size=10))
+def test_joined_names_are_checked_as_the_names_are(names):
+    # Hashing the joined names (pardnn.validation.check_joined_names) accepts exactly the name lists
+    # check_names accepts, and refuses the others with the same message (the culprit named).
+    from pardnn.validation import check_joined_names, check_names
+
+    assert _outcome(check_joined_names, "\0".join(names)) == _outcome(check_names, names)
+
+
+def test_joined_names_reach_both_outcomes():
+    # The property above must see both answers often: over seeded lists like its own, count them.
+    from pardnn.validation import check_joined_names
+
+    rng = np.random.default_rng(0)
+    outcomes = [_outcome(check_joined_names, "\0".join(rng.choice(["a", "b", "", "c/d", "é"], rng.integers(1, 5))))
+                for _ in range(300)]
+    refused = sum(outcome != "ok" for outcome in outcomes)
+    assert 50 <= refused <= 250, refused
+
+
+def test_a_hash_collision_falls_back_to_the_names(monkeypatch):
+    # Two names with one hash are told apart by the names themselves: distinct names pass, a true
+    # duplicate is named.
+    from pardnn import validation
+
+    def one_hash(blob, n):
+        return np.zeros(n, np.uint64), False
+
+    monkeypatch.setattr(validation, "_name_hashes", one_hash)
+    validation.check_joined_names("a\0b\0c")
+    with pytest.raises(InvalidGraphError, match=r"^node #2 'a': duplicate name \(node #0 has it too\)$"):
+        validation.check_joined_names("a\0b\0a")
+
+
+def test_a_graph_given_joined_names_splits_them_only_when_asked():
+    graph = CostGraph((), [1.0, 2.0, 3.0], [0, 0, 0], [0, 1], [1, 2], _joined_names="x\0y/é\0z")
+    assert graph.n == 3 and graph._names is None
+    assert graph.joined_names == "x\0y/é\0z" and graph._names is None
+    assert graph.names == ("x", "y/é", "z") and graph.index == {"x": 0, "y/é": 1, "z": 2}
+    assert graph == CostGraph(["x", "y/é", "z"], [1.0, 2.0, 3.0], [0, 0, 0], [0, 1], [1, 2])
+    with pytest.raises(InvalidGraphError, match=r"^node #1 'y': comp_us = -2.0"):
+        CostGraph((), [1.0, -2.0], [0, 0], [], [], _joined_names="x\0y")
+    with pytest.raises(InvalidGraphError, match=r"^graph 'graph' has a cycle: op 'y' feeds itself"):
+        CostGraph((), [1.0, 2.0], [0, 0], [1], [1], _joined_names="x\0y")

@@ -1194,3 +1194,75 @@ def test_bad_copy_metadata_names_file_node_field_value(tmp_path: Path, change: A
         read_graph(path)
     with pytest.raises(InvalidGraphError, match=rf"^bad\.json: (graph 'copies': )?{message}"):
         graph_from_dict(document, "bad.json")
+
+
+# ------------------------------------------------------------- the compiled text writer (pardnn.io.placement)
+def _text_by_hand(names: list[str], devices: list[int], positions: list[int] | None) -> str:
+    """The text placement format spelled out line by line (DESIGN.md, "Placement")."""
+    if positions is None:
+        return "".join(f"{name} {device}\n" for name, device in zip(names, devices, strict=True))
+    return "".join(f"{name} {device} {position}\n"
+                   for name, device, position in zip(names, devices, positions, strict=True))
+
+
+def _writable(name: str) -> bool:
+    return name == name.strip() and len(name.splitlines()) == 1 and re.search(r"(?:^|\s)#", name) is None
+
+
+def _positions(devices: list[int]) -> list[int]:
+    """Each op's position on its device: its ops numbered 0, 1, ... in graph order."""
+    counts: dict[int, int] = {}
+    positions = []
+    for device in devices:
+        positions.append(counts.get(device, 0))
+        counts[device] = positions[-1] + 1
+    return positions
+
+
+WRITABLE_NAME = TF_NAME | st.text(min_size=1, max_size=6)  # mostly TensorFlow-style, some not
+NUMBERS = st.sampled_from([0, 1, 9, 10, 99, 100, 12345, 2**62, 2**63 - 1]) | st.integers(0, 2**63 - 1)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(names=st.lists(WRITABLE_NAME, min_size=1, max_size=12, unique=True), data=st.data())
+def test_text_writer_writes_every_line_as_spelled_out(names: list[str], data: st.DataObject) -> None:
+    # Devices of any width: the compiled writer (TensorFlow-style names) and the line-by-line one (the
+    # rest) give the bytes the format spells out, or refuse a name the text form cannot hold.
+    n = len(names)
+    graph = CostGraph(names, [1.0] * n, [0] * n, [], [])
+    devices = data.draw(st.lists(NUMBERS, min_size=n, max_size=n))
+    for order in (None, _positions(devices)):
+        try:
+            written = format_placement(graph, devices, order=order)
+        except InvalidPlacementError:
+            assert not all(_writable(name) and (order is None or len(name.split()) == 1) for name in names)
+        else:
+            assert written == _text_by_hand(names, devices, order)
+
+
+def test_text_writer_compiled_and_line_by_line_paths_both_checked() -> None:
+    # The same check over seeded random graphs, counting which writer ran: most take the compiled one
+    # (every name TensorFlow-style), a share the line-by-line one (a name with a space or a non-ASCII
+    # character). Graphs read from a binary file (names split only when asked) write the same bytes.
+    rng = np.random.default_rng(0)
+    alphabet = list("abcXYZ019_./-:>")
+    compiled = line_by_line = 0
+    for trial in range(200):
+        names = sorted({"".join(rng.choice(alphabet, size=int(rng.integers(1, 8))))
+                        for _ in range(int(rng.integers(1, 12)))})
+        if trial % 4 == 0:
+            names.append(("a b", "é", "x\ty")[trial % 3])
+        graph = CostGraph(names, [1.0] * len(names), [0] * len(names), [], [])
+        devices = rng.integers(0, 2**40, graph.n) // (10 ** rng.integers(0, 12, graph.n))
+        expected = _text_by_hand(names, devices.tolist(), None)
+        assert format_placement(graph, devices) == expected
+        with tempfile.TemporaryDirectory() as directory:
+            path = Path(directory) / "g.pardnn"
+            write_graph(graph, path)
+            from_binary = read_any_graph(path)
+            assert format_placement(from_binary, devices) == expected
+        if all(re.fullmatch(r"[A-Za-z0-9_.\-/>:]+", name) for name in names):
+            compiled += 1
+        else:
+            line_by_line += 1
+    assert compiled >= 120 and line_by_line >= 40, (compiled, line_by_line)

@@ -8,7 +8,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph
-from pardnn.fenwick import FenwickTree, fenwick_add, fenwick_build, fenwick_move, fenwick_range, fenwick_ranges
+from pardnn.csr import pointers, stable_buckets
+from pardnn.fenwick import (
+    FenwickTree,
+    fenwick_add,
+    fenwick_build,
+    fenwick_build_all,
+    fenwick_move,
+    fenwick_range,
+    fenwick_ranges,
+)
 from pardnn.levels import bottom_levels, critical_path_us, top_levels, weighted_levels
 from tests.conftest import random_dags
 
@@ -125,3 +134,21 @@ def test_many_trees_in_one_walk_match_brute_force(levels, trees, data):
     assert out.tolist() == [fenwick_range(tree, t, start, end) for t in range(trees)]  # bit for bit
     expected = values[:, start:end].sum(axis=1) if end > start else np.zeros(trees)
     np.testing.assert_allclose(out, expected, atol=1e-9)
+
+
+@given(st.integers(1, 30), st.integers(1, 5), st.data())
+def test_building_every_tree_in_one_pass_matches_one_tree_at_a_time(levels, trees, data):
+    # fenwick_build_all over items grouped by level gives, to the last bit, each tree built alone from
+    # its per-level sums (items summed in index order, as np.bincount sums them).
+    items = data.draw(st.integers(0, 60))
+    level = np.array(data.draw(st.lists(st.integers(0, levels - 1), min_size=items, max_size=items)), np.int64)
+    column = np.array(data.draw(st.lists(st.integers(0, trees - 1), min_size=items, max_size=items)), np.int64)
+    weight = np.array(data.draw(st.lists(st.floats(0, 1e6, allow_nan=False), min_size=items, max_size=items)))
+    alone = np.zeros((levels + 1, trees))
+    for t in range(trees):
+        mine = column == t
+        fenwick_build(alone, t, np.bincount(level[mine], weights=weight[mine], minlength=levels))
+    together = np.zeros((levels + 1, trees))
+    ptr = pointers(level, levels)
+    fenwick_build_all(together, ptr, stable_buckets(level, ptr), column, weight)
+    assert together.tobytes() == alone.tobytes()
