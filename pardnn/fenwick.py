@@ -102,7 +102,8 @@ def fenwick_build(tree: np.ndarray, column: int, values: np.ndarray) -> None:
 def fenwick_build_all(tree: np.ndarray, level_ptr: np.ndarray, by_level: np.ndarray, column: np.ndarray,
                       weight: np.ndarray) -> None:
     """Fill every tree (``tree`` must be zero) from items grouped by level: level ``l`` holds items
-    ``by_level[level_ptr[l]:level_ptr[l + 1]]``, item ``i`` adds ``weight[i]`` to tree ``column[i]``.
+    ``by_level[level_ptr[l]:level_ptr[l + 1]]``, item ``i`` adds ``weight[i]`` to tree ``column[i]``
+    (in ``0..T-1``: unchecked, as in every kernel here).
     One row-major pass, O(L T + items); each tree ends equal to the last bit to :func:`fenwick_build`
     of its per-level sums taken over its items in their order within each level (as ``np.bincount``
     sums them). Column by column, 17 trees of 1M levels took 0.66 s (every entry a cache line of its

@@ -157,6 +157,8 @@ class CostGraph:
         self._joined = _joined_names
         self._names: tuple[str, ...] | None = None
         if _joined_names is not None:  # split on first use of ``names``
+            if len(names) or _name_index is not None:
+                raise TypeError("CostGraph: _joined_names replaces names (give names=()) and _name_index")
             n = self.n = _joined_names.count("\0") + 1
             validation.check_joined_names(_joined_names)
         else:
@@ -292,10 +294,10 @@ class CostGraph:
     @property
     def joined_names(self) -> str:
         """The op names joined by NUL characters into one string (how a binary graph file holds them:
-        such a graph splits them only when ``names`` is first asked for)."""
-        if self._joined is None:
-            self._joined = "\0".join(self.names)
-        return self._joined
+        such a graph splits them only when ``names`` is first asked for). Not split back when a name
+        holds a NUL; ``""`` for a graph without ops. Joined anew on each call for a graph built from a
+        name list (kept, it would be a second copy of every name for the graph's life)."""
+        return self._joined if self._joined is not None else "\0".join(self.names)
 
     @property
     def index(self) -> dict[str, int]:

@@ -333,17 +333,20 @@ def write_placement(path: PathLike, graph: CostGraph, placement: npt.ArrayLike, 
     path = Path(path)
     if format is None:
         format = "json" if path.suffix.lower() == ".json" else "text"
-    path.write_bytes(_placement_bytes(graph, placement, format, order))
+    contents = _placement_contents(graph, placement, format, order)
+    path.write_bytes(contents.encode("utf-8") if isinstance(contents, str) else contents)
 
 
 def format_placement(graph: CostGraph, placement: npt.ArrayLike, format: str = "text", *,
                      order: npt.ArrayLike | None = None) -> str:
     """The contents :func:`write_placement` writes, as a string (``format`` is ``"text"`` or ``"json"``)."""
-    return str(_placement_bytes(graph, placement, format, order), "utf-8")
+    contents = _placement_contents(graph, placement, format, order)
+    return contents if isinstance(contents, str) else str(contents, "ascii")
 
 
-def _placement_bytes(graph: CostGraph, placement: npt.ArrayLike, format: str,
-                     order: npt.ArrayLike | None) -> bytes | memoryview:
+def _placement_contents(graph: CostGraph, placement: npt.ArrayLike, format: str,
+                        order: npt.ArrayLike | None) -> str | memoryview:
+    """The file's text, or its ASCII bytes when the compiled writer wrote them."""
     if format not in _FORMATS:
         raise ValueError(f"format must be one of {', '.join(_FORMATS)}, got {format!r}")
     checked = _checked_placement(graph, placement)
@@ -358,14 +361,14 @@ def _placement_bytes(graph: CostGraph, placement: npt.ArrayLike, format: str,
     values: list[Any] = devices if positions is None else positions.tolist()
     if format == "json":
         if not devices:
-            return b"{}\n"
+            return "{}\n"
         if order is not None:
             values = [f"[{d}, {p}]" for d, p in zip(devices, values, strict=True)]
         body = ",\n".join(
             f" {encode_basestring_ascii(op_name)}: {value}"
             for op_name, value in zip(graph.names, values, strict=True)
         )
-        return f"{{\n{body}\n}}\n".encode()
+        return f"{{\n{body}\n}}\n"
     for op_name in graph.names:
         if not _TF_NAME.fullmatch(op_name) and not _writable_as_text(op_name):
             raise InvalidPlacementError(
@@ -375,7 +378,7 @@ def _placement_bytes(graph: CostGraph, placement: npt.ArrayLike, format: str,
     if order is not None and any(len(op_name.split()) != 1 for op_name in graph.names):
         raise InvalidPlacementError("an op name with whitespace cannot be written to an ordered text placement "
                                     "file; write a .json placement instead")
-    return _lines(graph.names, devices, None if order is None else values).encode("utf-8")
+    return _lines(graph.names, devices, None if order is None else values)
 
 
 _NO_POSITIONS = np.zeros(0, np.int64)
@@ -389,9 +392,12 @@ _TF_TABLE[np.frombuffer(_TF_BYTES, np.uint8)] = True
 def _text_lines(joined: np.ndarray, allowed: np.ndarray, devices: np.ndarray,
                 positions: np.ndarray) -> np.ndarray | None:
     """``name device\\n`` (or ``name device position\\n``) lines, the bytes :func:`_lines` gives, from
-    the names joined by NUL (UTF-8) and each op's device (and position; all >= 0) in one pass; ``None``
-    unless every name is non-empty and made of ``allowed`` bytes only (:data:`_TF_NAME`'s)."""
+    the names joined by NUL (UTF-8) and each op's device (and position) in one pass; ``None`` unless
+    every name is non-empty and made of ``allowed`` bytes only (:data:`_TF_NAME`'s) and every number
+    is >= 0 (the caller checked them: this only keeps the kernel's writes inside its buffer)."""
     ordered = positions.size > 0
+    if devices.size == 0 or devices.min() < 0 or (ordered and positions.min() < 0):
+        return None
     out = np.empty(joined.size + 1 + devices.size * (42 if ordered else 21), np.uint8)
     at = 0
     v = 0

@@ -332,14 +332,18 @@ def test_joined_names_are_checked_as_the_names_are(names):
     assert _outcome(check_joined_names, "\0".join(names)) == _outcome(check_names, names)
 
 
-def test_joined_names_reach_both_outcomes():
-    # The property above must see both answers often: over seeded lists like its own, count them.
-    from pardnn.validation import check_joined_names
+def test_joined_names_are_checked_as_the_names_are_over_seeded_lists():
+    # The property above over seeded lists of its kind, counting both answers so that neither is
+    # left untried: about half the lists hold a duplicate or an empty name.
+    from pardnn.validation import check_joined_names, check_names
 
     rng = np.random.default_rng(0)
-    outcomes = [_outcome(check_joined_names, "\0".join(rng.choice(["a", "b", "", "c/d", "é"], rng.integers(1, 5))))
-                for _ in range(300)]
-    refused = sum(outcome != "ok" for outcome in outcomes)
+    refused = 0
+    for _ in range(300):
+        names = [str(name) for name in rng.choice(["a", "b", "", "c/d", "é", "\ud800"], rng.integers(1, 5))]
+        outcome = _outcome(check_joined_names, "\0".join(names))
+        assert outcome == _outcome(check_names, names)
+        refused += outcome != "ok"
     assert 50 <= refused <= 250, refused
 
 
@@ -367,3 +371,7 @@ def test_a_graph_given_joined_names_splits_them_only_when_asked():
         CostGraph((), [1.0, -2.0], [0, 0], [], [], _joined_names="x\0y")
     with pytest.raises(InvalidGraphError, match=r"^graph 'graph' has a cycle: op 'y' feeds itself"):
         CostGraph((), [1.0, 2.0], [0, 0], [1], [1], _joined_names="x\0y")
+    with pytest.raises(TypeError, match="_joined_names replaces names"):
+        CostGraph(["x", "y"], [1.0, 2.0], [0, 0], [], [], _joined_names="x\0y")
+    built = CostGraph(["x", "y"], [1.0, 2.0], [0, 0], [], [])
+    assert built.joined_names == "x\0y" and built._joined is None  # joined anew, not kept

@@ -1240,29 +1240,53 @@ def test_text_writer_writes_every_line_as_spelled_out(names: list[str], data: st
             assert written == _text_by_hand(names, devices, order)
 
 
-def test_text_writer_compiled_and_line_by_line_paths_both_checked() -> None:
-    # The same check over seeded random graphs, counting which writer ran: most take the compiled one
-    # (every name TensorFlow-style), a share the line-by-line one (a name with a space or a non-ASCII
-    # character). Graphs read from a binary file (names split only when asked) write the same bytes.
+def test_text_writer_compiled_and_line_by_line_paths_both_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same check over seeded random graphs, counting which writer ran (the line-by-line one is
+    # watched): graphs of TensorFlow-style names must all take the compiled one, the others (a space,
+    # a non-ASCII character, a tab) the line-by-line one. A graph read from a binary file (its names
+    # still joined) writes the same bytes, ordered or not, without splitting its names.
+    from pardnn.io import placement
+
+    line_by_line_calls: list[int] = []
+    line_by_line = placement._lines
+
+    def watched(*args: Any) -> str:
+        line_by_line_calls.append(1)
+        return line_by_line(*args)
+
+    monkeypatch.setattr(placement, "_lines", watched)
     rng = np.random.default_rng(0)
     alphabet = list("abcXYZ019_./-:>")
-    compiled = line_by_line = 0
+    compiled = 0
     for trial in range(200):
         names = sorted({"".join(rng.choice(alphabet, size=int(rng.integers(1, 8))))
                         for _ in range(int(rng.integers(1, 12)))})
-        if trial % 4 == 0:
+        tf_style = trial % 4 != 0
+        if not tf_style:
             names.append(("a b", "é", "x\ty")[trial % 3])
         graph = CostGraph(names, [1.0] * len(names), [0] * len(names), [], [])
         devices = rng.integers(0, 2**40, graph.n) // (10 ** rng.integers(0, 12, graph.n))
-        expected = _text_by_hand(names, devices.tolist(), None)
-        assert format_placement(graph, devices) == expected
+        positions = _positions(devices.tolist())
         with tempfile.TemporaryDirectory() as directory:
             path = Path(directory) / "g.pardnn"
             write_graph(graph, path)
             from_binary = read_any_graph(path)
-            assert format_placement(from_binary, devices) == expected
-        if all(re.fullmatch(r"[A-Za-z0-9_.\-/>:]+", name) for name in names):
-            compiled += 1
-        else:
-            line_by_line += 1
-    assert compiled >= 120 and line_by_line >= 40, (compiled, line_by_line)
+        assert from_binary._names is None  # the binary reader's names stay joined
+        for order in (None, positions if len(names[-1].split()) == 1 else None):
+            expected = _text_by_hand(names, devices.tolist(), order)
+            line_by_line_calls.clear()
+            assert format_placement(graph, devices, order=order) == expected
+            assert format_placement(from_binary, devices, order=order) == expected
+            assert len(line_by_line_calls) == (0 if tf_style else 2)
+        assert from_binary._names is None or not tf_style
+        compiled += tf_style
+    assert compiled == 150
+
+
+def test_text_writer_keeps_a_lone_surrogate_as_before() -> None:
+    # A name with a lone surrogate (JSON allows "\ud800") cannot be UTF-8 encoded: format_placement
+    # gives the text as before, write_placement refuses it as before (the encoder's error).
+    graph = CostGraph(["a", "b\ud800"], [1.0, 1.0], [0, 0], [], [])
+    assert format_placement(graph, [0, 1]) == "a 0\nb\ud800 1\n"
+    with tempfile.TemporaryDirectory() as directory, pytest.raises(UnicodeEncodeError):
+        write_placement(Path(directory) / "p.txt", graph, [0, 1])
