@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from itertools import repeat
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -70,7 +70,15 @@ def shown(value: Any) -> str:
     return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
 
 
-def node_label(names: Sequence[Any]) -> Label:
+class Names(Protocol):
+    """What the labels read of a graph's names: their count and one by index."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int, /) -> Any: ...
+
+
+def node_label(names: Names) -> Label:
     """``node #i 'name'`` (just ``node #i`` when the name is not a usable string)."""
 
     def label(i: int) -> str:
@@ -80,7 +88,7 @@ def node_label(names: Sequence[Any]) -> Label:
     return label
 
 
-def edge_label(names: Sequence[str], src: np.ndarray, dst: np.ndarray) -> Label:
+def edge_label(names: Names, src: np.ndarray, dst: np.ndarray) -> Label:
     """``edge #k 'src' -> 'dst'`` for edges given by node index."""
     return lambda k: f"edge #{k} {names[src[k]]!r} -> {names[dst[k]]!r}"
 

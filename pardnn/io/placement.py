@@ -356,7 +356,7 @@ def _placement_contents(graph: CostGraph, placement: npt.ArrayLike, format: str,
         lines = _text_lines(joined, _TF_TABLE, checked,
                             _NO_POSITIONS if positions is None else positions.astype(np.int64))
         if lines is not None:
-            return memoryview(lines)
+            return lines.data
     devices = checked.tolist()
     values: list[Any] = devices if positions is None else positions.tolist()
     if format == "json":
