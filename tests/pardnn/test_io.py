@@ -1196,7 +1196,7 @@ def test_bad_copy_metadata_names_file_node_field_value(tmp_path: Path, change: A
         graph_from_dict(document, "bad.json")
 
 
-# ------------------------------------------------------------- the compiled text writer (pardnn.io.placement)
+# ------------------------------------------------------ the compiled text writer (pardnn.io.placement_writer)
 def _text_by_hand(names: list[str], devices: list[int], positions: list[int] | None) -> str:
     """The text placement format spelled out line by line (DESIGN.md, "Placement")."""
     if positions is None:
@@ -1245,16 +1245,16 @@ def test_text_writer_compiled_and_line_by_line_paths_both_checked(monkeypatch: p
     # watched): graphs of TensorFlow-style names must all take the compiled one, the others (a space,
     # a non-ASCII character, a tab) the line-by-line one. A graph read from a binary file (its names
     # still joined) writes the same bytes, ordered or not, without splitting its names.
-    from pardnn.io import placement
+    from pardnn.io import placement_writer
 
     line_by_line_calls: list[int] = []
-    line_by_line = placement._lines
+    line_by_line = placement_writer._lines
 
     def watched(*args: Any) -> str:
         line_by_line_calls.append(1)
         return line_by_line(*args)
 
-    monkeypatch.setattr(placement, "_lines", watched)
+    monkeypatch.setattr(placement_writer, "_lines", watched)
     rng = np.random.default_rng(0)
     alphabet = list("abcXYZ019_./-:>")
     compiled = 0
