@@ -91,9 +91,10 @@ def prepare_candidates(graph: CostGraph, machine: Machine, edge_weight: np.ndarr
     again before each emulation and never waited for. The guard's answer and report are the same as
     without it (O(candidates × (|V| + |E|) log |V|)):
 
-    - every placement and bound is made first (METIS's first: its own working set, 100 MB on 1M ops,
-      then overlaps slicing rather than the peak of mapping; each held as int16 until the guard reads
-      it), then the emulations, likeliest winners first (lowest bound; ties in the guard's order), so
+    - every placement and bound is made first (METIS's last: pymetis holds the GIL for about half of
+      its run, 0.3 s on 1M ops, which stalls slicing's Python steps by as much, while LFLAM's mapping
+      runs in compiled code without it; each placement held as int16 until the guard reads it), then
+      the emulations, likeliest winners first (lowest bound; ties in the guard's order), so
       that the losers come last, when ``start`` may know more;
     - a candidate is not emulated when the guard will prune it whatever happens before it: when its
       bound reaches ParDNN's makespan (the guard's best is never above it), or, on a machine without
@@ -110,7 +111,7 @@ def prepare_candidates(graph: CostGraph, machine: Machine, edge_weight: np.ndarr
     every = candidates(machine)
     labels = [candidate.label for candidate in every]
     made_first: dict[str, Prepared] = {}
-    for candidate in sorted(every, key=lambda c: c.placer.name != "metis"):
+    for candidate in sorted(every, key=lambda c: c.placer.name == "metis"):
         made = Prepared.make(candidate, graph, machine, ordered)
         if made.placement is not None:  # held as int16 until the guard reads it: 2 MB, not 8, per 1M ops
             made = replace(made, placement=_compact(made.placement, machine.devices),

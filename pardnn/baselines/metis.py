@@ -21,7 +21,7 @@ communication as possible, blind to the order in which ops run (so to the critic
 pymetis (>= 2025.2, for ``CSRAdjacency``) is an optional dependency (``pip install pymetis``);
 without it this placer raises :class:`MissingDependencyError` when it has to call METIS.
 
-Complexity: O(|V| + |E| log |E|) to build the contracted graph (one sort of its edges), and METIS's
+Complexity: O(|V| + |E|) to build the contracted graph (two counting sorts of its arcs, compiled), and METIS's
 multilevel K-way scheme, about O(|V| + |E| + K log K).
 """
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from pardnn.errors import MissingDependencyError
 from pardnn.graph import CostGraph
@@ -60,7 +61,7 @@ def contract_groups(graph: CostGraph, edge_weight: np.ndarray) -> tuple[np.ndarr
     Vertices are the groups (by group id) then the ungrouped ops (by index). Returns
     ``(vertex_of, vertex_comp, xadj, adjncy, adjwgt)``: each op's vertex, each vertex's compute, and
     CSR adjacency (both directions, sorted, no self-loops) with the summed ``edge_weight`` of the
-    edges merged into each arc. O(|V| + |E| log |E|).
+    edges merged into each arc. O(|V| + |E|).
     """
     groups = len(graph.group_names)
     key = np.where(graph.colocation >= 0, graph.colocation, groups + np.arange(graph.n))
@@ -69,23 +70,79 @@ def contract_groups(graph: CostGraph, edge_weight: np.ndarray) -> tuple[np.ndarr
     vertex_of = (np.cumsum(present, dtype=np.int64) - 1)[key]  # np.unique's inverse without its sort: O(|V|)
     count = int(np.count_nonzero(present))
     vertex_comp = np.bincount(vertex_of, weights=graph.comp_us, minlength=count)
-    a, b = vertex_of[graph.edge_src], vertex_of[graph.edge_dst]
-    cut = np.flatnonzero(a != b)
-    a, b = a[cut], b[cut]
-    # Both directions of every cut edge as one key (tail, head), sorted; equal keys are merged arcs.
-    arc = np.concatenate((a * count + b, b * count + a))
-    order = np.argsort(arc, kind="stable")
-    arc = arc[order]
-    weight = np.asarray(edge_weight, dtype=np.float64)[cut][order % cut.size]
-    if arc.size:
-        first = np.ones(arc.size, bool)
-        np.not_equal(arc[1:], arc[:-1], out=first[1:])
-        starts = np.flatnonzero(first)
+    edges, starts, adjncy, xadj = _arcs(vertex_of, graph.edge_src, graph.edge_dst, count)
+    # The arcs come in the order np.argsort(tail * count + head, kind="stable") gives both directions
+    # of every cut edge (the edges one way in edge order, then the other way), so the weights of
+    # parallel arcs are summed in that order, as before this was compiled.
+    weight = np.asarray(edge_weight, dtype=np.float64)[edges]
+    if starts.size:  # parallel arcs: merged
         weight = np.add.reduceat(weight, starts)
-        arc = arc[starts]
-    tail, head = np.divmod(arc, count) if count else (arc, arc)
-    xadj = np.concatenate(([0], np.cumsum(np.bincount(tail, minlength=count)))).astype(np.int64)
-    return vertex_of, vertex_comp, xadj, head.astype(np.int64), weight
+    return vertex_of, vertex_comp, xadj, adjncy, weight
+
+
+@njit(cache=True, nogil=True)
+def _arcs(vertex_of: np.ndarray, src: np.ndarray, dst: np.ndarray, count: int):
+    """Both directions of every edge cut by ``vertex_of`` (arc ``j < C``: cut edge ``j`` forwards,
+    ``C + j``: backwards), sorted by (tail, head) and stable: the edge of each arc, where each run
+    of parallel arcs starts (empty when there is none), and the merged arcs' heads and CSR pointers.
+
+    Two counting sorts (by head, then by tail: least significant key first), O(|V| + |E|), in five
+    arrays of ``2C`` or fewer entries (the sort's buffers hold the answers once read)."""
+    cut = 0
+    for e in range(src.size):
+        if vertex_of[src[e]] != vertex_of[dst[e]]:
+            cut += 1
+    edge = np.empty(cut, np.int64)
+    j = 0
+    for e in range(src.size):
+        if vertex_of[src[e]] != vertex_of[dst[e]]:
+            edge[j] = e
+            j += 1
+    ptr = np.zeros(count + 1, np.int64)  # per vertex, its arcs as head, and as tail: the same counts
+    for j in range(cut):
+        ptr[vertex_of[src[edge[j]]] + 1] += 1
+        ptr[vertex_of[dst[edge[j]]] + 1] += 1
+    for v in range(count):
+        ptr[v + 1] += ptr[v]
+    fill = ptr[:-1].copy()
+    by_head = np.empty(2 * cut, np.int64)
+    for i in range(2 * cut):
+        e = edge[i % cut]
+        h = vertex_of[dst[e]] if i < cut else vertex_of[src[e]]
+        by_head[fill[h]] = i
+        fill[h] += 1
+    fill[:] = ptr[:-1]
+    order = np.empty(2 * cut, np.int64)
+    for i in by_head:
+        e = edge[i % cut]
+        t = vertex_of[src[e]] if i < cut else vertex_of[dst[e]]
+        order[fill[t]] = i
+        fill[t] += 1
+    edges = by_head  # by_head is read no more: it holds each arc's edge from here on
+    adjncy = order  # adjncy[runs] is written after order[r >= runs] is read
+    xadj = np.zeros(count + 1, np.int64)
+    runs = 0
+    last_tail, last_head = -1, -1
+    first = np.empty(0, np.int64)
+    for r in range(2 * cut):
+        i = order[r]
+        e = edge[i % cut]
+        edges[r] = e
+        t, h = (vertex_of[src[e]], vertex_of[dst[e]]) if i < cut else (vertex_of[dst[e]], vertex_of[src[e]])
+        if t != last_tail or h != last_head:
+            # The first run after a parallel arc: runs started at runs 0.. so far. (Parallel arcs come
+            # in both directions, so one never ends the last run alone.)
+            if runs < r and first.size == 0:
+                first = np.arange(2 * cut)
+            if first.size:
+                first[runs] = r
+            adjncy[runs] = h
+            xadj[t + 1] += 1
+            runs += 1
+            last_tail, last_head = t, h
+    for v in range(count):
+        xadj[v + 1] += xadj[v]
+    return edges, first[:runs], adjncy[:runs], xadj
 
 
 def _integer_weights(values: np.ndarray, offset: int) -> np.ndarray:
@@ -108,9 +165,10 @@ def metis_placement(graph: CostGraph, machine: Machine, seed: int = DEFAULT_SEED
     else:
         pymetis = _pymetis()
         dtype = pymetis.zero_copy_dtype()
-        vweights = _integer_weights(vertex_comp, 1).astype(dtype)
-        eweights = _integer_weights(arc_weight, 0).astype(dtype)
-        adjacency = pymetis.CSRAdjacency(xadj.astype(dtype), adjncy.astype(dtype))
+        vweights = np.asarray(_integer_weights(vertex_comp, 1), dtype=dtype)  # no copy when already dtype
+        eweights = np.asarray(_integer_weights(arc_weight, 0), dtype=dtype)
+        del arc_weight
+        adjacency = pymetis.CSRAdjacency(np.asarray(xadj, dtype=dtype), np.asarray(adjncy, dtype=dtype))
         edge_cut, membership = pymetis.part_graph(k, adjacency=adjacency, vweights=vweights, eweights=eweights,
                                                   recursive=False, options=pymetis.Options(seed=int(seed)))
         part = np.asarray(membership, dtype=np.int64)

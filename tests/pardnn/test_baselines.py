@@ -16,6 +16,7 @@ from pardnn import CostGraph, InfeasibleError, Machine
 from pardnn.baselines import MissingDependencyError
 from pardnn.baselines.critical_path import critical_path_ops
 from pardnn.baselines.linear_clustering import glb_map, linear_clusters
+from pardnn.baselines.metis import contract_groups
 from pardnn.checks import check_placement
 from pardnn.placers import PLACERS, get_placer
 from pardnn.result import Result
@@ -400,6 +401,42 @@ def test_metis_contracts_groups():
     result = place("metis", g, Machine(2))
     assert result.placement[0] == result.placement[3]
     assert result.report.details["vertices"] == 5
+
+
+CONTRACTED = {"cases": 0, "parallel": 0}
+
+
+@given(random_dags(max_ops=40, groups=0.5), st.randoms(use_true_random=False))
+def test_metis_contraction_matches_a_dictionary_of_arcs(graph: CostGraph, rnd) -> None:
+    """The contracted graph against one built arc by arc in a dict: every cut edge in both directions
+    between the vertices of its ends' groups (ungrouped ops alone), parallel arcs summed, rows sorted.
+    Weights are whole numbers, so the sums are exact in any order."""
+    weight = np.array([float(rnd.randint(0, 9)) for _ in range(graph.m)])
+    vertex_of, comp, xadj, adjncy, arc_weight = contract_groups(graph, weight)
+    keys = [("g", int(c)) if c >= 0 else ("op", v) for v, c in enumerate(graph.colocation)]
+    numbered = {key: i for i, key in enumerate(sorted(set(keys)))}  # groups by id, then ops by index
+    assert vertex_of.tolist() == [numbered[key] for key in keys]
+    assert np.allclose(comp, [sum(graph.comp_us[v] for v in range(graph.n) if vertex_of[v] == i)
+                              for i in range(len(numbered))])
+    arcs: dict[tuple[int, int], float] = {}
+    for e, (u, v) in enumerate(zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), strict=True)):
+        a, b = numbered[keys[u]], numbered[keys[v]]
+        if a != b:
+            for arc in ((a, b), (b, a)):
+                arcs[arc] = arcs.get(arc, 0.0) + weight[e]
+    expected = sorted(arcs)
+    assert [(t, int(h)) for t in range(len(numbered)) for h in adjncy[xadj[t]:xadj[t + 1]]] == expected
+    assert arc_weight.tolist() == [arcs[arc] for arc in expected]
+    assert xadj.dtype == adjncy.dtype == np.int64
+    CONTRACTED["cases"] += 1
+    cut = int((vertex_of[graph.edge_src] != vertex_of[graph.edge_dst]).sum())
+    CONTRACTED["parallel"] += len(expected) < 2 * cut
+
+
+def test_metis_contraction_cases_reach_parallel_arcs():
+    """The test above must mostly reach what it tests: graphs whose contraction merges arcs."""
+    test_metis_contraction_matches_a_dictionary_of_arcs()
+    assert CONTRACTED["parallel"] >= CONTRACTED["cases"] // 4, CONTRACTED
 
 
 def test_metis_without_pymetis_says_what_to_install(monkeypatch):
