@@ -90,8 +90,8 @@ from pardnn.memory import MemoryProfile
 from pardnn.overflow import handle_overflow
 from pardnn.stages import Context
 
-__all__ = ["Candidate", "GuardDetails", "Guarded", "Prepared", "candidates", "fold_communicating_devices", "guard",
-           "guard_stage", "place_under_memory", "prepare_candidates"]  # the candidates: pardnn.candidates
+__all__ = ["Candidate", "GuardDetails", "Guarded", "Prepared", "candidates", "first_fold", "fold_communicating_devices",
+           "guard", "guard_stage", "place_under_memory", "prepare_candidates"]  # the candidates: pardnn.candidates
 
 PARDNN = "pardnn"
 FOLDED = "folded"
@@ -218,7 +218,7 @@ def fold_communicating_devices(graph: CostGraph, machine: Machine, placement: np
 def guard(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: Schedule | None,
           memory: MemoryProfile | None, edge_weight: np.ndarray,
           prepared: dict[str, Prepared] | None = None, order: np.ndarray | None = None,
-          ordered: bool = True) -> Guarded:
+          ordered: bool = True, folded: Prepared | None = None) -> Guarded:
     """Keep ParDNN's ``placement`` unless a cheap candidate that fits is strictly faster.
 
     Parameters
@@ -238,6 +238,9 @@ def guard(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: S
     ordered:
         Candidates compete in their own run order when they have one; ``False``: in order of
         readiness (``partition(..., ordered=False)`` returns no order).
+    folded:
+        :func:`first_fold` of the same placement, made ahead (while the candidates' worker runs);
+        ``None`` folds here.
 
     Returns
     -------
@@ -259,19 +262,40 @@ def guard(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: S
             continue
         best.offer(candidate.label, ahead)
     if own is not None:
-        _fold(graph, machine, own, best, edge_weight)
+        _fold(graph, machine, own, best, edge_weight, folded)
     return out
 
 
-def _fold(graph: CostGraph, machine: Machine, own: Emulated, best: _Best, edge_weight: np.ndarray) -> None:
-    """Offer ParDNN's placement folded, again and again while each fold shortens the step (module docstring)."""
+def first_fold(graph: CostGraph, machine: Machine, own: Emulated, edge_weight: np.ndarray) -> Prepared | None:
+    """ParDNN's placement folded once (:func:`fold_communicating_devices`) with its makespan bound,
+    and its emulation unless the bound reaches ParDNN's makespan (the guard then prunes it whatever
+    the candidates did): the guard's first fold, made while it waits for its candidates. ``None``
+    when no device is folded."""
+    folded, device = fold_communicating_devices(graph, machine, own.placement, edge_weight)
+    if device < 0:
+        return None
+    bound = makespan_bound(graph, machine, folded, edge_weight)
+    if not strictly_shorter(bound, own.makespan_us):
+        return Prepared(folded, bound=bound)
+    return Prepared(folded, bound=bound, schedule=emulate(graph, machine, folded))
+
+
+def _fold(graph: CostGraph, machine: Machine, own: Emulated, best: _Best, edge_weight: np.ndarray,
+          first: Prepared | None = None) -> None:
+    """Offer ParDNN's placement folded, again and again while each fold shortens the step (module
+    docstring); ``first``: the first fold made ahead (:func:`first_fold`), the same placement and numbers."""
     folded, last = own.placement, own.makespan_us
     tried: list[float] = []
-    for _ in range(max(1, math.ceil(math.log2(machine.devices)))):
-        folded, device = fold_communicating_devices(graph, machine, folded, edge_weight)
-        if device < 0:
-            break
-        makespan = best.offer(FOLDED, Prepared(folded))
+    for i in range(max(1, math.ceil(math.log2(machine.devices)))):
+        if i == 0 and first is not None:
+            made: Prepared = first
+        else:
+            folded, device = fold_communicating_devices(graph, machine, folded, edge_weight)
+            if device < 0:
+                break
+            made = Prepared(folded)
+        folded = np.asarray(made.placement, dtype=np.int64)
+        makespan = best.offer(FOLDED, made)
         if makespan is None or makespan >= last:
             break
         tried.append(makespan)
@@ -329,13 +353,16 @@ def guard_stage(graph: CostGraph, machine: Machine, current: Emulated | None, co
     """The guard as a polishing stage (:mod:`pardnn.stages`): the fastest fitting of ``current`` and the
     candidates (made ahead when ``context.ahead`` is set); when none fits and a memory heuristic ran,
     heuristic I from every start (:func:`place_under_memory`), which raises when that fails too."""
+    folded = None
+    if current is not None and context.ahead_running is not None and context.ahead_running():
+        folded = first_fold(graph, machine, current, context.edge_weight)  # while the worker finishes
     prepared = None if context.ahead is None else context.ahead()
     if current is None:  # Step 2 gave up: no placement of ParDNN's to keep or to fold
         kept = guard(graph, machine, np.zeros(graph.n, np.int64), None, None, context.edge_weight, prepared,
                      ordered=context.ordered)
     else:
         kept = guard(graph, machine, current.placement, current.schedule, current.memory, context.edge_weight,
-                     prepared, current.order, context.ordered)
+                     prepared, current.order, context.ordered, folded)
     if kept.winner is None and context.heuristic is not None:
         kept = place_under_memory(graph, machine, kept, context.failure, prepared=prepared, progress=context.progress)
     if kept.winner is None or kept.schedule is None:

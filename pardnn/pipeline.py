@@ -113,6 +113,10 @@ class _Ahead:
         if answer is not None and answer.fits(machine):
             self._start = answer.makespan_us
 
+    def running(self) -> bool:
+        """Whether the worker is still making or emulating candidates."""
+        return self._thread.is_alive()
+
     def result(self) -> dict[str, Prepared]:
         """The candidates, handed over once: the guard alone reads them, and without this reference
         they go with its stage (8 placements and the fastest's schedule: 100 MB on 1M ops)."""
@@ -197,7 +201,7 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
         ahead.publish(current, machine)
     switches = ((GUARD, guarded), (REFINE, refine_seconds > 0), (ORDER, ordered))
     context = Context(weight, refine_seconds, failure, heuristic, None if ahead is None else ahead.result,
-                      ordered=ordered)
+                      None if ahead is None else ahead.running, ordered=ordered)
     current = polish(graph, machine, current, [stage for stage, on in switches if on], context, seconds=seconds,
                      details=details, progress=progress)
     if current is None:

@@ -40,7 +40,8 @@ class Context:
     refinement's and the ordering stage's); ``failure``: why Step 2 produced no answer (heuristic I
     gave up), else ``None``; ``heuristic``: the memory heuristic that ran (``None``: Step 1 only);
     ``ahead``: the guard's candidates made in a second thread (a callable that waits for them), or
-    ``None``; ``progress``: ``(done, total)`` within the running stage, or ``None``; ``ordered``: a
+    ``None``; ``ahead_running``: whether that thread is still at work (the guard then makes its first
+    fold meanwhile), or ``None``; ``progress``: ``(done, total)`` within the running stage, or ``None``; ``ordered``: a
     stage may return a run order (``partition(..., ordered=False)``: never).
     """
 
@@ -49,6 +50,7 @@ class Context:
     failure: PardnnError | None = None
     heuristic: str | None = None
     ahead: Callable[[], Any] | None = None
+    ahead_running: Callable[[], bool] | None = None
     progress: Callable[[int, int], None] | None = None
     ordered: bool = True
 

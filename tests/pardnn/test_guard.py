@@ -14,7 +14,8 @@ from pardnn import CostGraph, Machine, partition, pipeline
 from pardnn.checks import colocation_violations
 from pardnn.emulator import emulate
 from pardnn.errors import MissingDependencyError, PardnnError
-from pardnn.guard import fold_communicating_devices, guard, prepare_candidates
+from pardnn.emulated import Emulated
+from pardnn.guard import first_fold, fold_communicating_devices, guard, prepare_candidates
 from pardnn.pipeline import PAPER, THREADS_VARIABLE, available_cores
 from pardnn.placers import PLACERS
 from pardnn.simulate import evaluate
@@ -82,6 +83,23 @@ def test_fold_moves_the_most_communicating_device_into_its_partner():
     # No cut edge: nothing to fold.
     same, device = fold_communicating_devices(g, Machine(3), np.array([0, 0, 0]), weight)
     assert device == -1 and same.tolist() == [0, 0, 0]
+
+
+@most_reach
+@given(random_dags(max_ops=40), st.integers(2, 4), st.sampled_from(["0.01GB/s", "0.1GB/s", "1GB/s"]))
+def test_the_first_fold_made_ahead_changes_nothing(g, k, bandwidth):
+    """The guard's first fold, made while the worker finishes (pardnn.guard.first_fold), gives the
+    guard's answer and report made without it."""
+    machine = Machine(k, bandwidth=bandwidth)
+    weight = machine.edge_comm_us(g.edge_bytes)
+    paper = partition(g, machine, **PAPER)
+    schedule = emulate(g, machine, paper.placement)
+    first = first_fold(g, machine, Emulated(np.asarray(paper.placement), schedule, None), weight)
+    reached(first is not None and first.schedule is not None, "the first fold emulated ahead")
+    lazy = guard(g, machine, paper.placement, schedule, None, weight)
+    ahead = guard(g, machine, paper.placement, schedule, None, weight, folded=first)
+    assert ahead.details() == lazy.details()
+    assert ahead.placement.tobytes() == lazy.placement.tobytes()
 
 
 def test_the_guard_is_deterministic_and_keeps_groups_whole():
