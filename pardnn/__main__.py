@@ -1,5 +1,6 @@
-"""``python -m pardnn``: the ``pardnn`` command (:func:`pardnn.cli.main`)."""
+"""``python -m pardnn``: the ``pardnn`` command (:func:`pardnn.cli.run`)."""
 
-from pardnn.cli import main
+from pardnn.cli import run
 
-raise SystemExit(main())
+if __name__ == "__main__":
+    run()

@@ -16,6 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ from pardnn.guard import Prepared, guard_stage, prepare_candidates
 from pardnn.heap import release_free_memory
 from pardnn.machine import Machine
 from pardnn.mapping import map_clusters
-from pardnn.memory import track_memory
+from pardnn.memory import MemoryProfile, track_memory
 from pardnn.order import order_stage
 from pardnn.overflow import handle_overflow
 from pardnn.refine import REFINE_SECONDS, refine_stage
@@ -129,6 +130,46 @@ class _Ahead:
         return prepared
 
 
+class _MemoryAhead:
+    """The memory profile of the answer the last polishing stage starts from, tracked in a second
+    thread while that stage runs: the evaluation needs it when the stage keeps nothing (the ordering
+    stage, mostly), and the second core is idle by then. The same profile the evaluation would track."""
+
+    def __init__(self) -> None:
+        self._answer: Emulated | None = None
+        self._memory: MemoryProfile | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def before(self, stage: Stage) -> Stage:
+        """``stage``, starting the tracking of its starting answer first."""
+        def run(graph: CostGraph, machine: Machine, current: Emulated | None, context: Context) -> Any:
+            if current is not None and current.memory is None and self._thread is None:
+                self._answer = current
+                self._thread = threading.Thread(target=self._track, args=(graph, machine, current),
+                                                name="pardnn-memory", daemon=True)
+                self._thread.start()
+            return stage.run(graph, machine, current, context)
+        return replace(stage, run=run)
+
+    def _track(self, graph: CostGraph, machine: Machine, answer: Emulated) -> None:
+        try:
+            self._memory = track_memory(graph, machine, np.asarray(answer.placement, dtype=np.int64), answer.schedule)
+        except BaseException as exc:  # raised by memory_of, as the evaluation would have raised it
+            self._error = exc
+
+    def memory_of(self, answer: Emulated) -> MemoryProfile | None:
+        """The tracked profile when ``answer`` is the one tracked, else ``None`` (waits for the thread)."""
+        if self._thread is None:
+            return None
+        self._thread.join()
+        if answer is not self._answer:
+            return None
+        if self._error is not None:
+            raise self._error
+        return self._memory
+
+
 def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | None = "auto",
               progress: Progress | None = None, guarded: bool = True,
               refine_seconds: float = REFINE_SECONDS, ordered: bool = True) -> Result:
@@ -202,11 +243,16 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
     switches = ((GUARD, guarded), (REFINE, refine_seconds > 0), (ORDER, ordered))
     context = Context(weight, refine_seconds, failure, heuristic, None if ahead is None else ahead.result,
                       None if ahead is None else ahead.running, ordered=ordered)
-    current = polish(graph, machine, current, [stage for stage, on in switches if on], context, seconds=seconds,
-                     details=details, progress=progress)
+    stages = [stage for stage, on in switches if on]
+    memory = _MemoryAhead()
+    if parallel and stages:
+        stages[-1] = memory.before(stages[-1])
+    current = polish(graph, machine, current, stages, context, seconds=seconds, details=details, progress=progress)
     if current is None:
         assert failure is not None  # only heuristic I giving up leaves no answer
         raise failure
+    if current.memory is None:
+        current = replace(current, memory=memory.memory_of(current))
     return _evaluated(graph, machine, current, heuristic, ccr, seconds, details, progress)
 
 

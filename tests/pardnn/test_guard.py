@@ -5,16 +5,18 @@ The probes are the issue's, worked by hand: K = 2, 150 GB/s, 25 us per transfer.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from pardnn import CostGraph, Machine, partition, pipeline
+from pardnn import CostGraph, Machine, emulated, partition, pipeline
 from pardnn.checks import colocation_violations
+from pardnn.emulated import Emulated
 from pardnn.emulator import emulate
 from pardnn.errors import MissingDependencyError, PardnnError
-from pardnn.emulated import Emulated
 from pardnn.guard import first_fold, fold_communicating_devices, guard, prepare_candidates
 from pardnn.pipeline import PAPER, THREADS_VARIABLE, available_cores
 from pardnn.placers import PLACERS
@@ -220,8 +222,9 @@ def _one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(("ops", "k", "bandwidth"), [(3000, 4, "2GB/s"), (2000, 8, "150GB/s"), (800, 2, "0.1GB/s")])
 def test_candidates_made_ahead_in_a_thread_give_the_same_answer(monkeypatch, heuristic, ops, k, bandwidth):
     """On two or more cores the guard's candidates are made and emulated in a worker thread while
-    Steps 1 and 2 run; the placement and the whole report (pruned candidates included) are the same
-    as in one thread, with and without memory limits."""
+    Steps 1 and 2 run, and the memory of the ordering stage's starting answer is tracked beside that
+    stage; the placement and the whole report (pruned candidates included, and the evaluation) are
+    the same as in one thread, with and without memory limits."""
     g = dnn_graph(ops, seed=ops)
     machine = Machine(k, bandwidth=bandwidth)
     if heuristic is not None:
@@ -234,6 +237,33 @@ def test_candidates_made_ahead_in_a_thread_give_the_same_answer(monkeypatch, heu
     alone = partition(g, machine, memory_heuristic=heuristic)
     assert ahead.placement.tobytes() == alone.placement.tobytes()
     assert ahead.report.details == alone.report.details
+    assert ahead.report.evaluation == alone.report.evaluation
+
+
+@pytest.mark.parametrize(("ops", "k", "order_kept"),
+                         [(2000, 4, True), pytest.param(50_000, 8, False, marks=pytest.mark.slow)])
+def test_the_evaluation_takes_the_memory_tracked_beside_the_ordering_stage(monkeypatch, ops, k, order_kept):
+    """With two cores the memory of the answer the ordering stage starts from is tracked in a second
+    thread while that stage runs; the evaluation takes it when the stage keeps nothing, and tracks
+    its own answer's when the stage keeps one; the report is what evaluate() says of the placement.
+    (No memory sizes: no stage tracks memory, so every tracking is the evaluation's or that thread's.)"""
+    tracked: list[str] = []
+
+    def spy(real):
+        def track(*args, **kwargs):
+            tracked.append(threading.current_thread().name)
+            return real(*args, **kwargs)
+        return track
+
+    monkeypatch.setattr(pipeline, "track_memory", spy(pipeline.track_memory))
+    monkeypatch.setattr(emulated, "track_memory", spy(emulated.track_memory))
+    monkeypatch.setattr(pipeline, "available_cores", lambda: 2)
+    g, machine = dnn_graph(ops, seed=0), Machine(k)
+    result = partition(g, machine)
+    assert result.report.details["order"].kept is order_kept
+    assert tracked == (["pardnn-memory", "MainThread"] if order_kept else ["pardnn-memory"])
+    monkeypatch.undo()
+    assert result.report.evaluation == evaluate(g, machine, result.placement, order=result.order)
 
 
 def _paper_step(bandwidth: str):
