@@ -32,7 +32,7 @@ import numpy as np
 from numba import njit
 
 from pardnn.graph import CostGraph
-from pardnn.levels import bottom_levels, top_levels, walk_back, walk_critical_path
+from pardnn.levels import bottom_levels_sweep, top_levels_sweep, walk_back, walk_critical_path
 
 __all__ = ["Clusters", "slice_graph"]
 
@@ -91,6 +91,20 @@ def _secondaries(order: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, succ
     return c
 
 
+@njit(cache=True, nogil=True)
+def _heaviest(top: np.ndarray, bottom: np.ndarray, rank: np.ndarray, cluster_of: np.ndarray) -> int:
+    """The op not yet in a cluster of highest weighted level ``top + bottom`` (ties: lowest topological
+    rank), or -1 when every op is in one."""
+    start = -1
+    best = -np.inf
+    for v in range(top.size):
+        if cluster_of[v] < 0:
+            level = top[v] + bottom[v]
+            if start < 0 or level > best or (level == best and rank[v] < rank[start]):
+                start, best = v, level
+    return start
+
+
 def slice_graph(graph: CostGraph, edge_weight: np.ndarray, k: int, *,
                 progress: Callable[[int, int], None] | None = None) -> Clusters:
     """Algorithm 1: K primary clusters (critical paths, levels recomputed) and secondary clusters.
@@ -113,6 +127,8 @@ def slice_graph(graph: CostGraph, edge_weight: np.ndarray, k: int, *,
     """
     n = graph.n
     weight = np.asarray(edge_weight, dtype=np.float64)
+    if weight.shape != (graph.m,):
+        raise ValueError(f"edge_weight has {weight.size} values for {graph.m} edges")
     pred_weight = weight[graph.pred_edge]
     cluster_of = np.full(n, -1, np.int64)
     members = np.empty(n, np.int64)
@@ -121,20 +137,20 @@ def slice_graph(graph: CostGraph, edge_weight: np.ndarray, k: int, *,
     rank = graph.topo_rank
     pos = 0
     # Algorithm 1, line 2, and line 7 after each primary: levels of the graph that is left.
-    top = top_levels(graph, weight)
-    bottom = bottom_levels(graph, weight)
+    order, comp = graph.topo_order, graph.comp_us
+    active = np.ones(n, np.bool_)
+    top = top_levels_sweep(order, graph.pred_ptr, graph.pred, pred_weight, comp, active)
+    bottom = bottom_levels_sweep(order, graph.succ_ptr, graph.succ, weight, comp, active)
     for j in range(k):  # Algorithm 1, lines 3-7: K critical paths
-        if (cluster_of < 0).any():
-            level = np.where(cluster_of >= 0, -np.inf, top + bottom)
-            heaviest = np.flatnonzero(level == level.max())
-            start = int(heaviest[np.argmin(rank[heaviest])])
+        start = _heaviest(top, bottom, rank, cluster_of)
+        if start >= 0:
             length = _walk(start, graph.succ_ptr, graph.succ, weight, graph.pred_ptr, graph.pred, pred_weight,
-                           graph.comp_us, top, bottom, rank, cluster_of, j, path)
+                           comp, top, bottom, rank, cluster_of, j, path)
             members[pos : pos + length] = path[:length]
             pos += length
             active = cluster_of < 0
-            top = top_levels(graph, weight, active)
-            bottom = bottom_levels(graph, weight, active)
+            top = top_levels_sweep(order, graph.pred_ptr, graph.pred, pred_weight, comp, active)
+            bottom = bottom_levels_sweep(order, graph.succ_ptr, graph.succ, weight, comp, active)
         ptr[j + 1] = pos
         if progress is not None:
             progress(j + 1, k)

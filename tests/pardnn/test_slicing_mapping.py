@@ -13,7 +13,7 @@ from pardnn import CostGraph
 from pardnn.levels import weighted_levels
 from pardnn.mapping import map_clusters
 from pardnn.slicing import Clusters, slice_graph
-from tests.conftest import random_dags
+from tests.conftest import most_reach, random_dags, reached
 from tests.pardnn.test_levels_fenwick import g1
 
 
@@ -162,6 +162,31 @@ def test_clusters_partition_the_ops_into_paths(g, k, seed):
         length = g.comp_us[path].sum() + sum(
             w[np.flatnonzero((g.edge_src == a) & (g.edge_dst == b))[0]] for a, b in itertools.pairwise(path))
         assert length == pytest.approx(weighted_levels(g, w)[2].max())
+
+
+@most_reach
+@given(random_dags(max_ops=40), st.integers(2, 6), st.integers(0, 2**31))
+def test_each_primary_runs_through_the_heaviest_op_left(g, k, seed):
+    """Primary j runs through the op of highest weighted level in the graph left by primaries
+    0..j-1, ties to the lowest topological rank (levels recomputed by weighted_levels). Every op
+    costs 1 and every edge 0 or 1, so that distinct heaviest paths tie often (reached: the heaviest
+    ops are not all on the primary, so a wrong tie-break would miss the op)."""
+    rng = np.random.default_rng(seed)
+    g = g.replace(comp_us=np.ones(g.n))
+    w = rng.integers(0, 2, g.m).astype(float)
+    c = slice_graph(g, w, k)
+    active = np.ones(g.n, bool)
+    tied = False
+    for j in range(k):
+        if not active.any():
+            assert c.cluster(j).size == 0
+            continue
+        level = np.where(active, weighted_levels(g, w, active)[2], -np.inf)
+        heaviest = np.flatnonzero(level == level.max())
+        tied |= not np.isin(heaviest, c.cluster(j)).all()
+        assert heaviest[np.argmin(g.topo_rank[heaviest])] in c.cluster(j).tolist()
+        active[c.cluster(j)] = False
+    reached(tied, "heaviest ops off the primary")
 
 
 @given(random_dags(max_ops=40), st.integers(1, 6), st.sampled_from([0.0, 20.0]))
