@@ -242,18 +242,27 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
         ahead.publish(current, machine)
     switches = ((GUARD, guarded), (REFINE, refine_seconds > 0), (ORDER, ordered))
     context = Context(weight, refine_seconds, failure, heuristic, None if ahead is None else ahead.result,
-                      None if ahead is None else ahead.running, ordered=ordered)
-    stages = [stage for stage, on in switches if on]
+                      ordered=ordered, ahead_running=None if ahead is None else ahead.running)
+    current = _polished(graph, machine, current, [stage for stage, on in switches if on], context, parallel,
+                        seconds, details, progress)
+    if current is None:
+        assert failure is not None  # only heuristic I giving up leaves no answer
+        raise failure
+    return _evaluated(graph, machine, current, heuristic, ccr, seconds, details, progress)
+
+
+def _polished(graph: CostGraph, machine: Machine, current: Emulated | None, stages: list[Stage], context: Context,
+              parallel: bool, seconds: dict[str, float], details: dict[str, Any],
+              progress: Progress | None) -> Emulated | None:
+    """The polishing stages run from ``current``; with ``parallel``, the memory of the last stage's
+    starting answer is tracked beside it (:class:`_MemoryAhead`) and kept on the answer when it stays."""
     memory = _MemoryAhead()
     if parallel and stages:
         stages[-1] = memory.before(stages[-1])
     current = polish(graph, machine, current, stages, context, seconds=seconds, details=details, progress=progress)
-    if current is None:
-        assert failure is not None  # only heuristic I giving up leaves no answer
-        raise failure
-    if current.memory is None:
+    if current is not None and current.memory is None:
         current = replace(current, memory=memory.memory_of(current))
-    return _evaluated(graph, machine, current, heuristic, ccr, seconds, details, progress)
+    return current
 
 
 def _step1(graph: CostGraph, machine: Machine, heuristic: str | None, weight: np.ndarray, ccr: float | None,

@@ -40,9 +40,9 @@ class Context:
     refinement's and the ordering stage's); ``failure``: why Step 2 produced no answer (heuristic I
     gave up), else ``None``; ``heuristic``: the memory heuristic that ran (``None``: Step 1 only);
     ``ahead``: the guard's candidates made in a second thread (a callable that waits for them), or
-    ``None``; ``ahead_running``: whether that thread is still at work (the guard then makes its first
-    fold meanwhile), or ``None``; ``progress``: ``(done, total)`` within the running stage, or ``None``; ``ordered``: a
-    stage may return a run order (``partition(..., ordered=False)``: never).
+    ``None``; ``progress``: ``(done, total)`` within the running stage, or ``None``; ``ordered``: a
+    stage may return a run order (``partition(..., ordered=False)``: never); ``ahead_running``: whether
+    the thread of ``ahead`` is still at work (the guard then makes its first fold meanwhile), or ``None``.
     """
 
     edge_weight: np.ndarray
@@ -50,9 +50,9 @@ class Context:
     failure: PardnnError | None = None
     heuristic: str | None = None
     ahead: Callable[[], Any] | None = None
-    ahead_running: Callable[[], bool] | None = None
     progress: Callable[[int, int], None] | None = None
     ordered: bool = True
+    ahead_running: Callable[[], bool] | None = None
 
 
 Run = Callable[[CostGraph, Machine, "Emulated | None", Context], tuple["Emulated | None", Any]]

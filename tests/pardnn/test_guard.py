@@ -17,7 +17,7 @@ from pardnn.checks import colocation_violations
 from pardnn.emulated import Emulated
 from pardnn.emulator import emulate
 from pardnn.errors import MissingDependencyError, PardnnError
-from pardnn.guard import first_fold, fold_communicating_devices, guard, prepare_candidates
+from pardnn.guard import Prepared, candidates, first_fold, fold_communicating_devices, guard, prepare_candidates
 from pardnn.pipeline import PAPER, THREADS_VARIABLE, available_cores
 from pardnn.placers import PLACERS
 from pardnn.simulate import evaluate
@@ -88,20 +88,25 @@ def test_fold_moves_the_most_communicating_device_into_its_partner():
 
 
 @most_reach
-@given(random_dags(max_ops=40), st.integers(2, 4), st.sampled_from(["0.01GB/s", "0.1GB/s", "1GB/s"]))
-def test_the_first_fold_made_ahead_changes_nothing(g, k, bandwidth):
+@given(random_dags(max_ops=40, min_ops=4, groups=False), st.integers(2, 6),
+       st.sampled_from(["0.01GB/s", "0.1GB/s"]), st.integers(0, 2**31))
+def test_the_first_fold_made_ahead_changes_nothing(g, k, bandwidth, seed):
     """The guard's first fold, made while the worker finishes (pardnn.guard.first_fold), gives the
-    guard's answer and report made without it."""
+    guard's answer and report made without it, whatever placement it starts from: here a random one,
+    which talks across devices enough to be folded, judged with the cheap candidates and without
+    them (unavailable: then the fold competes with that placement alone; reached when it wins)."""
     machine = Machine(k, bandwidth=bandwidth)
     weight = machine.edge_comm_us(g.edge_bytes)
-    paper = partition(g, machine, **PAPER)
-    schedule = emulate(g, machine, paper.placement)
-    first = first_fold(g, machine, Emulated(np.asarray(paper.placement), schedule, None), weight)
-    reached(first is not None and first.schedule is not None, "the first fold emulated ahead")
-    lazy = guard(g, machine, paper.placement, schedule, None, weight)
-    ahead = guard(g, machine, paper.placement, schedule, None, weight, folded=first)
-    assert ahead.details() == lazy.details()
-    assert ahead.placement.tobytes() == lazy.placement.tobytes()
+    placement = np.random.default_rng(seed).integers(0, k, g.n)
+    schedule = emulate(g, machine, placement)
+    first = first_fold(g, machine, Emulated(placement, schedule, None), weight)
+    none = {candidate.label: Prepared(None, "unavailable: not in this test") for candidate in candidates(machine)}
+    for prepared in (None, none):
+        lazy = guard(g, machine, placement, schedule, None, weight, prepared)
+        ahead = guard(g, machine, placement, schedule, None, weight, prepared, folded=first)
+        assert ahead.details() == lazy.details()
+        assert ahead.placement.tobytes() == lazy.placement.tobytes()
+    reached(lazy.winner == "folded", "the fold made ahead wins")
 
 
 def test_the_guard_is_deterministic_and_keeps_groups_whole():

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import ctypes
+import resource
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from pardnn.heap import release_free_memory
+from pardnn.heap import release_free_memory, reuse_freed_memory
 
 
 def _resident_bytes() -> int:
@@ -72,5 +73,15 @@ def test_reused_memory_saves_the_page_faults_of_fresh_blocks():
     30 MiB faults."""
     faults = {how: int(subprocess.run([sys.executable, "-c", _FAULTS, how], check=True, capture_output=True,
                                       text=True).stdout) for how in ("default", "reuse")}
-    assert faults["default"] > (400 << 20) // 4096, faults
-    assert faults["reuse"] < (40 << 20) // 4096, faults
+    page = resource.getpagesize()
+    assert faults["default"] > (400 << 20) // page, faults
+    assert faults["reuse"] < (40 << 20) // page, faults
+
+
+def test_without_mallopt_reuse_does_nothing(monkeypatch):
+    class NoMallopt:  # a C library without mallopt (musl, macOS): ctypes raises AttributeError
+        def __getattr__(self, name):
+            raise AttributeError(name)
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda *args, **kwargs: NoMallopt())
+    assert reuse_freed_memory() is False
