@@ -138,9 +138,12 @@ def slice_graph(graph: CostGraph, edge_weight: np.ndarray, k: int, *,
     pos = 0
     # Algorithm 1, line 2, and line 7 after each primary: levels of the graph that is left.
     order, comp = graph.topo_order, graph.comp_us
-    active = np.ones(n, np.bool_)
-    top = top_levels_sweep(order, graph.pred_ptr, graph.pred, pred_weight, comp, active)
-    bottom = bottom_levels_sweep(order, graph.succ_ptr, graph.succ, weight, comp, active)
+
+    def levels(active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # the predecessor weights gathered once
+        return (top_levels_sweep(order, graph.pred_ptr, graph.pred, pred_weight, comp, active),
+                bottom_levels_sweep(order, graph.succ_ptr, graph.succ, weight, comp, active))
+
+    top, bottom = levels(np.ones(n, np.bool_))
     for j in range(k):  # Algorithm 1, lines 3-7: K critical paths
         start = _heaviest(top, bottom, rank, cluster_of)
         if start >= 0:
@@ -148,9 +151,7 @@ def slice_graph(graph: CostGraph, edge_weight: np.ndarray, k: int, *,
                            comp, top, bottom, rank, cluster_of, j, path)
             members[pos : pos + length] = path[:length]
             pos += length
-            active = cluster_of < 0
-            top = top_levels_sweep(order, graph.pred_ptr, graph.pred, pred_weight, comp, active)
-            bottom = bottom_levels_sweep(order, graph.succ_ptr, graph.succ, weight, comp, active)
+            top, bottom = levels(cluster_of < 0)
         ptr[j + 1] = pos
         if progress is not None:
             progress(j + 1, k)
