@@ -235,6 +235,53 @@ def _balance(order: np.ndarray, k: int, adj: _Adjacency, st: _State) -> int:
     return mapped
 
 
+@njit(cache=True, nogil=True)
+def _spans(first: np.ndarray, last: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, succ_ptr: np.ndarray,
+           succ: np.ndarray, top: np.ndarray, comp: np.ndarray, levels: np.ndarray, level_of: np.ndarray,
+           end_level: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every cluster's span as level indices ``[lo, hi)`` (module docstring), from its ``first`` and
+    ``last`` op: ``lo`` the first level at or after the latest finish of the first op's predecessors
+    (0 if none), ``hi`` the level of the earliest successor of the last op (``end_level`` if none).
+
+    The latest finish is at most the first op's own level (its start waits for it), so ``lo`` is
+    found by galloping down from there: a few reads near that level instead of a binary search over
+    all levels from the top (0.16 s for 370,000 clusters of a 1M-op graph, now 0.05 s with the rest).
+    """
+    count = first.size
+    span_lo = np.empty(count, np.int64)
+    span_hi = np.empty(count, np.int64)
+    for c in range(count):
+        v = first[c]
+        latest = 0.0
+        for j in range(pred_ptr[v], pred_ptr[v + 1]):
+            finish = top[pred[j]] + comp[pred[j]]
+            if finish > latest:
+                latest = finish
+        above = level_of[v]  # invariant: levels[above] >= latest (past the end when levels.size)
+        if levels[above] < latest:  # not with top levels of this graph; kept exact all the same
+            above = levels.size
+        below, step = above - 1, 1  # invariant once the gallop stops: below < 0 or levels[below] < latest
+        while below >= 0 and levels[below] >= latest:
+            above = below
+            step *= 2
+            below = above - step
+        below = max(below, -1)
+        while above - below > 1:
+            middle = (above + below) // 2
+            if levels[middle] >= latest:
+                above = middle
+            else:
+                below = middle
+        span_lo[c] = above
+        v = last[c]
+        hi = end_level
+        for j in range(succ_ptr[v], succ_ptr[v + 1]):  # levels are sorted: the least index is the earliest
+            if j == succ_ptr[v] or level_of[succ[j]] < hi:
+                hi = level_of[succ[j]]
+        span_hi[c] = hi
+    return span_lo, span_hi
+
+
 def _work_trees(row: np.ndarray, level_of: np.ndarray, comp: np.ndarray, levels: int, k: int) -> np.ndarray:
     """The Fenwick trees of work per level: column ``pe`` for the ops on device ``pe``, column ``K`` for
     the unmapped ones (``row``: each op's), built in one pass over the ops grouped by level (a counting
@@ -282,25 +329,23 @@ def map_clusters(graph: CostGraph, edge_weight: np.ndarray, clusters: Clusters, 
     # Levels: distinct expected start times; span bounds as level indices.
     levels = np.unique(top)
     level_of = np.searchsorted(levels, top).astype(np.int64)
-    finish = top + graph.comp_us
-    span_start = np.zeros(count)
-    span_end = np.full(count, float(criticality_of_op.max(initial=0.0)))
+    end_level = int(np.searchsorted(levels, criticality_of_op.max(initial=0.0)))  # a last op without successors
+    span_lo, span_hi = np.zeros(count, np.int64), np.full(count, end_level, np.int64)
     if n:
-        latest = np.maximum(segment_reduce(np.maximum, finish[graph.pred], graph.pred_ptr, 0.0), 0.0)
-        earliest = segment_reduce(np.minimum, top[graph.succ], graph.succ_ptr, np.inf)
-        span_start = latest[first]
-        span_end = np.where(np.isfinite(earliest[last]), earliest[last], span_end)
-    span_lo = np.searchsorted(levels, span_start, side="left").astype(np.int64)
-    span_hi = np.searchsorted(levels, span_end, side="left").astype(np.int64)
+        span_lo, span_hi = _spans(first, last, graph.pred_ptr, graph.pred, graph.succ_ptr, graph.succ, top,
+                                  graph.comp_us, levels, level_of, end_level)
 
     device_of = np.full(n, -1, np.int64)
     primary_ops = cluster_of < k
     device_of[primary_ops] = cluster_of[primary_ops]
     tree = _work_trees(np.where(primary_ops, cluster_of, k), level_of, graph.comp_us, levels.size, k)
 
-    secondary = np.arange(k, count, dtype=np.int64)
-    first_rank = graph.topo_rank[first[secondary]]
-    order = secondary[np.lexsort((first_rank, -criticality[secondary]))]
+    # Most critical first, ties to the lower topological rank of the first op: secondaries in rank order
+    # (their first ops are distinct, so one scatter sorts them), then a stable sort by criticality.
+    by_rank = np.full(n, -1, np.int64)
+    by_rank[graph.topo_rank[first[k:]]] = np.arange(k, count, dtype=np.int64)
+    by_rank = by_rank[by_rank >= 0]
+    order = by_rank[np.argsort(-criticality[by_rank], kind="stable")]
     adj = _Adjacency(graph.succ_ptr, graph.succ, weight, graph.pred_ptr, graph.pred, weight[graph.pred_edge])
     st = _State(ptr, members, cluster_of, device_of, level_of, graph.comp_us, span_lo, span_hi, tree)
 

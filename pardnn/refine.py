@@ -57,6 +57,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from numba import njit
 
+from pardnn.csr import pointers, stable_buckets
 from pardnn.emulated import Emulated, emulate_and_track, strictly_shorter
 from pardnn.emulator import Emulator, RunOrder, Schedule
 from pardnn.graph import CostGraph
@@ -104,7 +105,7 @@ def critical_chain(graph: CostGraph, placement: np.ndarray, schedule: Schedule,
     start, finish = schedule.start_us, schedule.finish_us
     tolerance = 1e-9 * max(1.0, schedule.makespan_us)
     # Per op, the op before it on its device.
-    by_device = np.lexsort((start, placement))
+    by_device = _by_device_and_start(np.asarray(placement, dtype=np.int64), schedule)
     previous = np.full(graph.n, -1, np.int64)
     same = placement[by_device[1:]] == placement[by_device[:-1]]
     previous[by_device[1:][same]] = by_device[:-1][same]
@@ -117,6 +118,23 @@ def critical_chain(graph: CostGraph, placement: np.ndarray, schedule: Schedule,
     names = (TRANSFER, DEVICE)
     return [(names[k], b, a, c) for k, b, a, c in zip(kinds[chosen].tolist(), before[chosen].tolist(),
                                                        after[chosen].tolist(), cost[chosen].tolist(), strict=True)]
+
+
+def _by_device_and_start(placement: np.ndarray, schedule: Schedule) -> np.ndarray:
+    """The ops sorted by device, then start, then index (``np.lexsort((start, placement))``): from the
+    emulator's start sequence when it has one, by a scatter and a counting sort (O(|V|), 0.01 s on
+    1M ops where the sort takes 0.05 s); the sort itself when two ops of a device start at once (the
+    sequence would order them as they ran, not by index)."""
+    start, sequence = schedule.start_us, schedule.sequence
+    if sequence is None or sequence.size != placement.size or placement.size == 0:
+        return np.lexsort((start, placement))
+    by_start = np.empty(sequence.size, np.int64)
+    by_start[sequence] = np.arange(sequence.size)
+    by_device = by_start[stable_buckets(placement[by_start], pointers(placement, int(placement.max()) + 1))]
+    same = placement[by_device[1:]] == placement[by_device[:-1]]
+    if (same & (start[by_device[1:]] == start[by_device[:-1]])).any():
+        return np.lexsort((start, placement))
+    return by_device
 
 
 @njit(cache=True, nogil=True)
@@ -241,10 +259,13 @@ class _Search:
         self.graph, self.machine, self.budget = graph, machine, budget
         self.out = Refined(replace(start, placement=np.array(start.placement, dtype=np.int64)), start.makespan_us)
         self.unit = unit = units_of(graph)
-        self.first_op = first_op = np.full(int(unit.max()) + 1, graph.n, np.int64)
-        np.minimum.at(first_op, unit, np.arange(graph.n))
-        self._members = np.argsort(unit, kind="stable")
-        self._bounds = np.searchsorted(unit[self._members], np.arange(first_op.size + 1)).tolist()
+        # Each unit's ops in index order, as CSR (a counting sort: 0.06 s less than a stable argsort,
+        # a search of the bounds and a list of them on 1M ops), and its first op (n for the empty slots).
+        self._bounds = bounds = pointers(unit, int(unit.max()) + 1)
+        self._members = stable_buckets(unit, bounds)
+        self.first_op = first_op = np.full(bounds.size - 1, graph.n, np.int64)
+        nonempty = bounds[1:] > bounds[:-1]
+        first_op[nonempty] = self._members[bounds[:-1][nonempty]]
         self.units = units = int((first_op < graph.n).sum())  # unit ids of grouped ops' own slots are empty
         # The whole neighbourhood (every unit to every other device) is searched once the chain's moves
         # are exhausted, when the budget could afford one sweep of it; the deep search (linked pairs of

@@ -73,8 +73,9 @@ def etf_placement(graph: CostGraph, machine: Machine) -> tuple[np.ndarray, dict[
     overflow = _schedule(n, k, graph.pred_ptr, graph.pred, weight[graph.pred_edge], graph.succ_ptr, graph.succ,
                          graph.comp_us, priority, graph.topo_rank, graph.colocation, residual, group_residual,
                          limits, placement)
+    # Counted, not np.unique'd: that sorts the placement (0.12 s on 1M ops).
     details = {"memory_overflow_ops": int(overflow),
-               "devices_used": int(np.unique(placement).size) if n else 0}
+               "devices_used": int(np.count_nonzero(np.bincount(placement, minlength=k)))}
     return placement, details
 
 

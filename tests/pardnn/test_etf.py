@@ -82,9 +82,10 @@ def test_the_guard_offers_it_and_keeps_it_when_it_is_strictly_faster():
 
 def test_it_is_deterministic_and_keeps_every_group_whole_on_a_large_graph():
     g, machine = dnn_graph(20_000, seed=3), Machine(8)
-    first, _ = etf_placement(g, machine)
+    first, details = etf_placement(g, machine)
     second, _ = etf_placement(g, machine)
     assert first.tobytes() == second.tobytes()
+    assert details["devices_used"] == len(set(first.tolist())) > 1
     grouped = g.colocation >= 0
     for group in np.unique(g.colocation[grouped]):
         assert np.unique(first[g.colocation == group]).size == 1

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph
-from pardnn.levels import weighted_levels
-from pardnn.mapping import map_clusters
+from pardnn.levels import top_levels, weighted_levels
+from pardnn.mapping import _spans, map_clusters
 from pardnn.slicing import Clusters, slice_graph
 from tests.conftest import most_reach, random_dags, reached
 from tests.pardnn.test_levels_fenwick import g1
@@ -217,3 +217,37 @@ def test_mapping_places_every_op_and_keeps_primaries(g, k, ccr):
     for i in range(k, c.count):
         assert len(set(m.placement[c.cluster(i)].tolist())) == 1
     assert m.mapped_by_locality + m.mapped_by_balance == c.count - k
+    # Considered most critical first (weighted level with the edges inside clusters free), ties to the
+    # lower topological rank of the cluster's first op.
+    free = np.where(c.cluster_of[g.edge_src] == c.cluster_of[g.edge_dst], 0.0, w)
+    level = weighted_levels(g, free)[2]
+    key = {i: (-level[c.cluster(i)].max(), g.topo_rank[c.cluster(i)[0]]) for i in range(k, c.count)}
+    assert m.criticality_order.tolist() == sorted(key, key=key.__getitem__)
+
+
+@most_reach
+@given(random_dags(max_ops=40), st.integers(0, 2**31))
+def test_spans_are_the_levels_between_the_inputs_finish_and_the_outputs_start(g, seed):
+    """The span of a cluster (first op f, last op e): from the first level >= the latest finish
+    (tl + comp) of f's inputs, 0 without inputs, to the first level >= the earliest tl of e's outputs,
+    the critical-path length without outputs; computed here op by op from that definition, for random
+    pairs (f, e) and edge weights that make most finishes fall between two levels. Reached: the span
+    starts more than one level below f's own (the search walks down from there)."""
+    rng = np.random.default_rng(seed)
+    w = np.where(rng.random(g.m) < 0.3, 0.0, rng.random(g.m) * 20)
+    top = top_levels(g, w)
+    levels = np.unique(top)
+    level_of = np.searchsorted(levels, top)
+    critical = weighted_levels(g, w)[2].max()
+    first, last = rng.integers(0, g.n, 50), rng.integers(0, g.n, 50)
+    lo, hi = _spans(first, last, g.pred_ptr, g.pred, g.succ_ptr, g.succ, top, g.comp_us, levels,
+                    level_of.astype(np.int64), int(np.searchsorted(levels, critical)))
+    edges = set(zip(g.edge_src.tolist(), g.edge_dst.tolist(), strict=True))
+    far = False
+    for c, (f, e) in enumerate(zip(first.tolist(), last.tolist(), strict=True)):
+        start = max([0.0] + [top[p] + g.comp_us[p] for p in range(g.n) if (p, f) in edges])
+        end = min([top[s] for s in range(g.n) if (e, s) in edges], default=critical)
+        assert lo[c] == sum(level < start for level in levels.tolist()), (c, f, start)
+        assert hi[c] == sum(level < end for level in levels.tolist()), (c, e, end)
+        far |= lo[c] < level_of[f] - 1
+    reached(far, "a span starting two levels or more below its first op's")
