@@ -7,8 +7,8 @@ stays near the sum of their high-water marks though far less is live: 1,000 MB a
 the 1M-op graph of ``benchmarks.speed_large`` with 390 MB live. ``malloc_trim(0)`` returns the free
 pages of every arena (glibc >= 2.8 also inside a heap, with ``MADV_DONTNEED``), in milliseconds.
 
-Called where a large working set has just been freed: when the guard's worker thread is done. A
-no-op where the C library has no ``malloc_trim`` (musl, macOS).
+Called where a large working set has just been freed: when the guard's worker thread is done, unless
+the threads share one arena (below). A no-op where the C library has no ``malloc_trim`` (musl, macOS).
 
 The other way round, :func:`reuse_freed_memory` (the ``pardnn`` command calls it first) keeps freed
 pages for reuse. By default glibc serves each block of 128 KiB or more by its own ``mmap`` (its
@@ -17,7 +17,12 @@ KiB at once, so each new array of a 1M-op graph is fresh memory the kernel zeroe
 placement spent 1.5-1.9 s of its 5.3 s in the kernel on 430,000 page faults. Arrays up to 32 MiB
 (every per-op and per-edge array of a 1M-op graph) served from the heap and 256 MiB of its free top
 kept halve the faults (about 230,000) and the time in the kernel (0.8 s), for 20-40 MB more peak
-resident memory (``benchmarks.speed_large``).
+resident memory (``benchmarks.speed_large``). It also makes every thread allocate from one arena
+(``M_ARENA_MAX`` 1), so what the guard's worker frees is reused by the main thread instead of kept
+apart; the hand-off then has nothing to trim (:func:`reusing_freed_memory` tells the pipeline), and
+trimming there cost 0.3 s of page faults again after it: 185,000 faults and 0.8-1.2 s in the kernel
+before, 156,000 and 0.5 s after, peak resident memory within 30 MB. The arena's lock is taken per
+allocation, and the placer allocates arrays, not objects: nothing measurable.
 """
 
 from __future__ import annotations
@@ -26,13 +31,14 @@ import ctypes
 import functools
 from collections.abc import Callable
 
-__all__ = ["release_free_memory", "reuse_freed_memory"]
+__all__ = ["release_free_memory", "reuse_freed_memory", "reusing_freed_memory"]
 
 
 # glibc's mallopt parameters (malloc.h) and the values reuse_freed_memory sets.
-_M_TOP_PAD, _M_MMAP_THRESHOLD = -2, -3
+_M_TOP_PAD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -2, -3, -8
 MMAP_THRESHOLD_BYTES = 32 << 20  # glibc's ceiling for it on 64-bit systems (HEAP_MAX_SIZE / 2)
 TOP_PAD_BYTES = 256 << 20
+_reusing = False  # set by reuse_freed_memory
 
 
 @functools.cache
@@ -53,13 +59,22 @@ def release_free_memory() -> bool:
 
 
 def reuse_freed_memory() -> bool:
-    """Serve blocks up to :data:`MMAP_THRESHOLD_BYTES` from the C heap and keep :data:`TOP_PAD_BYTES`
-    of its free top (module docstring); ``True`` when set (glibc only). For a process of its own: it
-    changes how the whole process allocates."""
+    """Serve blocks up to :data:`MMAP_THRESHOLD_BYTES` from the C heap, keep :data:`TOP_PAD_BYTES` of
+    its free top and let every thread allocate from one arena (module docstring); ``True`` when set
+    (glibc only). For a process of its own: it changes how the whole process allocates."""
+    global _reusing
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (AttributeError, OSError, TypeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(mallopt(_M_TOP_PAD, TOP_PAD_BYTES))
+    _reusing = all([mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES), mallopt(_M_TOP_PAD, TOP_PAD_BYTES),
+                    mallopt(_M_ARENA_MAX, 1)])
+    return _reusing
+
+
+def reusing_freed_memory() -> bool:
+    """Whether :func:`reuse_freed_memory` is in effect in this process (the threads then share one
+    arena, and freed pages are meant to be reused, not given back)."""
+    return _reusing

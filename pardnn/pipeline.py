@@ -28,7 +28,7 @@ from pardnn.errors import NoPlacementFoundError, PardnnError
 from pardnn.feasibility import check_feasible, infeasible_message
 from pardnn.graph import CostGraph
 from pardnn.guard import Prepared, guard_stage, prepare_candidates
-from pardnn.heap import release_free_memory
+from pardnn.heap import release_free_memory, reusing_freed_memory
 from pardnn.machine import Machine
 from pardnn.mapping import map_clusters
 from pardnn.memory import MemoryProfile, track_memory
@@ -126,7 +126,8 @@ class _Ahead:
             raise self._error
         prepared, self._prepared = self._prepared, None
         assert prepared is not None, "the guard's candidates are handed over once"
-        release_free_memory()  # what the worker freed stays in its arena otherwise (pardnn.heap)
+        if not reusing_freed_memory():  # one shared arena: the main thread reuses it (pardnn.heap)
+            release_free_memory()  # else what the worker freed stays in its arena
         return prepared
 
 

@@ -85,3 +85,43 @@ def test_without_mallopt_reuse_does_nothing(monkeypatch):
 
     monkeypatch.setattr(ctypes, "CDLL", lambda *args, **kwargs: NoMallopt())
     assert reuse_freed_memory() is False
+
+
+_ACROSS_THREADS = """
+import ctypes, resource, sys, threading
+from pardnn.heap import reuse_freed_memory, reusing_freed_memory
+libc = ctypes.CDLL(None)
+if sys.argv[1] == "reuse":
+    assert reuse_freed_memory() and reusing_freed_memory()
+else:  # the same thresholds, each thread in its own arena (glibc's default)
+    assert libc.mallopt(-3, 32 << 20) and libc.mallopt(-2, 256 << 20) and not reusing_freed_memory()
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+
+def work():  # 8 blocks of 16 MiB, written, then freed
+    blocks = [libc.malloc(16 << 20) for _ in range(8)]
+    for block in blocks:
+        ctypes.memset(block, 1, 16 << 20)
+    for block in blocks:
+        libc.free(block)
+
+worker = threading.Thread(target=work)
+worker.start()
+worker.join()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+work()  # the same in the main thread, after the worker freed its blocks
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallopt"), reason="needs glibc's mallopt")
+@pytest.mark.skipif(_huge_pages_always(), reason="transparent huge pages for all memory: faults per 2 MiB")
+def test_the_main_thread_reuses_what_a_worker_thread_freed():
+    """128 MiB written and freed by a worker thread (the guard's), then the same by the main thread:
+    each thread in its own arena, the main thread's blocks are fresh memory (a fault per page); with
+    reuse_freed_memory they share one arena, and the main thread's blocks are the worker's."""
+    faults = {how: int(subprocess.run([sys.executable, "-c", _ACROSS_THREADS, how], check=True,
+                                      capture_output=True, text=True).stdout) for how in ("apart", "reuse")}
+    page = resource.getpagesize()
+    assert faults["apart"] > (100 << 20) // page, faults
+    assert faults["reuse"] < (10 << 20) // page, faults
