@@ -48,7 +48,6 @@ import numpy as np
 from numba import njit
 
 from pardnn.colocation import keep_groups_whole
-from pardnn.emulator import heap_pop, heap_push
 from pardnn.graph import CostGraph
 from pardnn.levels import bottom_levels, top_levels, walk_critical_path
 from pardnn.machine import Machine
@@ -96,6 +95,40 @@ def _sift_up(key: np.ndarray, rank_of: np.ndarray, pos: np.ndarray, order: np.nd
 
 
 @njit(cache=True, nogil=True)
+def _latest_push(heap: np.ndarray, size: int, rank: int) -> None:
+    # Max-heap of topological ranks in heap[:size]; add ``rank`` (the heap grows to size + 1).
+    i = size
+    while i > 0:
+        parent = (i - 1) // 2
+        if heap[parent] >= rank:
+            break
+        heap[i] = heap[parent]
+        i = parent
+    heap[i] = rank
+
+
+@njit(cache=True, nogil=True)
+def _latest_pop(heap: np.ndarray, size: int) -> int:
+    # Remove and return the largest rank of heap[:size] (the heap shrinks to size - 1).
+    top = heap[0]
+    size -= 1
+    last = heap[size]
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            break
+        if child + 1 < size and heap[child + 1] > heap[child]:
+            child += 1
+        if last >= heap[child]:
+            break
+        heap[i] = heap[child]
+        i = child
+    heap[i] = last
+    return top
+
+
+@njit(cache=True, nogil=True)
 def _bottom_level(u: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_weight: np.ndarray, comp: np.ndarray,
                   cluster_of: np.ndarray, bottom: np.ndarray) -> float:
     # bl(u) over the unclustered successors, every edge costed as if cut (Kim and Browne).
@@ -112,8 +145,7 @@ def _extract_paths(state: np.ndarray, order: np.ndarray, succ_ptr: np.ndarray, s
                    edge_weight: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, comp: np.ndarray,
                    rank: np.ndarray, cluster_of: np.ndarray, members: np.ndarray, ptr: np.ndarray,
                    bottom: np.ndarray, indegree: np.ndarray, heap_key: np.ndarray, heap_rank: np.ndarray,
-                   pos: np.ndarray, dirty_time: np.ndarray, dirty_key: np.ndarray, dirty: np.ndarray,
-                   is_dirty: np.ndarray, work_budget: int) -> None:
+                   pos: np.ndarray, dirty: np.ndarray, is_dirty: np.ndarray, work_budget: int) -> None:
     """Cut critical paths off the unclustered ops until none is left or ``work_budget`` ops + edges
     have been swept; ``state = [ops left, clusters, heap size]`` carries the search between calls.
     The heap holds the sources of the unclustered subgraph (``indegree``: unclustered inputs left;
@@ -150,10 +182,10 @@ def _extract_paths(state: np.ndarray, order: np.ndarray, succ_ptr: np.ndarray, s
                 u = pred[q]
                 if cluster_of[u] < 0 and not is_dirty[u]:
                     is_dirty[u] = True
-                    heap_push(dirty_time, dirty_key, dirty, 0, count, -float(rank[u]), 0, u)
+                    _latest_push(dirty, count, rank[u])
                     count += 1
         while count > 0:  # the levels that can change, each after its successors
-            u = heap_pop(dirty_time, dirty_key, dirty, 0, count)
+            u = order[_latest_pop(dirty, count)]
             count -= 1
             is_dirty[u] = False
             level = _bottom_level(u, succ_ptr, succ, edge_weight, comp, cluster_of, bottom)
@@ -167,7 +199,7 @@ def _extract_paths(state: np.ndarray, order: np.ndarray, succ_ptr: np.ndarray, s
                     p = pred[q]
                     if cluster_of[p] < 0 and not is_dirty[p]:
                         is_dirty[p] = True
-                        heap_push(dirty_time, dirty_key, dirty, 0, count, -float(rank[p]), 0, p)
+                        _latest_push(dirty, count, rank[p])
                         count += 1
     state[0], state[1], state[2] = left, clusters, size
 
@@ -195,15 +227,15 @@ def linear_clusters(graph: CostGraph, edge_weight: np.ndarray, *, time_budget_s:
     heap_key[: heap.size], heap_rank[: heap.size] = bottom[heap], graph.topo_rank[heap]
     pos = np.full(n, -1, np.int64)
     pos[heap] = np.arange(heap.size, dtype=np.int64)
-    # The ops whose level may change, latest rank first: the emulator's min-heap keyed by -rank.
-    dirty_time, dirty_key, dirty = np.empty(n), np.zeros(n, np.int64), np.empty(n, np.int64)
+    # The ops whose level may change, by topological rank: a max-heap of ranks (an op is order[rank]).
+    dirty = np.empty(n, np.int64)
     is_dirty = np.zeros(n, np.bool_)
     state = np.array([n, 0, heap.size], np.int64)
     deadline = time.perf_counter() + time_budget_s
     while state[0] > 0 and time.perf_counter() < deadline:
         _extract_paths(state, order, graph.succ_ptr, graph.succ, weight, graph.pred_ptr, graph.pred,
                        graph.comp_us, graph.topo_rank, cluster_of, members, ptr, bottom, indegree, heap_key,
-                       heap_rank, pos, dirty_time, dirty_key, dirty, is_dirty, _SWEEP_WORK)
+                       heap_rank, pos, dirty, is_dirty, _SWEEP_WORK)
         if progress is not None:
             progress("clustering", n - int(state[0]), n)
     count, clusters = int(state[0]), int(state[1])

@@ -14,8 +14,11 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pardnn import CostGraph, Machine, partition
+from pardnn.candidates import makespan_bound as compiled_bound
 from pardnn.emulator import emulate
 from pardnn.graph import Kind
 from pardnn.guard import GuardDetails, guard
@@ -24,6 +27,7 @@ from pardnn.pipeline import PAPER
 from pardnn.placers import PLACERS
 from pardnn.simulate import Evaluation, evaluate
 from pardnn.synthetic import chain_graph, dnn_graph
+from tests.conftest import random_dags
 
 # The cheap placers, written out here (not read from the guard, nor from the registry's ``cheap`` flags:
 # the oracle must not be the code's own list); each is run through the registry.
@@ -184,3 +188,12 @@ def test_under_a_limit_the_guard_keeps_the_fastest_fitting_placement(shape, ops,
         if evaluation.memory_fits:
             assert ours.makespan_us <= evaluation.makespan_us * (1 + TOLERANCE), f"slower than {name}, which fits"
     check_report(report, ours.makespan_us, theirs)
+
+
+@given(random_dags(max_ops=40, min_ops=1), st.integers(1, 6), st.integers(0, 2**31))
+def test_the_compiled_bound_is_the_bound_to_the_last_bit(g, k, seed):
+    """The guard's bound (one compiled pass) equals this file's, made of NumPy and the levels, exactly."""
+    machine = Machine(k, bandwidth="1MB/s", latency="3us")
+    placement = np.random.default_rng(seed).integers(0, k, g.n)
+    ours = compiled_bound(g, machine, placement, machine.edge_comm_us(g.edge_bytes))
+    assert ours == makespan_bound(g, machine, placement)
