@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph
-from pardnn.levels import top_levels, weighted_levels
+from pardnn.levels import bottom_levels_sweep, top_levels, top_levels_sweep, weighted_levels
 from pardnn.mapping import _spans, map_clusters
-from pardnn.slicing import Clusters, slice_graph
+from pardnn.slicing import Clusters, _update_levels, slice_graph
 from tests.conftest import most_reach, random_dags, reached
 from tests.pardnn.test_levels_fenwick import g1
 
@@ -251,3 +251,39 @@ def test_spans_are_the_levels_between_the_inputs_finish_and_the_outputs_start(g,
         assert hi[c] == sum(level < end for level in levels.tolist()), (c, e, end)
         far |= lo[c] < level_of[f] - 1
     reached(far, "a span starting two levels or more below its first op's")
+
+
+@most_reach
+@given(random_dags(max_ops=40), st.integers(0, 2**31))
+def test_levels_updated_after_a_path_leaves_are_the_full_sweeps(g, seed):
+    """Random groups of ops leave the graph one after another (as primaries do); after each, the levels
+    updated in place equal, bit for bit, full sweeps over the ops left (0 for the ops gone). Reached: a
+    change passes on beyond the direct neighbours of the ops that left (an op two edges away changes)."""
+    rng = np.random.default_rng(seed)
+    w = np.where(rng.random(g.m) < 0.3, 0.0, rng.random(g.m) * 20)
+    pred_w = w[g.pred_edge]
+    cluster_of = np.full(g.n, -1, np.int64)
+    top = top_levels_sweep(g.topo_order, g.pred_ptr, g.pred, pred_w, g.comp_us, cluster_of < 0)
+    bottom = bottom_levels_sweep(g.topo_order, g.succ_ptr, g.succ, w, g.comp_us, cluster_of < 0)
+    dirty = np.zeros(g.n, np.bool_)
+    far = False
+    for step in range(6):
+        left = np.flatnonzero(cluster_of < 0)
+        if left.size == 0:
+            break
+        path = rng.choice(left, size=min(left.size, int(rng.integers(1, 4))), replace=False)
+        cluster_of[path] = step
+        before_top, before_bottom = top.copy(), bottom.copy()
+        _update_levels(path, path.size, g.topo_order, g.topo_rank, g.pred_ptr, g.pred, pred_w, g.succ_ptr, g.succ,
+                       w, g.comp_us, cluster_of, top, bottom, dirty)
+        active = cluster_of < 0
+        assert top.tobytes() == top_levels_sweep(g.topo_order, g.pred_ptr, g.pred, pred_w, g.comp_us,
+                                                 active).tobytes()
+        assert bottom.tobytes() == bottom_levels_sweep(g.topo_order, g.succ_ptr, g.succ, w, g.comp_us,
+                                                       active).tobytes()
+        assert not dirty.any()
+        near = set(path.tolist()) | {int(u) for v in path for u in g.succ[g.succ_ptr[v]:g.succ_ptr[v + 1]]} | \
+            {int(u) for v in path for u in g.pred[g.pred_ptr[v]:g.pred_ptr[v + 1]]}
+        changed = set(np.flatnonzero((top != before_top) | (bottom != before_bottom)).tolist())
+        far |= bool(changed - near)
+    reached(far, "a level two edges or more from the ops that left changes")
