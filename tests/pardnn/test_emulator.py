@@ -5,15 +5,17 @@ Machines use bandwidth 1e6 B/s and latency 1 us, so an edge of b bytes costs 1 +
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, InvalidPlacementError, Machine
-from pardnn.emulator import Emulator, emulate, emulate_sweep
+from pardnn.emulator import UPWARD_RANK, Emulator, emulate, emulate_sweep, upward_rank
 from pardnn.simulate import lower_bound_us
-from tests.conftest import random_dags
+from tests.conftest import most_reach, random_dags, reached
 
 SLOW_LINK = {"bandwidth": 1e6, "latency": 1.0}
 
@@ -135,3 +137,65 @@ def test_prepared_emulator_matches_emulate_for_every_placement(g, k, seed):
         assert np.array_equal(a.start_us, b.start_us) and np.array_equal(a.finish_us, b.finish_us)
         assert np.array_equal(a.edge_arrival_us, b.edge_arrival_us) and a.makespan_us == b.makespan_us
         assert not a.start_us.flags.writeable
+
+
+def reference_schedule(g: CostGraph, machine: Machine, place: np.ndarray, priority: np.ndarray | None):
+    """The module docstring's executor, written plainly with heapq: events at one instant (a finish, or
+    an op's inputs all arrived) all applied, then every idle device, in index order, starts the first
+    op of its queue (by readiness, or ``priority``; ties by topological rank)."""
+    comm = machine.edge_comm_us(g.edge_bytes)
+    waiting = np.diff(g.pred_ptr).tolist()
+    ready, start, finish = [0.0] * g.n, [0.0] * g.n, [0.0] * g.n
+    arrival, sequence = [0.0] * g.m, [0] * g.n
+    events = [(0.0, v) for v in range(g.n) if waiting[v] == 0]  # an op ready at that time
+    heapq.heapify(events)
+    running: list[tuple[float, int]] = []  # (finish, op)
+    queues: list[list[tuple[float, int, int]]] = [[] for _ in range(machine.devices)]
+    busy = [False] * machine.devices
+    started, crowded, woken = 0, False, False
+    while events or running:
+        now = min([t for t, _ in events[:1]] + [t for t, _ in running[:1]])
+        freed = set()
+        while running and running[0][0] <= now:
+            _, v = heapq.heappop(running)
+            busy[place[v]] = False
+            freed.add(place[v])
+            for e in np.flatnonzero(g.edge_src == v).tolist():
+                w = int(g.edge_dst[e])
+                arrival[e] = finish[v] + (0.0 if place[w] == place[v] else comm[e])
+                ready[w] = max(ready[w], arrival[e])
+                waiting[w] -= 1
+                if waiting[w] == 0:
+                    heapq.heappush(events, (ready[w], w))
+        while events and events[0][0] <= now:
+            _, v = heapq.heappop(events)
+            key = ready[v] if priority is None else priority[v]
+            heapq.heappush(queues[place[v]], (key, int(g.topo_rank[v]), v))
+        starting = 0
+        for d in range(machine.devices):
+            if not busy[d] and queues[d]:
+                _, _, v = heapq.heappop(queues[d])
+                busy[d], start[v], finish[v], sequence[v] = True, now, now + g.comp_us[v], started
+                started, starting = started + 1, starting + 1
+                woken |= started > 1 and d not in freed
+                heapq.heappush(running, (finish[v], v))
+        crowded |= starting > 1
+    return start, finish, arrival, sequence, crowded or woken
+
+
+@most_reach
+@given(random_dags(max_ops=25), st.integers(2, 5), st.booleans(), st.integers(0, 2**31))
+def test_the_sweep_is_the_executor_written_plainly(g, k, ranked, seed):
+    """Start, finish, arrival and start sequence equal, bit for bit, those of a plain heapq executor
+    (above), in order of readiness and in upward-rank order. Reached: at some instant two devices or
+    more start an op, or an idle device starts one that an arriving input made ready (the sweep starts
+    only the devices listed in that instant, in device order)."""
+    place = np.random.default_rng(seed).integers(0, k, g.n)
+    machine = Machine(k, **SLOW_LINK)
+    s = emulate(g, machine, place, order=UPWARD_RANK if ranked else None)
+    priority = -upward_rank(g, machine, place) if ranked else None
+    start, finish, arrival, sequence, listed = reference_schedule(g, machine, place, priority)
+    assert s.start_us.tolist() == start and s.finish_us.tolist() == finish
+    assert s.edge_arrival_us.tolist() == arrival and s.sequence.tolist() == sequence
+    assert s.makespan_us == max(finish, default=0.0)
+    reached(listed, "devices started at one instant, or an idle device woken")
