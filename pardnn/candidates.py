@@ -11,6 +11,7 @@ are judged. O(candidates × (|V| + |E|) log |V|).
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -24,8 +25,8 @@ from pardnn.graph import CostGraph, Kind
 from pardnn.machine import Machine, format_bytes
 from pardnn.placer import Placed, Placer
 
-__all__ = ["BLIND", "Candidate", "Prepared", "candidates", "makespan_bound", "prepare_candidates", "residual_bytes",
-           "residual_overflow"]
+__all__ = ["BLIND", "Candidate", "CandidateEmulations", "Prepared", "candidates", "make_candidates", "makespan_bound",
+           "prepare_candidates", "residual_bytes", "residual_overflow"]
 
 BLIND = ", memory-blind"  # the label's suffix for a memory-aware placer placed blind to the memory sizes
 
@@ -83,68 +84,103 @@ class Prepared:
 def prepare_candidates(graph: CostGraph, machine: Machine, edge_weight: np.ndarray, ordered: bool = True,
                        start: Callable[[], float] | None = None) -> dict[str, Prepared]:
     """Every candidate's placement and makespan bound, and the emulation of each the guard could
-    need, for the guard to judge later.
+    need, for the guard to judge later: :func:`make_candidates`, then :class:`CandidateEmulations` run by
+    this thread alone.
 
     Meant for a worker thread with a core of its own while Steps 1 and 2 run: ParDNN's makespan, which
     the guard's pruning starts from, is not known yet. ``start`` returns it once it is (the guard's
     starting best: ParDNN's makespan when its placement fits, else inf), and inf before; it is asked
     again before each emulation and never waited for. The guard's answer and report are the same as
-    without it (O(candidates × (|V| + |E|) log |V|)):
-
-    - every placement and bound is made first (METIS's last: pymetis holds the GIL for about half of
-      its run, 0.3 s on 1M ops, which stalls slicing's Python steps by as much, while LFLAM's mapping
-      runs in compiled code without it; each placement held as int16 until the guard reads it), then
-      the emulations, likeliest winners first (lowest bound; ties in the guard's order), so
-      that the losers come last, when ``start`` may know more;
-    - a candidate is not emulated when the guard will prune it whatever happens before it: when its
-      bound reaches ParDNN's makespan (the guard's best is never above it), or, on a machine without
-      memory sizes (where every placement fits), an emulated makespan of a candidate the guard judges
-      before it (its best then is at most that makespan over ``1 - TOLERANCE``). A candidate the
-      guard would emulate is never skipped.
-
-    Only the fastest emulation (ties: the guard's first) is kept whole; the others keep their
-    makespan alone (a 1M-op schedule is 37 MB, eight of them a third of a placement's peak memory).
-    The guard emulates again one it lets go that wins after all (the same numbers: emulation is
-    deterministic): under memory limits when the fastest does not fit, or when a candidate judged
-    earlier is within ``TOLERANCE`` of the fastest (the guard keeps only a strictly shorter one).
+    without it (O(candidates × (|V| + |E|) log |V|)).
     """
+    emulations = CandidateEmulations(graph, machine, make_candidates(graph, machine, edge_weight, ordered), start)
+    emulations.run()
+    return emulations.prepared
+
+
+def make_candidates(graph: CostGraph, machine: Machine, edge_weight: np.ndarray,
+                    ordered: bool = True) -> dict[str, Prepared]:
+    """Every candidate's placement (no run order unless ``ordered``) and makespan bound, in the guard's
+    order; METIS's is made last (its GIL-free call aside, its preparation holds the GIL, which stalls
+    slicing's Python steps, while LFLAM's mapping runs in compiled code without it); each placement
+    held as int16 until the guard reads it: 2 MB, not 8, per 1M ops."""
     every = candidates(machine)
-    labels = [candidate.label for candidate in every]
     made_first: dict[str, Prepared] = {}
     for candidate in sorted(every, key=lambda c: c.placer.name == "metis"):
         made = Prepared.make(candidate, graph, machine, ordered)
-        if made.placement is not None:  # held as int16 until the guard reads it: 2 MB, not 8, per 1M ops
+        if made.placement is not None:
             made = replace(made, placement=_compact(made.placement, machine.devices),
                            bound=makespan_bound(graph, machine, made.placement, edge_weight))
         made_first[candidate.label] = made
-    prepared = {label: made_first[label] for label in labels}  # in the guard's order
-    residual = residual_bytes(graph, machine)
-    by_bound = sorted((i for i, label in enumerate(labels) if prepared[label].placement is not None),
-                      key=lambda i: (prepared[labels[i]].bound, i))
-    emulated: dict[int, float] = {}  # guard position -> emulated makespan
-    fastest: int | None = None  # guard position of the fastest so far
-    for i in by_bound:
-        label = labels[i]
-        made = prepared[label]
-        assert made.placement is not None and made.bound is not None
-        if residual is not None and residual_overflow(made.placement, residual, machine) is not None:
-            continue  # the guard rules it out before any emulation
-        reached = math.inf if start is None else start()
-        if not machine.bounded:
-            reached = min([reached, *(m for j, m in emulated.items() if j < i)])
-        if made.bound >= reached:
-            continue  # the guard prunes it (its bound reaches the guard's best by then)
-        schedule = emulate(graph, machine, made.placement, order=made.order)
-        emulated[i] = schedule.makespan_us
+    return {candidate.label: made_first[candidate.label] for candidate in every}
+
+
+class CandidateEmulations:
+    """The emulations of the candidates (:func:`make_candidates`) that the guard could need, likeliest
+    winners first (lowest bound; ties in the guard's order), so that the losers come last, when
+    ``start`` (:func:`prepare_candidates`) may know more. :meth:`run` may be called by several threads
+    at once: each takes the next emulation left (the pipeline's main thread joins in once its own
+    stages are done and the guard waits for them).
+
+    - A candidate is not emulated when the guard will prune it whatever happens before it: when its
+      bound reaches ParDNN's makespan (the guard's best is never above it), or, on a machine without
+      memory sizes (where every placement fits), an emulated makespan of a candidate the guard judges
+      before it (its best then is at most that makespan over ``1 - TOLERANCE``). A candidate the guard
+      would emulate is never skipped (one emulated by another thread meanwhile only prunes less).
+    - Only the fastest emulation (ties: the guard's first) is kept whole; the others keep their
+      makespan alone (a 1M-op schedule is 37 MB, eight of them a third of a placement's peak memory).
+      The guard emulates again one it lets go that wins after all (the same numbers: emulation is
+      deterministic): under memory limits when the fastest does not fit, or when a candidate judged
+      earlier is within ``TOLERANCE`` of the fastest (the guard keeps only a strictly shorter one).
+    """
+
+    def __init__(self, graph: CostGraph, machine: Machine, prepared: dict[str, Prepared],
+                 start: Callable[[], float] | None = None) -> None:
+        self.graph, self.machine, self.prepared, self._start = graph, machine, dict(prepared), start
+        self._labels = list(prepared)
+        self._residual = residual_bytes(graph, machine)
+        self._queue = sorted((i for i, label in enumerate(self._labels) if prepared[label].placement is not None),
+                             key=lambda i: (prepared[self._labels[i]].bound, i))
+        self._emulated: dict[int, float] = {}  # guard position -> emulated makespan
+        self._fastest: int | None = None  # guard position of the fastest so far
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        """Emulate the candidates left that the guard could need, one at a time, until none is left."""
+        while (job := self._next()) is not None:
+            i, made = job
+            schedule = emulate(self.graph, self.machine, made.placement, order=made.order)
+            with self._lock:
+                self._record(i, made, schedule)
+
+    def _next(self) -> tuple[int, Prepared] | None:
+        """The next candidate to emulate, taken off the queue (those the guard will prune skipped)."""
+        machine = self.machine
+        while True:
+            with self._lock:
+                if not self._queue:
+                    return None
+                i = self._queue.pop(0)
+                made = self.prepared[self._labels[i]]
+                earlier = [m for j, m in self._emulated.items() if j < i] if not machine.bounded else []
+            assert made.placement is not None and made.bound is not None
+            if self._residual is not None and residual_overflow(made.placement, self._residual, machine) is not None:
+                continue  # the guard rules it out before any emulation
+            reached = min([math.inf if self._start is None else self._start(), *earlier])
+            if made.bound < reached:  # else the guard prunes it (its bound reaches the guard's best by then)
+                return i, made
+
+    def _record(self, i: int, made: Prepared, schedule: Schedule) -> None:
+        self._emulated[i] = schedule.makespan_us
         made = replace(made, schedule=schedule, makespan_us=schedule.makespan_us)
-        if fastest is not None and (schedule.makespan_us, i) > (emulated[fastest], fastest):  # ties: the guard's first
-            made = replace(made, schedule=None)
+        fastest = self._fastest
+        if fastest is not None and (schedule.makespan_us, i) > (self._emulated[fastest], fastest):
+            made = replace(made, schedule=None)  # ties: the guard's first
         else:
             if fastest is not None:
-                prepared[labels[fastest]] = replace(prepared[labels[fastest]], schedule=None)
-            fastest = i
-        prepared[label] = made
-    return prepared
+                self.prepared[self._labels[fastest]] = replace(self.prepared[self._labels[fastest]], schedule=None)
+            self._fastest = i
+        self.prepared[self._labels[i]] = made
 
 
 def _compact(placement: np.ndarray, devices: int) -> np.ndarray:

@@ -22,12 +22,13 @@ from typing import Any
 import numpy as np
 
 from pardnn.balance import balance_residuals, split_critical_path
+from pardnn.candidates import CandidateEmulations, make_candidates
 from pardnn.colocation import Groups, resolve_groups
 from pardnn.emulated import Emulated, emulate_and_track
 from pardnn.errors import NoPlacementFoundError, PardnnError
 from pardnn.feasibility import check_feasible, infeasible_message
 from pardnn.graph import CostGraph
-from pardnn.guard import Prepared, guard_stage, prepare_candidates
+from pardnn.guard import Prepared, guard_stage
 from pardnn.heap import release_free_memory, reusing_freed_memory
 from pardnn.machine import Machine
 from pardnn.mapping import map_clusters
@@ -91,10 +92,13 @@ def available_cores() -> int:
 
 
 class _Ahead:
-    """The guard's candidates (:func:`pardnn.guard.prepare_candidates`), made by a worker thread while
-    Steps 1 and 2 run on the caller's. A daemon, so an error in the caller's stages never waits for it."""
+    """The guard's candidates (:mod:`pardnn.candidates`), made by a worker thread while Steps 1 and 2 run
+    on the caller's; the caller joins in their emulations once it waits for them (:meth:`result`). A
+    daemon, so an error in the caller's stages never waits for it."""
 
     def __init__(self, graph: CostGraph, machine: Machine, weight: np.ndarray, ordered: bool) -> None:
+        self._emulations: CandidateEmulations | None = None
+        self._made = threading.Event()  # set once the placements are made (or making them failed)
         self._prepared: dict[str, Prepared] | None = None
         self._error: BaseException | None = None
         self._start = math.inf  # the guard's starting best, once Step 2 has published it
@@ -104,7 +108,13 @@ class _Ahead:
 
     def _run(self, graph: CostGraph, machine: Machine, weight: np.ndarray, ordered: bool) -> None:
         try:
-            self._prepared = prepare_candidates(graph, machine, weight, ordered, start=lambda: self._start)
+            try:
+                made = make_candidates(graph, machine, weight, ordered)
+                self._emulations = CandidateEmulations(graph, machine, made, start=lambda: self._start)
+            finally:
+                self._made.set()
+            self._emulations.run()
+            self._prepared = self._emulations.prepared
         except BaseException as exc:  # handed to the caller by result()
             self._error = exc
 
@@ -120,7 +130,15 @@ class _Ahead:
 
     def result(self) -> dict[str, Prepared]:
         """The candidates, handed over once: the guard alone reads them, and without this reference
-        they go with its stage (8 placements and the fastest's schedule: 100 MB on 1M ops)."""
+        they go with its stage (8 placements and the fastest's schedule: 100 MB on 1M ops). The caller
+        emulates candidates too while any is left (two emulations at once on two cores: the worker no
+        longer finishes the queue alone)."""
+        self._made.wait()
+        if self._emulations is not None:
+            try:
+                self._emulations.run()
+            finally:
+                self._thread.join()
         self._thread.join()
         if self._error is not None:
             raise self._error

@@ -27,6 +27,8 @@ multilevel K-way scheme, about O(|V| + |E| + K log K).
 
 from __future__ import annotations
 
+import ctypes
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -39,6 +41,7 @@ from pardnn.machine import Machine
 __all__ = ["MissingDependencyError", "contract_groups", "metis_placement"]
 
 _WEIGHT_TOTAL = 1 << 28
+_METIS_OK = 1  # metis.h: rstatus_et
 DEFAULT_SEED = 0
 
 
@@ -52,6 +55,43 @@ def _pymetis() -> Any:
             f"the metis placer needs pymetis >= 2025.2 (found {getattr(pymetis, 'version', '?')}): "
             "pip install -U pymetis")
     return pymetis
+
+
+def _kway_without_the_gil(pymetis: Any) -> Callable[..., tuple[int, np.ndarray]] | None:
+    """METIS_PartGraphKway of the METIS that pymetis carries, called through ctypes, or ``None`` when its
+    extension does not export it (then ``pymetis.part_graph``).
+
+    The same function on the same arrays and options as ``pymetis.part_graph(..., recursive=False)``
+    (one balance constraint, no target weights, no imbalance vector), so the same partition; but a
+    ctypes call releases the GIL, and pymetis's own call holds it for the whole partition (0.35 s on
+    the 800,000 vertices of the 1M-op benchmark graph), stalling the pipeline's main thread, whose
+    LFLAM mapping then waited for it to end (1.1 s alone, 1.5 s beside it).
+    """
+    try:
+        library = ctypes.CDLL(pymetis._internal.__file__)
+        function = library.METIS_PartGraphKway
+    except (AttributeError, OSError, TypeError):
+        return None
+    index = {4: ctypes.c_int32, 8: ctypes.c_int64}.get(np.dtype(pymetis.zero_copy_dtype()).itemsize)
+    if index is None:
+        return None
+    function.restype = ctypes.c_int
+    pointer = ctypes.POINTER(index)
+
+    def kway(k: int, xadj: np.ndarray, adjncy: np.ndarray, vweights: np.ndarray, eweights: np.ndarray,
+             options: Any) -> tuple[int, np.ndarray]:
+        settings = np.array([options._get(i) for i in range(pymetis._internal.Options._len())], dtype=xadj.dtype)
+        part = np.empty(xadj.size - 1, dtype=xadj.dtype)
+        vertices, constraints, parts, cut = index(part.size), index(1), index(k), index(0)
+        status = function(ctypes.byref(vertices), ctypes.byref(constraints), *(
+            array.ctypes.data_as(pointer) for array in (xadj, adjncy, vweights)), None,
+            eweights.ctypes.data_as(pointer), ctypes.byref(parts), None, None, settings.ctypes.data_as(pointer),
+            ctypes.byref(cut), part.ctypes.data_as(pointer))
+        if status != _METIS_OK:
+            raise RuntimeError(f"METIS_PartGraphKway failed (status {status}) on {part.size} vertices, K = {k}")
+        return int(cut.value), part.astype(np.int64, copy=False)
+
+    return kway
 
 
 def contract_groups(graph: CostGraph, edge_weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
@@ -168,10 +208,16 @@ def metis_placement(graph: CostGraph, machine: Machine, seed: int = DEFAULT_SEED
         vweights = np.asarray(_integer_weights(vertex_comp, 1), dtype=dtype)  # no copy when already dtype
         eweights = np.asarray(_integer_weights(arc_weight, 0), dtype=dtype)
         del arc_weight
-        adjacency = pymetis.CSRAdjacency(np.asarray(xadj, dtype=dtype), np.asarray(adjncy, dtype=dtype))
-        edge_cut, membership = pymetis.part_graph(k, adjacency=adjacency, vweights=vweights, eweights=eweights,
-                                                  recursive=False, options=pymetis.Options(seed=int(seed)))
-        part = np.asarray(membership, dtype=np.int64)
+        xadj, adjncy = np.asarray(xadj, dtype=dtype), np.asarray(adjncy, dtype=dtype)
+        options = pymetis.Options(seed=int(seed))
+        kway = _kway_without_the_gil(pymetis)
+        if kway is not None:
+            edge_cut, part = kway(k, xadj, adjncy, vweights, eweights, options)
+        else:
+            edge_cut, membership = pymetis.part_graph(k, adjacency=pymetis.CSRAdjacency(xadj, adjncy),
+                                                      vweights=vweights, eweights=eweights, recursive=False,
+                                                      options=options)
+            part = np.asarray(membership, dtype=np.int64)
     placement = part[vertex_of]
     details = {"vertices": int(vertices), "arcs": int(adjncy.size), "edge_cut": int(edge_cut),
                "memory_constraint": False, "seed": int(seed)}

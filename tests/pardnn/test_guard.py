@@ -6,12 +6,14 @@ The probes are the issue's, worked by hand: K = 2, 150 GB/s, 25 us per transfer.
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+import pardnn.candidates as candidates_module
 from pardnn import CostGraph, Machine, emulated, partition, pipeline
 from pardnn.checks import colocation_violations
 from pardnn.emulated import Emulated
@@ -321,12 +323,45 @@ def test_candidates_made_ahead_skip_what_parDNNs_makespan_prunes():
         assert judged.placement.tobytes() == lazy.placement.tobytes()
 
 
-def test_an_error_in_the_worker_thread_reaches_the_caller(monkeypatch):
+@pytest.mark.parametrize("bandwidth", ["4GB/s", "150GB/s"])
+def test_two_threads_emulating_the_candidates_give_the_guards_answer(monkeypatch, bandwidth):
+    """The candidates' emulations taken by two threads at once (the worker, and the pipeline's main
+    thread once it waits for them) leave the guard the answer and report it gives alone. Each
+    emulation is slowed here so that both threads take some (checked)."""
+    g, machine, paper, weight, schedule = _paper_step(bandwidth)
+    real, who = candidates_module.emulate, []
+
+    def slow(*args, **kwargs):
+        who.append(threading.current_thread().name)
+        time.sleep(0.05)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(candidates_module, "emulate", slow)
+    shared = candidates_module.CandidateEmulations(g, machine, candidates_module.make_candidates(g, machine, weight))
+    helper = threading.Thread(target=shared.run, name="helper")
+    helper.start()
+    shared.run()
+    helper.join()
+    assert "helper" in who and threading.current_thread().name in who, who
+    lazy = guard(g, machine, paper.placement, schedule, None, weight)
+    judged = guard(g, machine, paper.placement, schedule, None, weight, shared.prepared)
+    assert judged.details() == lazy.details()
+    assert judged.placement.tobytes() == lazy.placement.tobytes()
+    kept = [label for label, made in shared.prepared.items() if made.schedule is not None]
+    assert len(kept) <= 1  # the fastest alone keeps its schedule whole
+
+@pytest.mark.parametrize("where", ["making", "emulating"])
+def test_an_error_in_the_worker_thread_reaches_the_caller(monkeypatch, where):
+    """Whether the candidates' placements break (the worker alone) or an emulation does (the worker's,
+    or the caller's while it helps): the caller raises the error, and returns."""
     def broken(*_args, **_kwargs):
         raise RuntimeError("candidate broke")
 
     monkeypatch.setattr(pipeline, "available_cores", lambda: 2)
-    monkeypatch.setattr(pipeline, "prepare_candidates", broken)
+    if where == "making":
+        monkeypatch.setattr(pipeline, "make_candidates", broken)
+    else:
+        monkeypatch.setattr(candidates_module, "emulate", broken)
     with pytest.raises(RuntimeError, match="candidate broke"):
         partition(dnn_graph(300, seed=1), Machine(2))
 
