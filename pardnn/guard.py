@@ -47,7 +47,8 @@ Choices where nothing says what to do:
   :data:`FALLBACK_MAX_ROUNDS` rounds from each (a hopeless start crawls on for hundreds of rounds).
 - **Ahead of time.** The candidates do not depend on ParDNN's placement, so :func:`prepare_candidates`
   can make them, bound them and emulate them in a worker thread while Steps 1 and 2 run
-  (:func:`pardnn.pipeline.partition` does on two or more cores; the kernels release the GIL). It
+  (:func:`pardnn.pipeline.partition` does on two or more cores; the kernels release the GIL, and the
+  main thread takes its share of the emulations once it waits for them). It
   skips emulating only what this guard is certain to prune: a bound that reaches ParDNN's makespan,
   which Step 2 publishes to it once known, or, without memory sizes, the makespan of a candidate
   judged earlier. The guard then decides on those numbers exactly as it would have lazily (pruned

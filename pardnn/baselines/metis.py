@@ -19,7 +19,10 @@ communication as possible, blind to the order in which ops run (so to the critic
   goes to device i. The METIS seed is fixed (``seed`` option), so placements are deterministic.
 
 pymetis (>= 2025.2, for ``CSRAdjacency``) is an optional dependency (``pip install pymetis``);
-without it this placer raises :class:`MissingDependencyError` when it has to call METIS.
+without it this placer raises :class:`MissingDependencyError` when it has to call METIS. The METIS
+that pymetis carries is called through ctypes when its extension exports it (it does on Linux
+wheels): the same function, arrays and options as ``pymetis.part_graph``, so the same partition,
+but without holding Python's GIL for the whole partition (:func:`_kway_without_the_gil`).
 
 Complexity: O(|V| + |E|) to build the contracted graph (two counting sorts of its arcs, compiled), and METIS's
 multilevel K-way scheme, about O(|V| + |E| + K log K).
