@@ -13,8 +13,8 @@ from pardnn.emulated import Emulated
 from pardnn.emulator import emulate
 from pardnn.memory import track_memory
 from pardnn.pipeline import PAPER
-from pardnn.refine import DEVICE, TRANSFER, _by_device_and_start, critical_chain, evaluations_for, refine
-from tests.conftest import most_reach, random_dags, reached
+from pardnn.refine import DEVICE, TRANSFER, critical_chain, evaluations_for, refine
+from tests.conftest import random_dags
 
 # 1 MB/s and 0 latency: an edge of B bytes takes B us when cut.
 SLOW = dict(bandwidth="1MB/s", latency="0us")
@@ -130,19 +130,3 @@ def test_the_deep_search_keeps_every_device_within_its_limit(g, k, share):
     assert out.schedule.makespan_us <= schedule.makespan_us
     assert (out.memory.peak_bytes <= limited.limits_bytes).all()
 
-
-@most_reach
-@given(random_dags(max_ops=30), st.integers(1, 4), st.integers(0, 2**31))
-def test_the_chain_sees_each_device_in_start_order(g, k, seed):
-    """The ops by device, then start, then index (what the chain walks back over), made from the
-    emulator's start sequence, are the sort of (device, start, index) itself. Reached: some device
-    starts two ops at the same instant (ops of 0 us, half of them here), where the sequence's order
-    is not the index's."""
-    rng = np.random.default_rng(seed)
-    g = g.replace(comp_us=np.where(rng.random(g.n) < 0.5, 0.0, g.comp_us))
-    placement = rng.integers(0, k, g.n)
-    schedule = emulate(g, Machine(k, bandwidth="1MB/s"), placement)
-    ours = _by_device_and_start(placement, schedule)
-    assert ours.tolist() == np.lexsort((schedule.start_us, placement)).tolist()
-    keys = list(zip(placement.tolist(), schedule.start_us.tolist(), strict=True))
-    reached(len(set(keys)) < len(keys), "two ops of a device starting at once")
