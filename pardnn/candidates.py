@@ -212,8 +212,11 @@ def makespan_bound(graph: CostGraph, machine: Machine, placement: np.ndarray, ed
     weight = np.asarray(edge_weight, dtype=np.float64)
     if weight.shape != (graph.m,):
         raise ValueError(f"edge_weight has {weight.size} values for {graph.m} edges")
-    return float(_bound(np.asarray(placement, dtype=np.int64), machine.devices, graph.topo_order, graph.succ_ptr,
-                        graph.succ, weight, graph.comp_us))
+    place = np.asarray(placement, dtype=np.int64)
+    if place.shape != (graph.n,) or (graph.n and not 0 <= place.min() <= place.max() < machine.devices):
+        raise ValueError(f"a placement of {place.size} ops on devices {place.min(initial=0)}..{place.max(initial=0)} "
+                         f"for {graph.n} ops on {machine.devices} devices")  # the compiled pass checks no index
+    return float(_bound(place, machine.devices, graph.topo_order, graph.succ_ptr, graph.succ, weight, graph.comp_us))
 
 
 @njit(cache=True, nogil=True)

@@ -61,7 +61,8 @@ def release_free_memory() -> bool:
 def reuse_freed_memory() -> bool:
     """Serve blocks up to :data:`MMAP_THRESHOLD_BYTES` from the C heap, keep :data:`TOP_PAD_BYTES` of
     its free top and let every thread allocate from one arena (module docstring); ``True`` when set
-    (glibc only). For a process of its own: it changes how the whole process allocates."""
+    (glibc only). For a process of its own, called before it starts a thread: it changes how the whole
+    process allocates, and a thread that already has an arena of its own keeps it."""
     global _reusing
     try:
         mallopt = ctypes.CDLL(None).mallopt

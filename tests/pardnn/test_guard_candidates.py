@@ -197,3 +197,11 @@ def test_the_compiled_bound_is_the_bound_to_the_last_bit(g, k, seed):
     placement = np.random.default_rng(seed).integers(0, k, g.n)
     ours = compiled_bound(g, machine, placement, machine.edge_comm_us(g.edge_bytes))
     assert ours == makespan_bound(g, machine, placement)
+
+
+def test_the_compiled_bound_names_a_placement_off_the_devices():
+    g, machine = chain_graph(4), Machine(2)
+    weight = machine.edge_comm_us(g.edge_bytes)
+    for bad in ([0, 1, 2, 0], [0, -1, 0, 0], [0, 1, 0]):
+        with pytest.raises(ValueError, match="for 4 ops on 2 devices"):
+            compiled_bound(g, machine, np.array(bad), weight)
