@@ -149,6 +149,7 @@ class CandidateEmulations:
         """Emulate the candidates left that the guard could need, one at a time, until none is left."""
         while (job := self._next()) is not None:
             i, made = job
+            assert made.placement is not None  # only candidates with a placement are queued
             schedule = emulate(self.graph, self.machine, made.placement, order=made.order)
             with self._lock:
                 self._record(i, made, schedule)
