@@ -129,11 +129,7 @@ def _update_levels(path: np.ndarray, length: int, order: np.ndarray, rank: np.nd
         v = path[i]
         top[v] = 0.0
         bottom[v] = 0.0
-        for k in range(succ_ptr[v], succ_ptr[v + 1]):
-            s = succ[k]
-            if cluster_of[s] < 0 and not dirty[s]:
-                dirty[s] = True
-                low, high = min(low, rank[s]), max(high, rank[s])
+        low, high = _mark_left(v, succ_ptr, succ, rank, cluster_of, dirty, low, high)
     r = low
     while r <= high:  # top levels, in topological order; a successor's rank is higher
         v = order[r]
@@ -150,19 +146,10 @@ def _update_levels(path: np.ndarray, length: int, order: np.ndarray, rank: np.nd
                     best = length_
         if best != top[v]:
             top[v] = best
-            for k in range(succ_ptr[v], succ_ptr[v + 1]):
-                s = succ[k]
-                if cluster_of[s] < 0 and not dirty[s]:
-                    dirty[s] = True
-                    high = max(high, rank[s])
+            low, high = _mark_left(v, succ_ptr, succ, rank, cluster_of, dirty, low, high)
     low, high = n, -1
     for i in range(length):
-        v = path[i]
-        for k in range(pred_ptr[v], pred_ptr[v + 1]):
-            p = pred[k]
-            if cluster_of[p] < 0 and not dirty[p]:
-                dirty[p] = True
-                low, high = min(low, rank[p]), max(high, rank[p])
+        low, high = _mark_left(path[i], pred_ptr, pred, rank, cluster_of, dirty, low, high)
     r = high
     while r >= low:  # bottom levels, in reverse topological order; a predecessor's rank is lower
         v = order[r]
@@ -179,12 +166,20 @@ def _update_levels(path: np.ndarray, length: int, order: np.ndarray, rank: np.nd
                     best = length_
         if comp[v] + best != bottom[v]:
             bottom[v] = comp[v] + best
-            for k in range(pred_ptr[v], pred_ptr[v + 1]):
-                p = pred[k]
-                if cluster_of[p] < 0 and not dirty[p]:
-                    dirty[p] = True
-                    low = min(low, rank[p])
+            low, high = _mark_left(v, pred_ptr, pred, rank, cluster_of, dirty, low, high)
 
+
+@njit(cache=True, nogil=True)
+def _mark_left(v: int, ptr: np.ndarray, neighbour: np.ndarray, rank: np.ndarray, cluster_of: np.ndarray,
+               dirty: np.ndarray, low: int, high: int) -> tuple[int, int]:
+    """Flag ``v``'s neighbours (CSR ``ptr``/``neighbour``: its successors or its predecessors) still left
+    in the graph for a level update; returns ``[low, high]`` widened to their ranks."""
+    for k in range(ptr[v], ptr[v + 1]):
+        u = neighbour[k]
+        if cluster_of[u] < 0 and not dirty[u]:
+            dirty[u] = True
+            low, high = min(low, rank[u]), max(high, rank[u])
+    return low, high
 
 def slice_graph(graph: CostGraph, edge_weight: np.ndarray, k: int, *,
                 progress: Callable[[int, int], None] | None = None) -> Clusters:
