@@ -16,6 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pardnn.tfstack import prepare as _prepare
+
+_prepare()  # before anything imports TensorFlow (pardnn.tfstack)
+
 from jobs.config import JOBS_DIR, Job, JobError, job_from_dict, load_job, preset_names
 from jobs.costing import cost_graph
 

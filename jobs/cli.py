@@ -20,6 +20,7 @@ from pardnn.cli.options import EXIT_OK, add_parser, param_type, us
 from pardnn.errors import MissingDependencyError, PardnnError
 from pardnn.machine import format_bytes
 from pardnn.settings import PLACEMENT
+from pardnn.tfstack import quiet
 
 __all__ = ["cmd_capture", "cmd_max_batch", "register_capture", "register_max_batch"]
 
@@ -54,6 +55,7 @@ def _call_function_spec(target: str) -> tuple[Any, Any, Any, str]:
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
+    quiet()  # no TensorFlow INFO lines on the console
     from pardnn.io import write_graph
     from pardnn.presets import preset
 
@@ -142,6 +144,7 @@ def _device_counts(text: str) -> list[int]:
 
 
 def cmd_max_batch(args: argparse.Namespace) -> int:
+    quiet()  # no TensorFlow INFO lines on the console
     from jobs import load_job
 
     job = load_job(args.job)  # a bad job file fails here, before TensorFlow loads

@@ -40,6 +40,7 @@ from jobs.models import model_module
 from jobs.recipe import Recipe, recipe
 from jobs.usermodel import build_net, entry_points, feeder
 from pardnn.graph import CostGraph
+from pardnn.tfstack import check_keras
 
 v1 = tf.compat.v1
 logger = logging.getLogger(__name__)
@@ -117,6 +118,7 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
         its entry points (the user's model and data functions) missing, failing or returning what they
         should not.
     """
+    check_keras("jobs.build")  # Keras 2 as tf.keras (pardnn.tfstack)
     batch = job.batch_size if batch_size is None else batch_size
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise JobError(f"{job.source}: batch size {batch!r}: expected a whole number >= 1")

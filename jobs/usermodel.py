@@ -34,6 +34,7 @@ from jobs.kerasnet import keras_net
 from jobs.models.layers import Net
 from jobs.recipe import Recipe, recipe
 from jobs.userbatch import Batch, Layout, as_dict, check_batch
+from pardnn.tfstack import keras3_model
 
 __all__ = ["Entries", "build_net", "entry_points", "feeder"]
 
@@ -90,6 +91,10 @@ def build_net(job: Job, entries: Entries, batch: int, graph: tf.Graph, micro: in
         kwargs["batch_size"] = batch
     with _quiet():
         result = call(job, "model.entry", job.entry, entries.model, (), kwargs, MODEL_EXPECTED)
+        keras3 = keras3_model(result)
+        if keras3 is not None:
+            raise model_error(job, f"it returned a Keras {keras3} model (import keras); pardnn trains Keras 2 "
+                              "models in graph mode: build it with tf.keras (or import tf_keras as keras)")
         if isinstance(result, tf.keras.Model):
             if not hasattr(result, "get_updates_for"):
                 raise model_error(job, "it returned a tf.keras.Model made outside the graph of jobs.build (at import "

@@ -9,6 +9,10 @@
 arguments override the job file as the command-line options do.
 """
 
+from pardnn.tfstack import prepare as _prepare
+
+_prepare()  # before anything imports TensorFlow (pardnn.tfstack)
+
 from launcher.core import run
 from launcher.errors import Inconsistent, Interrupted, LaunchError, Stalled, Stopped, Terminated
 from launcher.settings import Settings, resolve

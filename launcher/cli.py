@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 from jobs.schema import PLACEMENT, RUN, TRAIN, micro_batches_arg
 from launcher import console, hosts
 from launcher.core import run
+from launcher.dataparallel import ALLREDUCE_CHOICES
 from launcher.env import EMULATE_NODES, launch_rank
 from launcher.failure import exit_code
 from launcher.recompute import WRAPPED
@@ -141,6 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
     variants.add_argument("--compare", metavar="A,B,...",
                           help=f"train each in turn in this allocation and print one table: placers, {DATA}, "
                                f"{RECOMPUTE} (one rank per device when data is listed)")
+    variants.add_argument("--allreduce", choices=ALLREDUCE_CHOICES,
+                          help="how ranks average gradients: horovod (hvd.allreduce per gradient on its variable's "
+                               "device, overlapping the backward pass), mpi4py (one fused host-side MPI_Allreduce per "
+                               "step; for TensorFlow >= 2.18, where Horovod does not build), or auto (default: "
+                               "horovod where horovod.tensorflow imports with MPI, else mpi4py)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log more (every rank)")
     hosts.add_options(parser)
     return parser

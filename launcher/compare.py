@@ -40,7 +40,7 @@ from launcher.lifecycle import (
     make_folder,
     open_run,
     run_variant,
-    start_horovod,
+    start_allreduce,
 )
 from launcher.runner import Runner
 from launcher.settings import Settings
@@ -94,7 +94,7 @@ def compare(job: Any, settings: Settings, world: Topology, runner: Runner, where
     folder = make_folder(world, settings, str(getattr(job, "name", "job")), "compare")
     handler = attach_log(folder / LOG_FILE.format(rank=world.rank), world)
     try:
-        start_horovod(runner, world)
+        start_allreduce(runner, world, settings.allreduce)
         leaders = world.leaders()
         summaries: dict[str, dict[str, Any] | None] = {}
         for variant in variants_of(settings):

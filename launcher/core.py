@@ -35,7 +35,7 @@ from launcher.env import launch_size
 from launcher.errors import LaunchError
 from launcher.failure import exit_code
 from launcher.files import check_output_folder
-from launcher.lifecycle import detach_log, end, open_run, run_variant, start_horovod
+from launcher.lifecycle import detach_log, end, open_run, run_variant, start_allreduce
 from launcher.recompute import check_wrappable
 from launcher.runner import Runner
 from launcher.settings import Settings, resolve
@@ -131,7 +131,7 @@ def run(job: Any, *, build: BuildFn | None = None, **overrides: Any) -> dict[str
         [variant] = variants_of(settings)
         where.state, handler = open_run(job, settings, world, variant)
         with StopGuard(where.state.stop, exit_now=where.state.exit_now) as guard:
-            start_horovod(runner, world)
+            start_allreduce(runner, world, settings.allreduce)
             return run_variant(where.state, runner, guard)
     except BaseException as error:
         end(error, where.topology, where.state)

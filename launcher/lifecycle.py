@@ -19,7 +19,7 @@ from typing import Any
 from launcher import console
 from launcher.agreement import together
 from launcher.collector import Collector
-from launcher.dataparallel import find_horovod, init_horovod
+from launcher.dataparallel import HorovodBackend, Mpi4pyBackend, pick_backend
 from launcher.errors import AgreedError, Stalled, Stopped
 from launcher.failure import exit_code, fail, one_line, shared, status_of
 from launcher.files import check_output_folder
@@ -31,9 +31,11 @@ from launcher.topology import Topology
 from launcher.variants import Variant
 
 __all__ = ["LOG_FILE", "attach_log", "detach_log", "end", "make_folder", "open_run", "run_variant",
-           "start_horovod"]
+           "start_allreduce"]
 
 LOG_FILE = "rank-{rank}.log"
+
+logger = logging.getLogger("launcher")
 
 def make_folder(topology: Topology, settings: Settings, job_name: str, label: str) -> Path:
     """``<out>/<job>-<label>-n<N>-k<K>-b<B>-<UTC time>``, made by rank 0, shared, checked writable
@@ -93,19 +95,25 @@ def open_run(job: Any, settings: Settings, topology: Topology, variant: Variant,
     return state, handler
 
 
-def start_horovod(runner: Runner, topology: Topology) -> None:
-    """Load and start Horovod when several ranks run (collective); with several ranks per node and
-    several nodes, the node leaders get a process set of their own (their model-parallel runs)."""
-    hvd = together(topology, "loading Horovod", lambda: find_horovod(topology.size))
-    if hvd is None:
+def start_allreduce(runner: Runner, topology: Topology, choice: str = "auto") -> None:
+    """Choose and start the allreduce backend when several ranks run (collective;
+    :mod:`launcher.dataparallel`); with several ranks per node and several nodes, the node leaders
+    get a group of their own (their model-parallel runs). The log names the backend."""
+    name = together(topology, "choosing the allreduce", lambda: pick_backend(choice, topology.size))
+    if name is None:
         return
+    backend = HorovodBackend() if name == "horovod" else Mpi4pyBackend()
     leaders = topology.leader_ranks() if 1 < len(topology.leader_ranks()) < topology.size else None
-    runner.hvd = hvd
-    runner.leaders_set = init_horovod(hvd, topology.size, leaders)
+    runner.leaders_set = together(topology, f"starting {name}", lambda: backend.start(topology, leaders))
+    runner.allreduce = backend
+    if topology.is_root:
+        logger.info("gradients averaged across %d ranks by %s%s", topology.size, name,
+                    "" if choice == name else f" (--allreduce {choice})")
 
 
 def run_variant(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, Any]:
     """Train ``state.variant``: a placer's model parallelism or data parallelism."""
+    state.allreduce = runner.allreduce.name if runner.allreduce is not None and state.topology.size > 1 else None
     if state.variant.placer is None:
         from launcher.replicas import run_data
 

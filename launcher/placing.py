@@ -28,7 +28,7 @@ from typing import Any
 
 from launcher.agreement import average_costs, check_agreement, placement_digest, together
 from launcher.checkpoint import make_checkpointer, resume_point
-from launcher.dataparallel import GradientAverager, broadcast_op, local_costs
+from launcher.dataparallel import local_costs
 from launcher.errors import UNTRAINED, AgreedError, DoesNotFit, NotPlaced
 from launcher.failure import status_of
 from launcher.files import write_text
@@ -63,14 +63,14 @@ class Costed:
 
 
 def _build(state: RunState, runner: Runner, micro: int) -> tuple[Any, Any, Any]:
-    """The job's graph in ``micro`` micro-batches with the Horovod hook (several nodes), and the initial
+    """The job's graph in ``micro`` micro-batches with the allreduce hook (several nodes), and the initial
     broadcast."""
-    hvd, among = runner.hvd if state.topology.size > 1 else None, runner.leaders_set
-    hook = GradientAverager(hvd, process_set=among) if hvd is not None else None
+    backend, among = runner.allreduce if state.topology.size > 1 else None, runner.leaders_set
+    hook = backend.averager(among) if backend is not None else None
     # micro_batches is passed only when > 1, so builders without micro-batches still serve
     trained = runner.build(state.job, batch_size=state.settings.batch_size, gradient_hook=hook,
                            **({} if micro == 1 else {"micro_batches": micro}))
-    broadcast = broadcast_op(hvd, trained.graph, trained.variables, among) if hvd is not None else None
+    broadcast = backend.broadcast(trained.graph, trained.variables, among) if backend is not None else None
     return trained, hook, broadcast
 
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from launcher.agreement import average_costs, graph_digest, together
 from launcher.checkpoint import make_checkpointer, resume_point
-from launcher.dataparallel import GradientAverager, broadcast_op, local_costs
+from launcher.dataparallel import local_costs
 from launcher.errors import DoesNotFit
 from launcher.outcome import end_untrained, finish
 from launcher.recompute import check_blocks, check_wrappable, recomputed
@@ -62,11 +62,11 @@ def run_data(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, Any
                 batch * topology.size, variant.label)
 
     with collector.phase("build"):
-        hvd = runner.hvd
-        hook = GradientAverager(hvd) if hvd is not None else None
+        backend = runner.allreduce
+        hook = backend.averager() if backend is not None else None
         with recomputed(variant.recompute):
             trained = runner.build(state.job, batch_size=batch, gradient_hook=hook)
-        broadcast = broadcast_op(hvd, trained.graph, trained.variables) if hvd is not None else None
+        broadcast = backend.broadcast(trained.graph, trained.variables) if backend is not None else None
     if variant.recompute:
         blocks = together(topology, "recomputing", lambda: check_blocks(state.job, trained.graph))
         logger.info("%s: %d blocks recomputed in the backward pass (%s)", variant.label, blocks,

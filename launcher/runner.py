@@ -15,11 +15,12 @@ BuildFn = Callable[..., Any]
 
 @dataclass
 class Runner:
-    """What the variants of a run share: the graph builder, Horovod and the node leaders' process set
-    (``None``: the global one), and the model-parallel graph once built and costed
+    """What the variants of a run share: the graph builder, the allreduce backend
+    (:class:`launcher.dataparallel.Backend`, ``None`` for one rank) and the node leaders' group
+    (``None``: every rank), and the model-parallel graph once built and costed
     (:class:`launcher.placing.Costed`)."""
 
     build: BuildFn
-    hvd: Any = None
+    allreduce: Any = None
     leaders_set: Any = None
     costed: Any = None

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.schema import COMMAND_LINE, DEFAULT, JOB_FILE, PLACEMENT, RUN, TRAIN, normalise, window_fits
+from launcher.dataparallel import ALLREDUCE_CHOICES
 from launcher.errors import LaunchError
 from launcher.gpus import adapt, detect_gpus
 from launcher.microsearch import check_auto
@@ -39,6 +40,8 @@ LAUNCHER_DEFAULTS: dict[str, Any] = {"out": Path("runs"), "progress": True}
 LAUNCHER_DEFAULTS.update({"checkpoint_every": 0, "checkpoint_dir": None, "resume": None})
 # What runs (launcher.variants): model or data parallelism, gradient checkpointing, placers side by side.
 LAUNCHER_DEFAULTS.update({"parallelism": "model", "recompute": False, "compare": None})
+# How gradients are averaged across ranks (launcher.dataparallel): auto, horovod or mpi4py.
+LAUNCHER_DEFAULTS.update({"allreduce": "auto"})
 # Used when neither the command line nor the job sets a value (the job file's own defaults,
 # applied by jobs.load_job, count as the job's). batch_size has none: the job or --batch-size gives it.
 DEFAULTS: dict[str, Any] = {**{name: None if param.required else param.default for name, param in SCHEMA.items()},
@@ -72,6 +75,7 @@ class Settings:
     parallelism: str = "model"
     recompute: bool = False
     compare: tuple[str, ...] = ()
+    allreduce: str = "auto"
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     gpus: str | None = None  # "8 × NVIDIA A100-SXM4-80GB" when GPUs were detected (launcher.gpus)
 
@@ -148,7 +152,11 @@ def resolve(job: Any, overrides: dict[str, Any] | None = None) -> Settings:
         raise LaunchError(
             f"window {start}:{end} ({sources['window']}) must satisfy 0 <= start < end <= iterations = {iterations} "
             f"({sources['iterations']}); pass --window START:END within the iterations, or more --iterations")
+    if values["allreduce"] not in ALLREDUCE_CHOICES:
+        raise LaunchError(f"allreduce ({sources['allreduce']}): {values['allreduce']!r}: expected one of "
+                          f"{', '.join(ALLREDUCE_CHOICES)}")
     settings = Settings(**checked, out=Path(values["out"]), progress=bool(values["progress"]), sources=sources,
+                        allreduce=values["allreduce"],
                         **_checkpoint_settings(values), **variant_settings(values, sources))
     check_auto(settings)  # --micro-batches auto: one placer's model-parallel run only
     # The GPUs there set what the user left unpinned (devices_per_node, device_preset, memory).

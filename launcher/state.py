@@ -59,6 +59,7 @@ class RunState:
     summary: dict[str, Any] | None = None  # as written to summary.json (rank 0)
     devices: dict[str, Any] = dataclasses.field(default_factory=dict)
     placement: dict[str, Any] = dataclasses.field(default_factory=dict)
+    allreduce: str | None = None  # the backend averaging gradients (launcher.dataparallel); None: one rank
     micro_batches: dict[str, Any] | None = None  # --micro-batches auto: every M tried (launcher.microsearch.report)
     samples_per_step: int = 0
     tokens_per_step: int | None = None
@@ -125,7 +126,7 @@ class RunState:
                             node_count=self.topology.size, devices=self.devices, placement=self.placement,
                             replicas_per_node=self.topology.ranks_per_node, batch_size=self.replica_batch,
                             extra={"run_dir": str(self.directory), "emulated_nodes": self.topology.emulated,
-                                   **self.variant_info(), "slurm": slurm_context(),
+                                   **self.variant_info(), "allreduce": self.allreduce, "slurm": slurm_context(),
                                    **({} if self.micro_batches is None else {"micro_batches": self.micro_batches}),
                                    **extra})
         write_json(self.directory / SUMMARY_FILE, summary)

@@ -6,8 +6,11 @@
 # with MPI and against the TensorFlow version installed now, nothing is done.
 # Otherwise (missing, or broken e.g. after a TensorFlow upgrade) it is rebuilt.
 #
+# On TensorFlow 2.16 or later it builds nothing: it says so in one line and exits 0
+# (pardnn-launch then averages gradients through mpi4py).
+#
 # Usage: scripts/install-horovod.sh [--force]
-#   --force   rebuild even if a working build is present
+#   --force   rebuild even if a working build is present (and try even on a newer TensorFlow)
 #
 # Environment:
 #   PYTHON                  interpreter to build for (default: python, else python3)
@@ -39,7 +42,7 @@ for arg in "$@"; do
     case "$arg" in
         --force) force=1 ;;
         -h | --help)
-            sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) die "unknown argument: $arg (see --help)" ;;
@@ -93,6 +96,17 @@ print(f"horovod {horovod.__version__}: TensorFlow {tf.__version__}, mpi_built={h
       f"gloo_built={hvd.gloo_built()}, nccl_built={hvd.nccl_built()}")
 EOF
 }
+
+# Horovod 0.28.1 is its last release and builds against TensorFlow 2.15 at the latest (2.16 breaks its
+# TensorFlow ops; from 2.18 its xla_mpi_ops.cc needs headers the wheel no longer ships). On a newer
+# TensorFlow, say so in one line and stop cleanly: pardnn-launch averages gradients through mpi4py.
+tf_version=$("$PYTHON" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null || true)
+if [[ $force -eq 0 && "$tf_version" =~ ^([0-9]+)\.([0-9]+)\. ]] &&
+    ((BASH_REMATCH[1] > 2 || (BASH_REMATCH[1] == 2 && BASH_REMATCH[2] > 15))); then
+    log "TensorFlow $tf_version: horovod $HOROVOD_VERSION does not build against TensorFlow >= 2.16, so it is not" \
+        "built; pardnn-launch averages gradients through mpi4py instead (--allreduce auto picks it)"
+    exit 0
+fi
 
 if [[ $force -eq 0 ]]; then
     if status=$(horovod_ok 2>/dev/null); then

@@ -13,6 +13,10 @@ imported here by name, so ``pardnn.tf.profile`` is the function (its module is
 ``pardnn.tf.profile`` in ``sys.modules``).
 """
 
+from pardnn.tfstack import prepare as _prepare
+
+_prepare()  # TensorFlow's environment (Keras 2 as tf.keras, no INFO lines) before it is imported
+
 from pardnn.presets import PRESETS, DevicePreset, machine_for, preset
 from pardnn.tf.apply import ApplyReport, apply, device_names, session_config
 from pardnn.tf.capture import capture, capture_with_report, colocation_groups, trace_step

@@ -299,3 +299,44 @@ def test_a_subclassed_model_without_inputs_is_built_from_batch_0(tf, tmp_path):
     train = build(load_job(write(tmp_path, JOB.replace(":build", ":subclassed"), module)))
     assert train.inputs["features"].shape.as_list() == [4, 3] and train.parameters == 3 * 4 + 4 + 4 * 2 + 2
     assert np.isfinite(one_step(train, tf))
+
+
+KERAS3_LOOKALIKE = """\
+import numpy as np
+
+class Functional:  # what `import keras` 3.x builds: keras.src.models.functional.Functional
+    pass
+
+Functional.__module__ = "keras.src.models.functional"
+
+def build(width=4):
+    return Functional()
+
+def batches(iteration, batch_size, rank, ranks):
+    rng = np.random.default_rng([iteration, rank, ranks])
+    return {"features": rng.normal(size=(batch_size, 3)), "labels": rng.integers(0, 2, batch_size)}
+"""
+
+
+@pytest.mark.tf
+def test_a_keras_3_model_is_refused_in_one_line_naming_the_fix(tf, tmp_path, monkeypatch):
+    import sys
+    import types
+
+    import jobs.training  # resolves tf.keras before the stand-in Keras 3 is put in sys.modules
+
+    assert jobs.training.tf.keras.Model
+    monkeypatch.setitem(sys.modules, "keras", types.SimpleNamespace(__version__="3.11.3"))
+    one_line_error(write(tmp_path, JOB, KERAS3_LOOKALIKE),
+                   "model.entry = 'usernet:build': it returned a Keras 3.11.3 model (import keras); pardnn trains "
+                   "Keras 2 models in graph mode: build it with tf.keras (or import tf_keras as keras)")
+
+
+@pytest.mark.tf
+def test_a_real_keras_3_model_is_refused_in_one_line(tf, tmp_path):
+    """Where ``import keras`` is Keras 3 (TensorFlow 2.16 and later), a model built with it."""
+    keras = pytest.importorskip("keras")
+    if not keras.__version__.startswith("3."):
+        pytest.skip(f"keras {keras.__version__} is Keras 2 (TensorFlow 2.15's)")
+    module = KERAS.replace("import tensorflow as tf", "import keras").replace("tf.keras.", "keras.")
+    one_line_error(write(tmp_path, JOB, module), "model.entry = 'usernet:build':", "Keras 3", "tf.keras")

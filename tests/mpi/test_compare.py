@@ -13,7 +13,6 @@ in-process: each iteration's four replica batches concatenated into one batch of
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import subprocess
@@ -25,6 +24,7 @@ import numpy as np
 import pytest
 
 from pardnn.placers import PLACERS
+from tests.helpers.losses import one_device_losses, run_losses
 from tests.mpi.test_launch import LAUNCH, ROOT, TINY_JOB, _output, _records, mpirun_launch
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
@@ -95,31 +95,12 @@ def test_the_graph_is_costed_once_for_every_placer(placers):
 
 
 def _losses(run_dir: Path, ranks: int) -> np.ndarray:
-    """The loss of every iteration, averaged over the replicas (each a mean over its own batch)."""
-    return np.mean([[r["loss"] for r in _records(run_dir / f"rank-{rank}.jsonl") if r["event"] == "iteration"]
-                    for rank in range(ranks)], axis=0)
+    return run_losses(run_dir, ranks)
 
 
 def _one_device_losses(recompute: bool) -> np.ndarray:
     """word-rnn-tiny on one device, batch 32: at iteration i, the replicas' batches i·4 + r, r = 0..3."""
-    import tensorflow as tf
-
-    from jobs import build, load_job
-    from jobs.data import batches
-    from jobs.models.layers import recomputing
-
-    job = load_job(TINY_JOB)
-    with recomputing() if recompute else contextlib.nullcontext():
-        trained = build(job, batch_size=RANKS * REPLICA_BATCH)
-    replica = batches(job, REPLICA_BATCH)
-    losses = []
-    with tf.compat.v1.Session(graph=trained.graph) as session:
-        session.run(trained.init_op)
-        for iteration in range(ITERATIONS):
-            parts = [replica(iteration * RANKS + rank) for rank in range(RANKS)]
-            feed = {trained.inputs[name]: np.concatenate([part[name] for part in parts]) for name in parts[0]}
-            losses.append(float(session.run(trained.fetches, feed_dict=feed)[1]))
-    return np.array(losses)
+    return one_device_losses(TINY_JOB, RANKS, REPLICA_BATCH, ITERATIONS, recompute=recompute)
 
 
 def test_compare_prints_its_table_and_writes_a_row_per_variant(compared):

@@ -26,15 +26,20 @@ TINY_JOB = "word-rnn-tiny"  # jobs/word-rnn-tiny.toml: a 2-layer LSTM language m
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
 
-def _require_stack() -> str:
+def _require_stack(horovod: bool = True) -> str:
+    """mpirun's path; with ``horovod``, Horovod must import too (the pinned stack), else mpi4py (either stack)."""
     mpirun = shutil.which("mpirun")
     problems = []
     if mpirun is None:
         problems.append("mpirun not on PATH (scripts/setup.sh installs openmpi-bin)")
     try:
-        import horovod.tensorflow  # noqa: F401
+        if horovod:
+            import horovod.tensorflow
+        else:
+            import mpi4py.MPI  # noqa: F401
     except ImportError:
-        problems.append("horovod not installed (scripts/install-horovod.sh)")
+        problems.append("horovod not installed (scripts/install-horovod.sh)" if horovod else
+                        "mpi4py not installed (pip install -e '.[dist]')")
     if problems:
         if IN_CI:
             pytest.fail("; ".join(problems))
@@ -59,12 +64,14 @@ def _environment(emulate: bool, tf_log_level: str | None = "2") -> tuple[dict[st
 
 
 def mpirun_launch(program: list[str], *, ranks: int = 2, emulate: bool = True, timeout: float = 150,
-                  cwd: Path = ROOT, tf_log_level: str | None = "2") -> tuple[subprocess.CompletedProcess[str], float]:
+                  cwd: Path = ROOT, tf_log_level: str | None = "2",
+                  horovod: bool = True) -> tuple[subprocess.CompletedProcess[str], float]:
     """Run ``program`` on ``ranks`` ranks of this machine; returns the process and its wall seconds.
 
-    ``tf_log_level``: ``TF_CPP_MIN_LOG_LEVEL`` (``None``: unset, TensorFlow's INFO lines are printed).
+    ``tf_log_level``: ``TF_CPP_MIN_LOG_LEVEL`` (``None``: unset, TensorFlow's INFO lines are printed);
+    ``horovod``: whether the run needs Horovod (else mpi4py).
     """
-    mpirun = _require_stack()
+    mpirun = _require_stack(horovod)
     env, forward = _environment(emulate, tf_log_level)
     argv = [mpirun, *MPIRUN_FLAGS, *forward, "-np", str(ranks), *program]
     started = time.monotonic()

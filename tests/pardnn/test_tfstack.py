@@ -1,0 +1,117 @@
+"""TensorFlow's environment before import: Keras 2 as tf.keras where tf-keras is installed, a Keras 3
+process told what to do, Keras 3 model objects recognised (no TensorFlow import needed here)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+from pardnn import tfstack
+from pardnn.errors import MissingDependencyError
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
+    monkeypatch.setattr(tfstack, "_said", False)
+    return monkeypatch
+
+
+def _loader(initialized: bool, version: str | None = None) -> types.ModuleType:
+    """Stands for TensorFlow's lazy ``tf.keras`` loader (a module whose ``__dict__`` holds its state)."""
+    loader = types.ModuleType("keras")
+    loader._initialized = initialized
+    if version is not None:
+        loader._keras_version = version
+    return loader
+
+
+def _fake_tensorflow(monkeypatch, loader: types.ModuleType) -> None:
+    module = types.ModuleType("tensorflow")
+    module.keras = loader
+    module.__version__ = "2.21.0"
+    monkeypatch.setitem(sys.modules, "tensorflow", module)
+
+
+def test_legacy_keras_is_chosen_only_where_tf_keras_is_installed(clean_env):
+    clean_env.setattr(tfstack, "_tf_keras_installed", lambda: False)
+    tfstack.prepare()
+    assert "TF_USE_LEGACY_KERAS" not in os.environ  # TensorFlow 2.15 would look for tf_keras and fail
+    clean_env.setattr(tfstack, "_tf_keras_installed", lambda: True)
+    tfstack.prepare()
+    assert os.environ["TF_USE_LEGACY_KERAS"] == "1"
+
+
+def test_a_users_own_choice_is_kept(clean_env):
+    clean_env.setenv("TF_USE_LEGACY_KERAS", "0")
+    clean_env.setattr(tfstack, "_tf_keras_installed", lambda: True)
+    tfstack.prepare()
+    assert os.environ["TF_USE_LEGACY_KERAS"] == "0"
+
+
+def test_quiet_hides_info_lines_unless_the_user_set_a_level(monkeypatch):
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    tfstack.quiet()
+    assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "1"
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")
+    tfstack.quiet()
+    assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "0"
+
+
+def test_which_keras_is_read_without_resolving_the_loader(clean_env):
+    assert tfstack.keras_in_use() is None or "tensorflow" in sys.modules
+    untouched = _loader(False)
+    _fake_tensorflow(clean_env, untouched)
+    assert tfstack.keras_in_use() is None and untouched._initialized is False
+    _fake_tensorflow(clean_env, _loader(True, "tf_keras"))
+    assert tfstack.keras_in_use() == "tf_keras"
+
+
+def test_tensorflow_imported_first_with_keras_3_is_said_once_and_refused_where_a_graph_is_built(clean_env, capsys):
+    _fake_tensorflow(clean_env, _loader(True, "keras_3"))
+    tfstack.prepare()
+    tfstack.prepare()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("pardnn: warning: TensorFlow was imported and tf.keras used as "
+                                                    "Keras 3 before pardnn; pardnn needs Keras 2 as tf.keras: "
+                                                    "pip install tf-keras")
+    with pytest.raises(MissingDependencyError) as caught:
+        tfstack.check_keras("jobs.build")
+    message = str(caught.value)
+    assert message.startswith("jobs.build: tf.keras is Keras 3 in this process (TensorFlow 2.21.0); ")
+    assert "TF_USE_LEGACY_KERAS=1" in message and "\n" not in message
+
+
+def test_keras_2_passes_the_check(clean_env):
+    _fake_tensorflow(clean_env, _loader(True, "keras_2"))
+    tfstack.check_keras()
+
+
+def test_keras_3_model_objects_are_told_from_keras_2_ones(monkeypatch):
+    class Functional:
+        pass
+
+    Functional.__module__ = "keras.src.models.functional"
+    monkeypatch.setitem(sys.modules, "keras", types.SimpleNamespace(__version__="3.11.3"))
+    assert tfstack.keras3_model(Functional()) == "3.11.3"
+    monkeypatch.setitem(sys.modules, "keras", types.SimpleNamespace(__version__="2.15.0"))  # TensorFlow 2.15's keras
+    assert tfstack.keras3_model(Functional()) is None
+    Functional.__module__ = "tf_keras.src.engine.functional"
+    monkeypatch.setitem(sys.modules, "keras", types.SimpleNamespace(__version__="3.11.3"))
+    assert tfstack.keras3_model(Functional()) is None
+    assert tfstack.keras3_model(3) is None
+
+
+def test_importing_pardnn_tf_jobs_or_launcher_sets_the_environment_before_tensorflow():
+    """In a fresh interpreter: after ``import jobs`` TensorFlow is not imported yet, and the choice is made."""
+    code = ("import os, sys; import jobs, launcher; "
+            "print('tensorflow' in sys.modules, os.environ.get('TF_USE_LEGACY_KERAS'))")
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                         check=True).stdout.split()
+    assert out[0] == "False"
+    assert out[1] == ("1" if tfstack._tf_keras_installed() else "None")
