@@ -37,7 +37,7 @@ __all__ = ["BENIGN", "Console", "active", "attach", "drain", "log_only", "start"
 
 # A TensorFlow (tsl) or Horovod C++ log line: "2024-01-01 12:00:00.123456: W tensorflow/..." ("[...]" for Horovod).
 _CPP = re.compile(r"^\[?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([IWEF]) ")
-_ABSL = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")  # absl / glog
+_ABSL = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ ")  # absl / glog ("00:00:<epoch s>" before its set-up)
 _PY_LOGGING = re.compile(r"^(WARNING|ERROR|CRITICAL)[: ]")
 _OURS = re.compile(r"^pardnn-\w+: (warning|error)\b")
 _PY_WARNING = re.compile(r"\w+Warning: ")
@@ -46,6 +46,10 @@ _LEVELS = {"I": "info", "W": "warning", "E": "error", "F": "error", "WARNING": "
 # Warnings that are expected on every run of this launcher and say nothing about it.
 BENIGN = (
     re.compile(r"GPU trace was not collected"),  # profiling on CPU devices: there is no GPU trace
+    re.compile(r"^WARNING: All log messages before absl::InitializeLog\(\) is called"),  # TensorFlow >= 2.16 loading
+    # The `tensorflow` wheel (>= 2.16) probing CUDA on a machine without a GPU driver; where GPUs were
+    # detected and TensorFlow cannot use them, placing on them fails with TensorFlow's own error.
+    re.compile(r"failed call to cuInit: "),
 )
 _BUFFER_LIMIT = 8 << 20  # output kept before the log file exists
 _IDLE_SECONDS = 0.2

@@ -193,6 +193,11 @@ def _check_shared(g: CostGraph, batch: np.ndarray) -> None:
                                "batch among the copies: the batch grows with M; build this step at M directly")
 
 
+def _plain(value: Any) -> Any:
+    """A NumPy scalar as the Python number it holds (NumPy 2 writes ``np.float64(7.0)`` for its repr)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def difference(built: CostGraph, made: CostGraph) -> str | None:
     """None if ``made`` is ``built`` up to the order of ops and edges; else the first difference.
 
@@ -222,11 +227,12 @@ def difference(built: CostGraph, made: CostGraph) -> str | None:
         off = np.flatnonzero(ours != aligned)
         if off.size:
             v = int(off[0])
-            return f"op {built.names[v]!r}: {field} {ours[v]!r} built, {aligned[v]!r} made"
+            return f"op {built.names[v]!r}: {field} {_plain(ours[v])!r} built, {_plain(aligned[v])!r} made"
     close = np.isclose(built.comp_us, made.comp_us[order], rtol=TIME_RTOL, atol=1e-9)
     if not close.all():
         v = int(np.flatnonzero(~close)[0])
-        return f"op {built.names[v]!r}: comp_us {built.comp_us[v]!r} built, {made.comp_us[order][v]!r} made"
+        ours, theirs = _plain(built.comp_us[v]), _plain(made.comp_us[order][v])
+        return f"op {built.names[v]!r}: comp_us {ours!r} built, {theirs!r} made"
     mine = np.stack([built.edge_src, built.edge_dst, built.edge_bytes])
     theirs = np.stack([to_built[made.edge_src], to_built[made.edge_dst], made.edge_bytes])
     mine = mine[:, np.lexsort(mine[::-1])]

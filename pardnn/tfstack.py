@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
+import tempfile
 from typing import Any
 
 __all__ = ["KERAS3_FIX", "check_keras", "keras3_model", "keras_in_use", "prepare", "quiet"]
@@ -72,9 +74,40 @@ def prepare() -> None:
               f"{KERAS3_FIX}", file=sys.stderr)
 
 
+# TensorFlow's INFO lines: tsl's "2026-01-01 12:00:00.123456: I tensorflow/..." and absl's "I0000 00:00:...",
+# and absl's own notice that it writes to stderr before it is set up.
+_INFO = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: I |I\d{4} \d\d:\d\d:\d+\.\d+ +\d+ |"
+                   r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR)")
+
+
 def quiet() -> None:
-    """No TensorFlow INFO lines from here on (before TensorFlow is imported); a level the user set stays."""
+    """Import TensorFlow without its INFO lines on stderr, and keep them off from then on.
+
+    ``TF_CPP_MIN_LOG_LEVEL=1`` (a level the user set stays) hides the INFO lines TensorFlow logs once
+    its logging is set up; the ones it writes while it loads (the oneDNN notice, TensorFlow 2.21's
+    CUDA probe and absl's own notice) ignore it, so the import runs with the process's stderr (fd 2)
+    caught, and every other line is written back. Nothing happens when TensorFlow is already imported
+    or cannot be (the caller reports that)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    if "tensorflow" in sys.modules or os.environ["TF_CPP_MIN_LOG_LEVEL"] == "0":
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        except ImportError:
+            pass
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        caught.seek(0)
+        text = caught.read().decode("utf-8", errors="replace")
+    kept = "".join(line for line in text.splitlines(keepends=True) if not _INFO.match(line))
+    if kept:
+        sys.stderr.write(kept)
 
 
 def check_keras(where: str = "pardnn") -> None:

@@ -3,13 +3,20 @@
 #   1. system packages: openmpi-bin libopenmpi-dev cmake g++ shellcheck
 #      (apt-get, as root or via passwordless sudo; skipped when mpirun, mpicxx,
 #      cmake and a C++ compiler are already on PATH)
-#   2. python -m pip install -e ".[dev,tf,dist]"   (from the repo root)
+#   2. python -m pip install -e ".[dev,tf,dist]"   (from the repo root; the
+#      latest stack: -e ".[test,tf-latest,dist]")
 #   3. scripts/install-horovod.sh                  (builds horovod 0.28.1; skips
-#      if a working build is already installed)
+#      if a working build is already installed; on the latest stack it says in
+#      one line that Horovod does not build there, and mpi4py is used)
 #   4. pardnn warmup                                (compiles the numba kernels
 #      into their cache now, not inside the first placement or job)
 #
-# Usage: scripts/setup.sh [--no-horovod] [--no-apt]
+# Usage: scripts/setup.sh [--tf pinned|latest] [--no-horovod] [--no-apt]
+#   --tf pinned   TensorFlow 2.15.1 (tf.keras is Keras 2) + horovod 0.28.1 built
+#                 against it; Python 3.11. The default on Python 3.11.
+#   --tf latest   TensorFlow 2.21 + tf-keras 2.21 (Keras 2 as tf.keras), gradients
+#                 averaged through mpi4py (Horovod does not build against it);
+#                 Python 3.11-3.13. The default on Python >= 3.12.
 #   --no-horovod  skip step 3 (the horovod build)
 #   --no-apt      skip step 1 (install the system packages yourself)
 #
@@ -31,17 +38,26 @@ trap 'on_error $? $LINENO "$BASH_COMMAND"' ERR
 
 do_horovod=1
 do_apt=1
-for arg in "$@"; do
-    case "$arg" in
+stack=""
+while [[ $# -gt 0 ]]; do
+    case "$1" in
         --no-horovod) do_horovod=0 ;;
         --no-apt) do_apt=0 ;;
+        --tf)
+            [[ $# -ge 2 ]] || die "--tf needs a value: pinned or latest"
+            stack="$2"
+            shift
+            ;;
+        --tf=*) stack="${1#--tf=}" ;;
         -h | --help)
-            sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
-        *) die "unknown argument: $arg (see --help)" ;;
+        *) die "unknown argument: $1 (see --help)" ;;
     esac
+    shift
 done
+[[ -z "$stack" || "$stack" == pinned || "$stack" == latest ]] || die "--tf $stack: expected pinned or latest"
 
 if [[ -z "${PYTHON:-}" ]]; then
     if command -v python >/dev/null 2>&1; then
@@ -55,6 +71,24 @@ fi
 export PYTHON
 step "repo: $ROOT"
 step "python: $(command -v "$PYTHON") ($("$PYTHON" --version 2>&1))"
+py_minor=$("$PYTHON" -c 'import sys; print(sys.version_info[1] if sys.version_info[0] == 3 else 99)')
+if [[ -z "$stack" ]]; then
+    if ((py_minor > 11)); then
+        stack=latest
+        step "Python 3.$py_minor is newer than TensorFlow 2.15 supports: the latest stack (--tf latest)"
+    else
+        stack=pinned
+    fi
+elif [[ "$stack" == pinned ]] && ((py_minor > 11)); then
+    die "--tf pinned needs Python 3.11 (TensorFlow 2.15.1 has no wheel for Python 3.$py_minor); use --tf latest"
+fi
+if [[ "$stack" == latest ]]; then
+    extras="test,tf-latest,dist"
+    step "stack: latest (TensorFlow 2.21 + tf-keras; gradients averaged through mpi4py)"
+else
+    extras="dev,tf,dist"
+    step "stack: pinned (TensorFlow 2.15.1 + horovod 0.28.1)"
+fi
 
 # ---- 1. system packages ------------------------------------------------------
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -87,9 +121,9 @@ else
 fi
 
 # ---- 2. python packages ------------------------------------------------------
-step "$PYTHON -m pip install -e \".[dev,tf,dist]\"  (in $ROOT)"
-(cd "$ROOT" && "$PYTHON" -m pip install --progress-bar off -e ".[dev,tf,dist]") ||
-    die "pip install -e \".[dev,tf,dist]\" failed"
+step "$PYTHON -m pip install -e \".[$extras]\"  (in $ROOT)"
+(cd "$ROOT" && "$PYTHON" -m pip install --progress-bar off -e ".[$extras]") ||
+    die "pip install -e \".[$extras]\" failed"
 
 # ---- 3. horovod --------------------------------------------------------------
 if [[ $do_horovod -eq 1 ]]; then

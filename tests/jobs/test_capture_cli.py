@@ -91,3 +91,22 @@ def test_export_graph_costs(tmp_path):
     assert estimated.out_bytes[estimated.names.index("tokens")] == 2 * 10 * 4
     with pytest.raises(ValueError, match="costs='guess'"):
         export_graph("word-rnn-tiny", tmp_path / "c.json", costs="guess")
+
+
+def test_capture_prints_no_tensorflow_info_line(tmp_path):
+    """As a user runs it, TensorFlow's log level unset: its load-time notices (oneDNN, CPU features, CUDA
+    probe, absl's) are not on the console; the summary line is."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    out = tmp_path / "g.json"
+    proc = subprocess.run([sys.executable, "-m", "pardnn", "capture", "trn-tiny", "-o", str(out), "--estimate",
+                           "a100"], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = (proc.stdout + proc.stderr).splitlines()
+    info = [line for line in lines if ": I " in line or line.startswith(("I0", "I1"))
+            or "absl::InitializeLog" in line or "oneDNN" in line]
+    assert not info, "\n".join(lines)
+    assert any(line.startswith("wrote ") for line in lines)

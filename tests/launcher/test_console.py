@@ -22,6 +22,8 @@ HOROVOD_WARNING = "[2024-01-01 12:00:00.123456: W /horovod/common/stall_inspecto
     ("2024-01-01 12:00:00.123456: E tensorflow/x.cc:1] bad", "error"),
     ("I1123 12:00:00.123456  1234 file.py:10] absl info", "info"),
     ("W1123 12:00:00.123456  1234 file.py:10] absl warning", "warning"),
+    ("I0000 00:00:1795773953.940092   13375 cudart_stub.cc:31] TensorFlow 2.21 before absl is set up", "info"),
+    ("W0000 00:00:1795773954.061420   13375 xplane_to_step_stats.cc:84] GPU trace was not collected.", "warning"),
     ("pardnn-launch: error on rank 1 (node b): boom", "error"), ("pardnn-launch: warning: careful", "warning"),
     ("WARNING:root:python logging", "warning"), ("Traceback (most recent call last):", "error"),
     ("/x.py:3: DeprecationWarning: old", "warning"),
@@ -37,6 +39,12 @@ def test_rank_0_sees_all_but_tensorflow_info_and_benign_warnings():
     assert console.shown("pardnn-launch: iteration 1/10", None) == "pardnn-launch: iteration 1/10"
     assert console.shown("2024-01-01 12:00:00.1: W tensorflow/x.cc:78] GPU trace was not collected.", "warning") is None
     assert console.shown(TF_WARNING, "warning") == TF_WARNING  # one node: no prefix
+    # TensorFlow 2.21's load-time notices: absl's, and the CUDA probe of the `tensorflow` wheel without a driver.
+    absl = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+    assert console.shown(absl, "warning") is None
+    cuinit = ("E0000 00:00:1795774088.104118   13840 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error: "
+              "Failed call to cuInit: UNKNOWN ERROR (303)")
+    assert console.shown(cuinit, "error") is None
 
 
 def test_other_ranks_show_warnings_and_errors_only_prefixed_by_rank_and_node():

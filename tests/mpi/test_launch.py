@@ -6,6 +6,7 @@ Outside CI these tests skip when horovod or mpirun is missing; in CI (``CI`` set
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import os
 import shutil
@@ -32,14 +33,13 @@ def _require_stack(horovod: bool = True) -> str:
     problems = []
     if mpirun is None:
         problems.append("mpirun not on PATH (scripts/setup.sh installs openmpi-bin)")
-    try:
-        if horovod:
+    if horovod:
+        try:
             import horovod.tensorflow
-        else:
-            import mpi4py.MPI  # noqa: F401
-    except ImportError:
-        problems.append("horovod not installed (scripts/install-horovod.sh)" if horovod else
-                        "mpi4py not installed (pip install -e '.[dist]')")
+        except ImportError:
+            problems.append("horovod not installed (scripts/install-horovod.sh)")
+    elif importlib.util.find_spec("mpi4py") is None:  # not imported: MPI initialised here would confuse mpirun
+        problems.append("mpi4py not installed (pip install -e '.[dist]')")
     if problems:
         if IN_CI:
             pytest.fail("; ".join(problems))
