@@ -16,11 +16,11 @@ from types import SimpleNamespace
 from typing import Any
 
 from jobs.schema import micro_batches_arg, micro_batches_number, positive_int
+from jobs.tfimport import quiet
 from pardnn.cli.options import EXIT_OK, add_parser, param_type, us
 from pardnn.errors import MissingDependencyError, PardnnError
 from pardnn.machine import format_bytes
 from pardnn.settings import PLACEMENT
-from pardnn.tfstack import quiet
 
 __all__ = ["cmd_capture", "cmd_max_batch", "register_capture", "register_max_batch"]
 

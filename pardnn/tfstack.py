@@ -12,10 +12,9 @@ From TensorFlow 2.16 on, ``tf.keras`` is Keras 3 unless ``TF_USE_LEGACY_KERAS`` 
 placement and training need. :func:`prepare` (called by ``pardnn.tf``, ``jobs`` and ``launcher``
 before they import TensorFlow) therefore sets ``TF_USE_LEGACY_KERAS=1`` when the ``tf_keras``
 package is installed and the variable is unset. It is not set without ``tf_keras``: TensorFlow 2.15
-honours the variable too and then fails to find ``tf_keras``. The ``pardnn`` commands that import
-TensorFlow also call :func:`quiet`, which hides its C++ INFO lines (``TF_CPP_MIN_LOG_LEVEL=1``: the
-oneDNN and CPU-feature notices) and keeps its warnings; ``pardnn-launch`` keeps them in each rank's
-log instead and filters its console.
+honours the variable too and then fails to find ``tf_keras``. (The ``pardnn`` commands that import
+TensorFlow also hide its INFO lines: :func:`jobs.tfimport.quiet`; ``pardnn-launch`` keeps them in
+each rank's log instead and filters its console.)
 
 A user who imported TensorFlow and used ``tf.keras`` before pardnn was imported has Keras 3 fixed
 for the process: :func:`prepare` says so in one line, and :func:`check_keras` (called where a graph
@@ -29,12 +28,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import sys
-import tempfile
 from typing import Any
 
-__all__ = ["KERAS3_FIX", "check_keras", "keras3_model", "keras_in_use", "prepare", "quiet"]
+__all__ = ["KERAS3_FIX", "check_keras", "keras3_model", "keras_in_use", "prepare"]
 
 KERAS3_FIX = ("pardnn needs Keras 2 as tf.keras: pip install tf-keras (the release matching TensorFlow's) and set "
               "TF_USE_LEGACY_KERAS=1 before TensorFlow is imported (importing pardnn, jobs or launcher first sets it)")
@@ -72,42 +69,6 @@ def prepare() -> None:
         _said = True
         print("pardnn: warning: TensorFlow was imported and tf.keras used as Keras 3 before pardnn; "
               f"{KERAS3_FIX}", file=sys.stderr)
-
-
-# TensorFlow's INFO lines: tsl's "2026-01-01 12:00:00.123456: I tensorflow/..." and absl's "I0000 00:00:...",
-# and absl's own notice that it writes to stderr before it is set up.
-_INFO = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: I |I\d{4} \d\d:\d\d:\d+\.\d+ +\d+ |"
-                   r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR)")
-
-
-def quiet() -> None:
-    """Import TensorFlow without its INFO lines on stderr, and keep them off from then on.
-
-    ``TF_CPP_MIN_LOG_LEVEL=1`` (a level the user set stays) hides the INFO lines TensorFlow logs once
-    its logging is set up; the ones it writes while it loads (the oneDNN notice, TensorFlow 2.21's
-    CUDA probe and absl's own notice) ignore it, so the import runs with the process's stderr (fd 2)
-    caught, and every other line is written back. Nothing happens when TensorFlow is already imported
-    or cannot be (the caller reports that)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    if "tensorflow" in sys.modules or os.environ["TF_CPP_MIN_LOG_LEVEL"] == "0":
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as caught:
-        os.dup2(caught.fileno(), 2)
-        try:
-            import tensorflow  # noqa: F401
-        except ImportError:
-            pass
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-        caught.seek(0)
-        text = caught.read().decode("utf-8", errors="replace")
-    kept = "".join(line for line in text.splitlines(keepends=True) if not _INFO.match(line))
-    if kept:
-        sys.stderr.write(kept)
 
 
 def check_keras(where: str = "pardnn") -> None:
