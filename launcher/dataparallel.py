@@ -265,10 +265,15 @@ def _reduced_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.int64) if np.issubdtype(dtype, np.integer) else np.dtype(np.float32)
 
 
-def average_arrays(comm: Any, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+def average_arrays(comm: Any, arrays: Sequence[np.ndarray],
+                   workspace: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
     """Each array averaged across ``comm``'s ranks: one ``Allreduce`` (sum) per reduced dtype, in a fixed
     order, of the arrays packed into one buffer (in chunks of 2^28 elements), then divided by the ranks.
-    The same shapes and dtypes in the same order on every rank (the same graph) make the same calls."""
+    The same shapes and dtypes in the same order on every rank (the same graph) make the same calls.
+
+    ``workspace`` (``{dtype: buffer}``, kept by the caller across steps) lends the packing buffers, so a
+    step reuses the pages of the last one instead of faulting fresh ones in; the arrays returned are
+    views of it, valid until the next call with the same workspace."""
     from mpi4py import MPI
 
     size = comm.Get_size()
@@ -278,7 +283,14 @@ def average_arrays(comm: Any, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         groups.setdefault(_reduced_dtype(np.asarray(array).dtype).str, []).append(index)
     for key in sorted(groups):
         members = groups[key]
-        buffer = np.concatenate([np.asarray(arrays[i], dtype=key).ravel() for i in members])
+        parts = [np.asarray(arrays[i], dtype=key).ravel() for i in members]
+        total = sum(part.size for part in parts)
+        buffer = None if workspace is None else workspace.get(key)
+        if buffer is None or buffer.size != total:
+            buffer = np.empty(total, dtype=key)
+            if workspace is not None:
+                workspace[key] = buffer
+        np.concatenate(parts, out=buffer)
         for begin in range(0, buffer.size, _CHUNK):
             comm.Allreduce(MPI.IN_PLACE, buffer[begin:begin + _CHUNK], op=MPI.SUM)
         if buffer.dtype.kind == "f":
@@ -317,9 +329,12 @@ class FusedAverager:
 
     def __init__(self, comm: Any) -> None:
         self.comm = comm
+        self._workspace: dict[str, np.ndarray] = {}
 
     def _average(self, *arrays: np.ndarray) -> list[np.ndarray]:
-        return average_arrays(self.comm, arrays)
+        # TensorFlow may hold the returned views as the step's tensors instead of copying them; they live
+        # until the update ops of this step have read them, before the next step calls this op again.
+        return average_arrays(self.comm, arrays, self._workspace)
 
     def __call__(self, grads_and_vars: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
         import tensorflow as tf

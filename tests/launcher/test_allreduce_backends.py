@@ -219,3 +219,26 @@ def test_the_fused_ops_time_and_device_memory_leave_the_placements_costs():
     assert local.comp_us.tolist() == [5.0, 0.0, 0.0, 2.0]
     assert local.out_bytes.tolist() == [64, 0, 64, 0]  # the fused op's outputs live on the host
     assert local.edge_bytes.tolist() == [64, 64]  # the copies to and from the host still cost their time
+
+
+class _OneRank:
+    def Get_size(self) -> int:
+        return 1
+
+    def Allreduce(self, send, recv, op) -> None:
+        pass
+
+
+def test_a_kept_workspace_is_reused_from_step_to_step_and_the_averages_are_its_views():
+    workspace: dict = {}
+    arrays = [np.arange(6, dtype=np.float32).reshape(2, 3), np.ones(4, np.float32), np.zeros(3)]
+    first = dataparallel.average_arrays(_OneRank(), arrays, workspace)
+    buffers = {key: id(buffer) for key, buffer in workspace.items()}
+    assert sorted(workspace) == ["<f4", "<f8"] and workspace["<f4"].size == 10 and workspace["<f8"].size == 3
+    assert np.shares_memory(first[0], workspace["<f4"]) and np.shares_memory(first[2], workspace["<f8"])
+    second = dataparallel.average_arrays(_OneRank(), [a + 1 for a in arrays], workspace)
+    assert {key: id(buffer) for key, buffer in workspace.items()} == buffers  # the same pages again
+    for array, value in zip(arrays, second, strict=True):
+        np.testing.assert_array_equal(value, array + 1)
+    third = dataparallel.average_arrays(_OneRank(), [np.ones(7, np.float32)], workspace)  # another size: a new one
+    assert workspace["<f4"].size == 7 and third[0].tolist() == [1.0] * 7
