@@ -3,7 +3,7 @@
 ``pardnn-launch --allreduce mpi4py`` averages a step's gradients in one host op
 (:func:`launcher.dataparallel.average_arrays`): it packs the gradients into one buffer, makes one
 ``MPI_Allreduce`` (sum) in place, divides by the ranks and unpacks. This benchmark times that op on
-``GRADIENTS`` float32 arrays that together hold 4 KiB to 256 MiB, under ``mpirun -np N`` on this
+``GRADIENTS`` float32 arrays that together hold 4 KiB to 1 GiB, under ``mpirun -np N`` on this
 machine (N = 2 and 4 by default; each rank stands for a node), against one ``MPI_Allreduce`` of a
 buffer of the same bytes (what the packing and unpacking add). Each cell is the median of
 ``REPEATS`` timed calls after one warm-up, ranks lined up by a barrier before each call, the time
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-SIZES = tuple(4 << (10 + 2 * i) for i in range(10))  # 4 KiB, 16 KiB, ..., 256 MiB (x4)
+SIZES = tuple(4 << (10 + 2 * i) for i in range(10))  # 4 KiB, 16 KiB, ..., 1 GiB (x4)
 GRADIENTS = 8
 REPEATS = 7
 MPIRUN_FLAGS = ("--allow-run-as-root", "--oversubscribe", "--bind-to", "none")
@@ -146,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="total gradient bytes per step")
     parser.add_argument("--copies", action="store_true", help="also time the GPU<->host copies (PyTorch with CUDA)")
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
+    parser.add_argument("--section", default="allreduce-host",
+                        help="the section's name (default allreduce-host; another machine's figures: another name)")
     parser.add_argument("--no-write", action="store_true", help="print the section instead of writing it")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -158,11 +160,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = [row for ranks in args.ranks for row in run_ranks(ranks, args.sizes)]
     copies = host_copies(args.sizes) if args.copies else []
     command = "python -m benchmarks.allreduce_host" + (" --copies" if args.copies else "") + (
-        "" if args.ranks == [2, 4] else " --ranks " + " ".join(map(str, args.ranks)))
+        "" if args.ranks == [2, 4] else " --ranks " + " ".join(map(str, args.ranks))) + (
+        "" if args.section == "allreduce-host" else f" --section {args.section}")
+    gpu = ""
+    if copies:
+        import torch
+
+        gpu = f", GPU {torch.cuda.get_device_name(0)}"
     body = [
-        "## The mpi4py allreduce backend on the host (allreduce-host)", "",
+        f"## The mpi4py allreduce backend on the host ({args.section})", "",
         f"Command: `{command}` ({time.perf_counter() - began:.0f} s, finished "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}). Machine: {machine_line()}.", "",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}). Machine: {machine_line()}{gpu}.", "",
         f"{GRADIENTS} float32 gradients per step, together the bytes of each row, averaged by the backend's one host "
         "op (pack, one MPI_Allreduce, divide, unpack) and, for comparison, one MPI_Allreduce of a buffer of the same "
         f"bytes; medians of {REPEATS} calls on rank 0 after a warm-up, the ranks on this one machine (shared "
@@ -175,8 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.no_write:
         print(text)
     else:
-        write_section(args.results, "allreduce-host", text, command)
-        print(f"wrote section allreduce-host of {args.results}")
+        write_section(args.results, args.section, text, command)
+        print(f"wrote section {args.section} of {args.results}")
     return 0
 
 
