@@ -1,70 +1,177 @@
-"""Checkpoints: save every variable of the replica, resume from them with the same placement.
+"""Checkpoints: save every variable of the replica, and resume with the replica they belong to.
 
 With ``--checkpoint-every N`` rank 0 saves, every N iterations, at the end, and when a stop signal
 (SIGTERM, SIGUSR1) arrives, the values of every global variable (weights, Adam's slots and beta
 powers, counters) into ``OUT/<run>/checkpoint/`` (or ``--checkpoint-dir``):
-``ckpt-<iteration>.npz`` (the arrays, in variable order) and ``ckpt-<iteration>.json`` (the next
-iteration to run, the job, the nodes, the placement digest, the variable names). Each file is
-written under a temporary name and renamed, the ``.json`` last, so a checkpoint whose ``.json``
-exists is whole.
+``ckpt-<iteration>.npz`` (the arrays, in variable order), ``ckpt-<iteration>.json`` (the next
+iteration, the job, the cluster shape, the variable names, and for a placed replica the placement's
+digest, its report, the M micro-batches trained and the digest of the graph's op names) and, once
+per placement, ``placement-<sha>.txt`` (the placement file, run order included).
 
-``--resume DIR`` (a checkpoint folder, a run folder or a ``.json``; alone: the newest checkpoint of
-the same job under ``--out``) continues the run: every rank reads the checkpoint, checks that the
-placement computed now has the saved digest (a different placement is an error: the saved state
-belongs to that placement's graph), loads the values after initialisation and before the
-broadcast, and starts at the saved iteration, so node ``r`` of ``N`` goes on reading batch
+**Durable.** Each file is written under a temporary name, flushed and fsynced, then renamed; the
+folder is fsynced after the data and placement are in place and again after the ``.json`` (written
+last). A node that loses power leaves the old checkpoint or the new one whole, never an empty file
+that looks whole: a checkpoint whose ``.json`` exists is whole.
+
+**Kept.** ``--keep-checkpoints N`` (default 3; 0 keeps all): after each save, only the N newest
+checkpoints of the folder (by iteration) stay, deleted ``.json`` first, then their values, then
+placement files no checkpoint left names. Deleting happens only once the new ``.json`` is written,
+so the checkpoint a run resumed from goes only when a newer one is whole.
+
+**Resuming.** ``--resume DIR`` (a checkpoint folder, a run folder or a ``.json``; alone: the newest
+checkpoint of the same job under ``--out``) continues the run with the command line it started with.
+Every rank reads the checkpoint; a cluster shape that differs (nodes, devices per node, GPUs,
+placer, batch) stops it in one line saying what differs and what to do (:func:`shape_change`). A
+model-parallel run then builds the graph of the saved M, checks that its op names and variables are
+the saved graph's, and applies the saved placement: no profiling, no placing
+(:func:`saved_placement`), so profiled costs that differ from run to run do not matter. A graph that
+changed is one line naming what changed (:func:`graph_change`); ``--replace`` places it anew and loads
+the saved values by variable name. The values are loaded after initialisation and before the
+broadcast, and the run starts at the saved iteration, so node ``r`` of ``N`` goes on reading batch
 ``i·N + r`` and the losses continue as in an uninterrupted run (given the job's seed).
 """
 
+
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import tempfile
 import threading
+import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from launcher.errors import LaunchError
-from launcher.files import write_json
+from launcher.files import file_mode, write_json
 
-__all__ = ["FOLDER", "FORMAT", "Checkpointer", "find", "load", "make_checkpointer", "restore", "resume_point", "save"]
+__all__ = ["FOLDER", "FORMAT", "Checkpointer", "find", "graph_change", "graph_ops_digest", "load", "load_meta",
+           "make_checkpointer", "parse_placement_text", "prune", "restore", "resume_point", "save", "saved_placement",
+           "shape_change"]
 
 FORMAT = "pardnn-launch-checkpoint"
 FOLDER = "checkpoint"
 NAME = "ckpt-{iteration:08d}"
+PLAN = "placement-{sha}.txt"  # the placement a checkpoint's graph was trained with, by digest
 STOP_WAIT_SECONDS = 10.0  # how long a stop signal waits for rank 0 to save at the next iteration boundary
 
 
+def _write_durably(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write ``path`` under a temporary name, flush and fsync it, then rename it into place."""
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, file_mode())
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _sync_folder(folder: Path) -> None:
+    """fsync the folder, so the renames into it survive a power loss."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def save(folder: Path, iteration: int, names: Sequence[str], values: Sequence[np.ndarray],
-         info: dict[str, Any]) -> Path:
-    """Write ``ckpt-<iteration>.npz`` then ``.json`` into ``folder`` atomically; the ``.json`` path."""
+         info: dict[str, Any], placement_text: str | None = None) -> Path:
+    """Write ``ckpt-<iteration>.npz``, the placement file it needs (once per placement), then the ``.json``,
+    each durably (module docstring); the ``.json`` path."""
     folder.mkdir(parents=True, exist_ok=True)
     stem = NAME.format(iteration=iteration)
     data = folder / f"{stem}.npz"
-    temporary = folder / f".{stem}.npz.{os.getpid()}.tmp"
-    with open(temporary, "wb") as handle:
-        np.savez(handle, *values)
-    os.replace(temporary, data)
+    _write_durably(data, lambda handle: np.savez(handle, *values))
+    extra: dict[str, Any] = {}
+    if placement_text is not None:
+        plan = folder / PLAN.format(sha=hashlib.sha256(placement_text.encode("utf-8")).hexdigest()[:16])
+        if not plan.exists():
+            _write_durably(plan, lambda handle: handle.write(placement_text.encode("utf-8")))
+        extra["placement_file"] = plan.name
+    _sync_folder(folder)  # the data and the placement are in place before the .json says the checkpoint is whole
     meta = folder / f"{stem}.json"
-    write_json(meta, {"format": FORMAT, **info, "iteration": iteration, "data": data.name,
+    write_json(meta, {"format": FORMAT, **info, **extra, "iteration": iteration, "data": data.name,
                       "variables": list(names)})
+    _sync_folder(folder)
     return meta
 
 
 def load(meta_path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """A checkpoint's description and its values by variable name."""
+    meta = load_meta(meta_path)
+    data = meta_path.with_name(str(meta.get("data")))
+    try:
+        with np.load(data) as arrays:
+            values = [arrays[f"arr_{i}"] for i in range(len(meta["variables"]))]
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as error:
+        raise LaunchError(f"--resume {meta_path}: cannot read its values {data.name} ({type(error).__name__}: "
+                          f"{str(error).splitlines()[0] if str(error) else 'truncated'}); the file is damaged: "
+                          "resume from an older checkpoint (--resume PATH/ckpt-<iteration>.json)") from None
+    return meta, dict(zip(meta["variables"], values, strict=True))
+
+
+def load_meta(meta_path: Path) -> dict[str, Any]:
+    """A checkpoint's ``.json``, checked to be one."""
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        with np.load(meta_path.with_name(meta["data"])) as arrays:
-            values = [arrays[f"arr_{i}"] for i in range(len(meta["variables"]))]
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError) as error:
         raise LaunchError(f"--resume {meta_path}: cannot read the checkpoint ({error})") from None
-    if meta.get("format") != FORMAT:
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("variables"), list):
         raise LaunchError(f"--resume {meta_path}: not a pardnn-launch checkpoint")
-    return meta, dict(zip(meta["variables"], values, strict=True))
+    return meta
+
+
+def _iteration(meta_path: Path) -> int:
+    try:
+        return int(meta_path.stem.split("-", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def prune(folder: Path, keep: int, newest: Path) -> list[Path]:
+    """Delete all but the ``keep`` newest checkpoints of ``folder`` (by iteration, then time), never
+    ``newest`` (the one just written, whole); the ``.json`` first, so a checkpoint being deleted never
+    looks whole, then its values, then placement files no checkpoint left names. The files deleted."""
+    if keep <= 0:
+        return []
+    metas = sorted(folder.glob("ckpt-*.json"), key=lambda p: (_iteration(p), p.stat().st_mtime, p.name))
+    kept = set(metas[-keep:]) | {newest}
+    removed: list[Path] = []
+    for meta in metas:
+        if meta in kept:
+            continue
+        try:
+            data = json.loads(meta.read_text(encoding="utf-8")).get("data")
+        except (OSError, ValueError):
+            data = None
+        meta.unlink(missing_ok=True)
+        removed.append(meta)
+        if isinstance(data, str) and data.startswith("ckpt-"):
+            (folder / data).unlink(missing_ok=True)
+            removed.append(folder / data)
+    named = set()
+    for meta in folder.glob("ckpt-*.json"):
+        try:
+            named.add(json.loads(meta.read_text(encoding="utf-8")).get("placement_file"))
+        except (OSError, ValueError):
+            return removed  # a checkpoint we cannot read may need any placement file: keep them all
+    for plan in folder.glob(PLAN.format(sha="*")):
+        if plan.name not in named:
+            plan.unlink(missing_ok=True)
+            removed.append(plan)
+    if removed:
+        _sync_folder(folder)
+    return removed
 
 
 def _newest(paths: Sequence[Path]) -> Path | None:
@@ -104,11 +211,13 @@ class Checkpointer:
     """
 
     def __init__(self, folder: Path | None, every: int, names: Sequence[str], info: dict[str, Any], *,
-                 saving: bool) -> None:
+                 saving: bool, keep: int = 0, placement_text: str | None = None) -> None:
         self.folder = folder
         self.every = every
         self.names = list(names)
         self.info = info
+        self.keep = keep
+        self.placement_text = placement_text
         self.saving = saving and folder is not None
         self.saved: list[Path] = []
         self.active = False  # between the first and the last iteration boundary (the main thread's)
@@ -130,7 +239,9 @@ class Checkpointer:
         try:
             if not already and (final or stop or self.due(iteration, start)):
                 assert self.folder is not None
-                self.saved.append(save(self.folder, iteration, self.names, fetch(), self.info))
+                meta = save(self.folder, iteration, self.names, fetch(), self.info, self.placement_text)
+                self.saved.append(meta)
+                prune(self.folder, self.keep, meta)
         finally:
             if stop or final:
                 self.active = False
@@ -158,31 +269,164 @@ def restore(session: Any, variables: Sequence[Any], values: dict[str, np.ndarray
                 feed_dict={v.initializer.inputs[1]: values[v.name] for v in variables})
 
 
-def make_checkpointer(state: Any, variables: Sequence[Any], digest: str) -> Checkpointer:
-    """The run's checkpointer: rank 0 saves when ``--checkpoint-every`` or ``--checkpoint-dir`` is given."""
+def graph_ops_digest(graph: Any) -> str:
+    """SHA-256 of the op names of a built TensorFlow graph, in creation order: what a resumed run compares
+    to tell whether the graph changed since its checkpoint (builds of one job name their ops alike)."""
+    return hashlib.sha256("\n".join(op.name for op in graph.get_operations()).encode("utf-8")).hexdigest()
+
+
+def make_checkpointer(state: Any, variables: Sequence[Any], digest: str, *, graph_digest: str | None = None,
+                      placement_text: str | None = None, micro_batches: int | None = None) -> Checkpointer:
+    """The run's checkpointer: rank 0 saves when ``--checkpoint-every`` or ``--checkpoint-dir`` is given.
+
+    A model-parallel run passes what a resumed run needs to rebuild the same replica without profiling
+    or placing: ``placement_text`` (the placement file, run order included), ``graph_digest``
+    (:func:`graph_ops_digest` of the graph it was computed for) and ``micro_batches`` (the M trained)."""
     settings, topology = state.settings, state.topology
     folder = settings.checkpoint_dir or state.directory / FOLDER
     saving = topology.is_root and (settings.checkpoint_every > 0 or settings.checkpoint_dir is not None)
     info = {"job": str(getattr(state.job, "name", "job")), "nodes": topology.size,
-            "batch_size": settings.batch_size, "placement_sha256": digest, "run_dir": str(state.directory)}
-    return Checkpointer(folder, settings.checkpoint_every, [v.name for v in variables], info, saving=saving)
+            "batch_size": settings.batch_size, "placement_sha256": digest, "run_dir": str(state.directory),
+            "shape": cluster_shape(state)}
+    if placement_text is not None:
+        info.update({"graph_ops_sha256": graph_digest, "micro_batches": micro_batches,
+                     "placement": {k: v for k, v in state.placement.items() if k != "apply"}})
+    return Checkpointer(folder, settings.checkpoint_every, [v.name for v in variables], info, saving=saving,
+                        keep=settings.keep_checkpoints, placement_text=placement_text)
 
 
-def resume_point(state: Any, digest: str) -> tuple[int, dict[str, np.ndarray], Path] | None:
-    """``--resume``: (the iteration to start at, the values, the checkpoint), checked against this run."""
-    settings, topology = state.settings, state.topology
+def cluster_shape(state: Any) -> dict[str, Any]:
+    """What a checkpoint's placement and data order depend on: nodes, devices per node and their kind, the
+    GPUs detected, the placer (``None``: data parallelism) and the batch per node."""
+    settings = state.settings
+    return {"nodes": state.topology.node_count, "ranks": state.topology.size,
+            "devices_per_node": settings.devices_per_node, "device_kind": state.devices.get("kind"),
+            "gpus": settings.gpus, "placer": state.variant.placer, "batch_size": settings.batch_size}
+
+
+def shape_change(path: Path, saved: dict[str, Any] | None, now: dict[str, Any]) -> str | None:
+    """One line saying how this run's cluster shape differs from the checkpoint's and what to do; ``None``
+    when it does not (or the checkpoint predates the record)."""
+    if not saved:
+        return None
+
+    def differs(key: str) -> bool:
+        return key in saved and saved[key] != now.get(key)
+
+    where = f"--resume {path}"
+    if differs("placer"):
+        return (f"{where}: saved by {saved['placer'] or 'data parallelism'}, this run is "
+                f"{now['placer'] or 'data parallelism'}; resume with the same placer (--placer "
+                f"{saved['placer']}) or --parallelism, or pass --replace to start this one from the saved weights")
+    if differs("devices_per_node") or differs("device_kind") or differs("gpus"):
+        before = f"{saved.get('devices_per_node')} {saved.get('gpus') or saved.get('device_kind')} device(s)"
+        after = f"{now.get('devices_per_node')} {now.get('gpus') or now.get('device_kind')} device(s)"
+        return (f"{where}: its placement spans {before} per node, this run has {after}; run on the same GPUs "
+                "(sbatch --gpus-per-node, --devices-per-node), or pass --replace to place the graph anew on these "
+                "with the saved weights")
+    if differs("nodes") or differs("ranks"):
+        return (f"{where}: saved by {saved.get('ranks')} rank(s) on {saved.get('nodes')} node(s), this run has "
+                f"{now.get('ranks')} on {now.get('nodes')}; resume on the same nodes (sbatch --nodes="
+                f"{saved.get('nodes')}), or pass --replace to go on from the saved weights with this shape (the "
+                "batches then differ from an uninterrupted run)")
+    if differs("batch_size"):
+        return (f"{where}: saved with batch {saved['batch_size']} per node, this run has {now['batch_size']}; "
+                f"resume with --batch-size {saved['batch_size']}, or pass --replace to go on with this batch")
+    return None
+
+
+def _checkpoint(state: Any) -> Path:
+    settings = state.settings
+    return find(str(settings.resume), settings.out, str(getattr(state.job, "name", "job")))
+
+
+def saved_placement(state: Any) -> tuple[Path, dict[str, Any], str] | None:
+    """``--resume`` of a model-parallel run (not ``--replace``): the checkpoint, its description and its
+    placement file's text, so the run rebuilds that replica without profiling or placing; ``None`` when
+    not resuming, with ``--replace``, or for a checkpoint that holds no placement (then the run places as
+    before and :func:`resume_point` checks the digest). Raises when the cluster shape changed."""
+    settings = state.settings
+    if settings.resume is None or settings.replace:
+        return None
+    path = _checkpoint(state)
+    meta = load_meta(path)
+    change = shape_change(path, meta.get("shape"), cluster_shape(state)) if meta.get("shape") else None
+    if change is not None:
+        raise LaunchError(change)
+    name = meta.get("placement_file")
+    if not isinstance(name, str) or not meta.get("graph_ops_sha256"):
+        return None
+    try:
+        text = (path.parent / name).read_text(encoding="utf-8")
+    except OSError as error:
+        raise LaunchError(f"--resume {path}: cannot read its placement {name} ({error.strerror or error}); "
+                          "pass --replace to place the graph anew with the saved weights") from None
+    if hashlib.sha256(text.encode("utf-8")).hexdigest() != meta.get("placement_sha256"):
+        raise LaunchError(f"--resume {path}: its placement file {name} does not match the checkpoint's digest (a "
+                          "damaged file); pass --replace to place the graph anew with the saved weights")
+    return path, meta, text
+
+
+def graph_change(path: Path, meta: dict[str, Any], graph: Any, variables: Sequence[Any],
+                 placement: dict[str, int]) -> str | None:
+    """One line naming what changed in the graph since the checkpoint (``None``: nothing)."""
+    if graph_ops_digest(graph) == meta.get("graph_ops_sha256"):
+        return None
+    names = {op.name for op in graph.get_operations()}
+    saved_vars, now_vars = list(meta.get("variables", [])), [v.name for v in variables]
+    missing = [name for name in placement if name not in names]
+    what = []
+    if saved_vars != now_vars:
+        gone = [v for v in saved_vars if v not in set(now_vars)]
+        new = [v for v in now_vars if v not in set(saved_vars)]
+        what.append(f"variables differ (saved only: {', '.join(gone[:3]) or '-'}; "
+                    f"now only: {', '.join(new[:3]) or '-'})")
+    if missing:
+        what.append(f"{len(missing)} placed op(s) are gone ({', '.join(missing[:3])})")
+    if not what:
+        what.append("its op names differ from the saved graph's")
+    return (f"--resume {path}: the graph changed since the checkpoint: {'; '.join(what)}; pass --replace to place "
+            "it anew and load the saved values by variable name")
+
+
+def parse_placement_text(text: str) -> tuple[dict[str, int], dict[str, int] | None]:
+    """A placement file's ``op device [position]`` lines as ``{op: device}`` and ``{op: position}`` (or
+    ``None`` without a run order)."""
+    placement: dict[str, int] = {}
+    order: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts or parts[0].startswith("#"):
+            continue
+        placement[parts[0]] = int(parts[1])
+        if len(parts) > 2:
+            order[parts[0]] = int(parts[2])
+    return placement, order or None
+
+
+def resume_point(state: Any, digest: str | None) -> tuple[int, dict[str, np.ndarray], Path] | None:
+    """``--resume``: (the iteration to start at, the values, the checkpoint), checked against this run.
+
+    ``digest`` is the placement (model parallelism) or graph digest (data parallelism) the checkpoint
+    must have; ``None`` skips that check: the run took the checkpoint's own placement, or ``--replace``
+    placed anew (then the values load by variable name and the shape may differ)."""
+    settings = state.settings
     if settings.resume is None:
         return None
-    path = find(settings.resume, settings.out, str(getattr(state.job, "name", "job")))
+    path = _checkpoint(state)
     meta, values = load(path)
-    if meta.get("placement_sha256") != digest:
-        raise LaunchError(f"--resume {path}: the checkpoint's placement {str(meta.get('placement_sha256'))[:12]} "
-                          f"differs from this run's {digest[:12]}; resume with the same job, settings and versions "
-                          "(profiled costs vary between runs: use --costs estimate for runs you resume)")
-    if meta.get("nodes") != topology.size or meta.get("batch_size") != settings.batch_size:
-        raise LaunchError(f"--resume {path}: saved with {meta.get('nodes')} node(s) and batch "
-                          f"{meta.get('batch_size')}, "
-                          f"this run has {topology.size} and {settings.batch_size}; resume with the same ones")
+    if not settings.replace:
+        change = shape_change(path, meta.get("shape"), cluster_shape(state)) if meta.get("shape") else None
+        if change is not None:
+            raise LaunchError(change)
+        if digest is not None and meta.get("placement_sha256") != digest:
+            raise LaunchError(f"--resume {path}: the checkpoint's placement {str(meta.get('placement_sha256'))[:12]} "
+                              f"differs from this run's {digest[:12]}; resume with the same job and settings, or "
+                              "pass --replace to place anew and load the saved values by variable name")
+        if meta.get("nodes") != state.topology.size or meta.get("batch_size") != settings.batch_size:
+            raise LaunchError(f"--resume {path}: saved with {meta.get('nodes')} node(s) and batch "
+                              f"{meta.get('batch_size')}, this run has {state.topology.size} and "
+                              f"{settings.batch_size}; resume with the same ones, or pass --replace")
     iteration = int(meta["iteration"])
     if iteration >= settings.iterations:
         raise LaunchError(f"--resume {path}: the checkpoint is at iteration {iteration}, at or past --iterations "

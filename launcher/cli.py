@@ -118,7 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoints.add_argument("--checkpoint-dir", metavar="DIR", help="checkpoint folder (default OUT/<run>/checkpoint)")
     checkpoints.add_argument("--resume", nargs="?", const="latest", metavar="DIR",
                              help="continue from the checkpoint in DIR (a checkpoint or run folder); alone: the "
-                                  "latest checkpoint of the same job under --out")
+                                  "latest checkpoint of the same job under --out. The saved placement and plan are "
+                                  "used (no profiling, no placing) unless the graph changed")
+    checkpoints.add_argument("--keep-checkpoints", type=int, metavar="N",
+                             help="keep the newest N checkpoints of the folder, deleting older ones once a newer one "
+                                  "is whole (default 3; 0 keeps all)")
+    checkpoints.add_argument("--replace", action="store_true", default=None,
+                             help="with --resume: place the graph anew (profile, place) and load the saved values by "
+                                  "variable name, for a graph or cluster that changed since the checkpoint")
     placement = parser.add_argument_group("placement")
     _option(placement, "devices_per_node", "devices per node: the first K GPUs, or K logical CPU devices without GPUs",
             metavar="K")

@@ -24,10 +24,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 from typing import Any
 
 from launcher.agreement import average_costs, check_agreement, placement_digest, together
-from launcher.checkpoint import make_checkpointer, resume_point
+from launcher.checkpoint import (
+    graph_change,
+    graph_ops_digest,
+    make_checkpointer,
+    parse_placement_text,
+    resume_point,
+    saved_placement,
+)
 from launcher.dataparallel import local_costs
 from launcher.errors import UNTRAINED, AgreedError, DoesNotFit, NotPlaced
 from launcher.failure import status_of
@@ -196,21 +204,70 @@ def _auto_micro_batches(state: RunState, runner: Runner, devices: Any, guard: St
 
 
 def run_model(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, Any]:
-    """Place the node's replica with ``state.variant.placer`` and train it (module docstring)."""
+    """Place the node's replica with ``state.variant.placer`` and train it (module docstring); a resumed
+    run takes its checkpoint's placement instead (:func:`_resumed`)."""
     settings, topology, collector = state.settings, state.topology, state.collector
     with collector.phase("import"):
         import tensorflow as tf
 
         import pardnn.tf as ptf
         from launcher.devices import node_devices
-        from pardnn.io import format_placement
         from pardnn.warmup import warm_up
     devices = node_devices(settings.devices_per_node, topology.node)
     state.devices = {"kind": devices.kind, "count": devices.count, "names": list(devices.names)}
     logger.info("%d node(s) × %d %s device(s); job %s, batch %d per node; placer %s", topology.size, devices.count,
                 devices.kind, getattr(state.job, "name", "?"), settings.batch_size, state.variant.label)
+    saved = together(topology, "reading the checkpoint", lambda: saved_placement(state))
+    if saved is not None:
+        placed = _resumed(state, runner, saved)
+    else:
+        placed = _placed_anew(state, runner, devices, guard, warm_up)
+    resume = together(topology, "resuming", lambda: resume_point(state, None if saved is not None or
+                                                                  settings.replace else placed.digest))
+
+    trained, hook = placed.trained, placed.hook
+    with collector.phase("apply"):
+        graph_digest = graph_ops_digest(trained.graph)  # before apply: the names a resumed build must have
+        hooked = hook.placement(trained.graph, placed.placement) if hook is not None else {}
+        wanted = {**placed.placement, **hooked}
+        # The hook's allreduces run on their variables' devices, not where the order put them: they stay
+        # out of the sequences (Horovod orders its collectives itself).
+        order = None if placed.order is None else {
+            name: position for name, position in placed.order.items() if name not in hooked}
+        applied = ptf.apply(trained.graph, wanted, devices.names, order=order)
+    if runner.costed is not None:
+        runner.costed.ordered = applied.ordered > 0
+    state.placement["apply"] = dataclasses.asdict(applied)
+    guard.check()
+
+    checkpointer = make_checkpointer(state, trained.variables, placed.digest, graph_digest=graph_digest,
+                                     placement_text=placed.text, micro_batches=placed.micro_batches)
+    digests = train(state, trained, placed.broadcast, devices, guard, tf, ptf, checkpointer=checkpointer,
+                    resume=resume)
+    return finish(state, digests)
+
+
+@dataclasses.dataclass
+class _Placed:
+    """The replica to train: its graph and hook, the placement (by op name) and its file's text."""
+
+    trained: Any
+    hook: Any
+    broadcast: Any
+    text: str
+    digest: str
+    placement: dict[str, int]
+    order: dict[str, int] | None
+    micro_batches: int
+
+
+def _placed_anew(state: RunState, runner: Runner, devices: Any, guard: StopGuard, warm_up: Any) -> _Placed:
+    """Build, cost and place the replica (every node the same), write the placement and the emulated step."""
+    from pardnn.io import format_placement
+
+    topology = state.topology
     costed, result = _costed_and_placed(state, runner, devices, guard, warm_up)
-    trained, hook, cost, machine = costed.trained, costed.hook, costed.cost, costed.machine
+    trained, cost, machine = costed.trained, costed.cost, costed.machine
     _count_samples(state, trained)  # the chosen M's (the same for every M: the node's batch)
     # The placement file's bytes, as pardnn.io.write_placement writes them: the run order, if any, is in
     # them, so the nodes' digests agree on it too.
@@ -218,7 +275,6 @@ def run_model(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, An
     digest = placement_digest(text)
     check_agreement(topology.nodes, topology.allgather(digest), "placements",
                     "the placers are deterministic for identical inputs, so check that the nodes run the same versions")
-    placement = dict(zip(cost.names, result.placement.tolist(), strict=True))
     evaluation = result.report.evaluation
     state.placement = {"sha256": digest, "placer": state.variant.label, "ops": cost.n, "machine": machine.describe(),
                        "file": PLACEMENT_FILE, "memory_heuristic": costed.heuristic or "none",
@@ -234,22 +290,35 @@ def run_model(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, An
         check_fits(state.variant.label, evaluation.peak_memory_bytes, evaluation.limit_bytes, machine)
     except DoesNotFit as error:
         end_untrained(state, error)
-    resume = together(topology, "resuming", lambda: resume_point(state, digest))
+    micro = state.settings.micro_batches
+    chosen = int(state.micro_batches["chosen"]) if micro == AUTO and state.micro_batches else int(micro)
+    order = None if result.order is None else dict(zip(cost.names, result.order.tolist(), strict=True))
+    return _Placed(trained, costed.hook, costed.broadcast, text, digest,
+                   dict(zip(cost.names, result.placement.tolist(), strict=True)), order, chosen)
 
-    with collector.phase("apply"):
-        hooked = hook.placement(trained.graph, placement) if hook is not None else {}
-        wanted = {**placement, **hooked}
-        # The hook's allreduces run on their variables' devices, not where the order put them: they stay
-        # out of the sequences (Horovod orders its collectives itself).
-        order = None if result.order is None else {
-            name: position for name, position in zip(cost.names, result.order.tolist(), strict=True)
-            if name not in hooked}
-        applied = ptf.apply(trained.graph, wanted, devices.names, order=order)
-    costed.ordered = applied.ordered > 0
-    state.placement["apply"] = dataclasses.asdict(applied)
-    guard.check()
 
-    checkpointer = make_checkpointer(state, trained.variables, digest)
-    digests = train(state, trained, costed.broadcast, devices, guard, tf, ptf, checkpointer=checkpointer,
-                    resume=resume)
-    return finish(state, digests)
+def _resumed(state: RunState, runner: Runner, saved: tuple[Path, dict[str, Any], str]) -> _Placed:
+    """The checkpoint's replica: the graph of its M built (with the hook), checked to be the saved graph,
+    and its placement; no profiling, no placing (:mod:`launcher.checkpoint`)."""
+    path, meta, text = saved
+    topology = state.topology
+    micro = int(meta.get("micro_batches") or 1)
+    with state.collector.phase("build"):
+        trained, hook, broadcast = _build(state, runner, micro)
+    _count_samples(state, trained)
+    placement, order = parse_placement_text(text)
+    change = together(topology, "checking the graph",
+                      lambda: graph_change(path, meta, trained.graph, trained.variables, placement))
+    if change is not None:
+        raise AgreedError(change)
+    digest = str(meta["placement_sha256"])
+    check_agreement(topology.nodes, topology.allgather(digest), "placements",
+                    "every node read the same checkpoint, so check that they see the same files")
+    state.placement = {**meta.get("placement", {}), "sha256": digest, "resumed_from": str(path)}
+    if state.settings.micro_batches == AUTO:
+        state.micro_batches = {"mode": AUTO, "chosen": micro, "why": f"resumed from {path.name}"}
+    if topology.is_root:
+        write_text(state.directory / PLACEMENT_FILE, text)
+    logger.info("resuming %s: the saved placement %s (%d ops, M = %d), no profiling or placing", path, digest[:12],
+                len(placement), micro)
+    return _Placed(trained, hook, broadcast, text, digest, placement, order, micro)

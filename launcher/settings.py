@@ -36,8 +36,10 @@ SCHEMA: dict[str, Param] = {"batch_size": TRAIN["batch_size"], "micro_batches": 
 # Settings of the launcher only (command line or keyword arguments).
 LAUNCHER_DEFAULTS: dict[str, Any] = {"out": Path("runs"), "progress": True}
 # Checkpoints (launcher.checkpoint): every N iterations (0: none periodic), the folder (default
-# OUT/<run>/checkpoint), and a checkpoint (folder or "latest") to resume from.
-LAUNCHER_DEFAULTS.update({"checkpoint_every": 0, "checkpoint_dir": None, "resume": None})
+# OUT/<run>/checkpoint), and a checkpoint (folder or "latest") to resume from; how many checkpoints a
+# folder keeps (0: all); --replace: place a resumed graph anew instead of taking the saved placement.
+LAUNCHER_DEFAULTS.update({"checkpoint_every": 0, "checkpoint_dir": None, "resume": None, "keep_checkpoints": 3,
+                          "replace": False})
 # What runs (launcher.variants): model or data parallelism, gradient checkpointing, placers side by side.
 LAUNCHER_DEFAULTS.update({"parallelism": "model", "recompute": False, "compare": None})
 # How gradients are averaged across ranks (launcher.dataparallel): auto, horovod or mpi4py.
@@ -69,6 +71,8 @@ class Settings:
     checkpoint_every: int = 0
     checkpoint_dir: Path | None = None
     resume: str | None = None
+    keep_checkpoints: int = 3
+    replace: bool = False
     run_order: bool = True
     micro_batches: int | str = 1  # the batch split into M micro-batches per step (jobs.microbatch), or "auto"
     placer: str = "pardnn"
@@ -164,10 +168,15 @@ def resolve(job: Any, overrides: dict[str, Any] | None = None) -> Settings:
 
 
 def _checkpoint_settings(values: dict[str, Any]) -> dict[str, Any]:
-    """``checkpoint_every`` (a whole number >= 0), ``checkpoint_dir`` (a path), ``resume`` (text), checked."""
-    every = values["checkpoint_every"]
+    """``checkpoint_every``, ``keep_checkpoints`` (whole numbers >= 0), ``checkpoint_dir`` (a path), ``resume``
+    (text), ``replace`` (a flag), checked."""
+    every, keep = values["checkpoint_every"], values["keep_checkpoints"]
     if isinstance(every, bool) or not isinstance(every, int) or every < 0:
         raise LaunchError(f"checkpoint_every: {every!r}: expected a whole number >= 0 (0: no periodic checkpoint)")
-    folder, resume = values["checkpoint_dir"], values["resume"]
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+        raise LaunchError(f"keep_checkpoints: {keep!r}: expected a whole number >= 0 (0: keep every checkpoint)")
+    folder, resume, replace = values["checkpoint_dir"], values["resume"], bool(values["replace"])
+    if replace and resume is None:
+        raise LaunchError("--replace places a resumed run's graph anew: it needs --resume")
     return {"checkpoint_every": every, "checkpoint_dir": None if folder is None else Path(folder),
-            "resume": None if resume is None else str(resume)}
+            "resume": None if resume is None else str(resume), "keep_checkpoints": keep, "replace": replace}

@@ -43,7 +43,7 @@ def test_resume_finds_a_folder_a_run_or_the_latest_checkpoint_of_the_job(tmp_pat
 
 
 def _state(tmp_path, resume, *, iterations=20, nodes=2):
-    settings = SimpleNamespace(resume=resume, out=tmp_path, iterations=iterations, batch_size=16)
+    settings = SimpleNamespace(resume=resume, out=tmp_path, iterations=iterations, batch_size=16, replace=False)
     return SimpleNamespace(settings=settings, topology=SimpleNamespace(size=nodes), job=SimpleNamespace(name="tiny"))
 
 

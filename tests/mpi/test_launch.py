@@ -325,8 +325,11 @@ def test_a_run_stopped_by_a_time_limit_resumes_with_the_same_losses(tmp_path):
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "time_limit"
     saved = sorted((run_dir / "checkpoint").glob("ckpt-*.json"))
     assert saved and not list((run_dir / "checkpoint").glob("*.tmp")), stderr
-    point = json.loads(saved[-1].read_text())["iteration"]
-    assert point >= 10 and json.loads(saved[0].read_text())["iteration"] == 5
+    iterations = [json.loads(path.read_text())["iteration"] for path in saved]
+    point = iterations[-1]
+    # --keep-checkpoints 3 (the default): the newest three, every 5 iterations but the stop's
+    assert point >= 10 and len(saved) == 3 and iterations[:2] == [iterations[1] - 5, iterations[1]]
+    assert all(i % 5 == 0 for i in iterations[:2]) and iterations[1] < point <= iterations[1] + 5
     last = max(_losses(run_dir))
     assert point in (last + 1, (last + 1) // 5 * 5), (point, last)  # at the stop, else the last multiple of 5
 
