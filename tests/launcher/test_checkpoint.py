@@ -136,3 +136,137 @@ def test_a_resumed_collector_measures_the_window_by_iteration(tmp_path):
     assert collector.progress()[1] == 20
     assert collector.node_summary((5, 15), 8, None)["throughput"]["complete"] is False
     json.dumps(figures)
+
+
+# ------------------------------------------------------------------ keeping, durability, damage, shapes
+
+
+def test_ten_saves_keep_the_newest_three_and_the_placement_they_name(tmp_path):
+    from launcher.checkpoint import PLAN
+
+    saver = Checkpointer(tmp_path, 1, NAMES, INFO, saving=True, keep=3, placement_text="a 0\nb 1\n")
+    for index in range(1, 11):
+        saver.boundary(index, 0, lambda: VALUES)
+    metas = sorted(p.name for p in tmp_path.glob("ckpt-*.json"))
+    assert metas == ["ckpt-00000008.json", "ckpt-00000009.json", "ckpt-00000010.json"]
+    assert sorted(p.name for p in tmp_path.glob("ckpt-*.npz")) == [m.replace(".json", ".npz") for m in metas]
+    [plan] = tmp_path.glob(PLAN.format(sha="*"))
+    assert json.loads((tmp_path / metas[0]).read_text())["placement_file"] == plan.name
+    assert plan.read_text() == "a 0\nb 1\n"
+    everything = Checkpointer(tmp_path / "all", 1, NAMES, INFO, saving=True, keep=0)
+    for index in range(1, 6):
+        everything.boundary(index, 0, lambda: VALUES)
+    assert len(list((tmp_path / "all").glob("ckpt-*.json"))) == 5  # 0 keeps all
+
+
+def test_pruning_spares_the_one_just_written_and_placements_still_named(tmp_path):
+    from launcher.checkpoint import prune
+
+    older = save(tmp_path, 30, NAMES, VALUES, INFO, "x 0\n")  # a checkpoint a run resumed from
+    newer = save(tmp_path, 35, NAMES, VALUES, INFO, "x 1\n")
+    older_plan = tmp_path / json.loads(older.read_text())["placement_file"]
+    assert prune(tmp_path, 1, newer) == [older, tmp_path / "ckpt-00000030.npz", older_plan]
+    assert not older.exists() and newer.exists()
+    assert [p.read_text() for p in tmp_path.glob("placement-*.txt")] == ["x 1\n"]
+    assert prune(tmp_path, 1, newer) == []
+
+
+def test_every_file_is_fsynced_before_its_rename_and_the_folder_after(tmp_path, monkeypatch):
+    import os
+
+    from launcher import checkpoint
+
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append("fsync-dir" if os.path.isdir(f"/proc/self/fd/{fd}") else "fsync-file")
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(f"rename {Path(dst).suffix}")
+        real_replace(src, dst)
+
+    from pathlib import Path
+
+    monkeypatch.setattr(checkpoint.os, "fsync", fsync)
+    monkeypatch.setattr(checkpoint.os, "replace", replace)
+    import launcher.files
+
+    monkeypatch.setattr(launcher.files.os, "fsync", fsync)
+    monkeypatch.setattr(launcher.files.os, "replace", replace)
+    save(tmp_path, 5, NAMES, VALUES, INFO, "a 0\n")
+    assert events == ["fsync-file", "rename .npz", "fsync-file", "rename .txt", "fsync-dir",
+                      "fsync-file", "rename .json", "fsync-dir"]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty"])
+def test_a_damaged_values_file_is_refused_in_one_line(tmp_path, damage):
+    meta = save(tmp_path, 10, NAMES, VALUES, INFO)
+    data = tmp_path / "ckpt-00000010.npz"
+    data.write_bytes(data.read_bytes()[: 40] if damage == "truncated" else b"")
+    with pytest.raises(LaunchError) as caught:
+        load(meta)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"--resume {meta}: cannot read its values ckpt-00000010.npz")
+    assert "resume from an older checkpoint" in message
+
+
+def test_a_changed_cluster_shape_says_what_differs_and_what_to_do(tmp_path):
+    from launcher.checkpoint import shape_change
+
+    saved = {"nodes": 4, "ranks": 4, "devices_per_node": 8, "device_kind": "gpu", "gpus": "8 × NVIDIA A100-SXM4-80GB",
+             "placer": "pardnn", "batch_size": 64}
+    path = tmp_path / "ckpt-00000100.json"
+    assert shape_change(path, saved, dict(saved)) is None
+    assert shape_change(path, None, saved) is None  # an older checkpoint without the record
+    cases = [
+        ({"nodes": 2, "ranks": 2}, "saved by 4 rank(s) on 4 node(s), this run has 2 on 2; resume on the same nodes "
+                                   "(sbatch --nodes=4), or pass --replace"),
+        ({"devices_per_node": 4, "gpus": "4 × NVIDIA H100 80GB HBM3"},
+         "its placement spans 8 8 × NVIDIA A100-SXM4-80GB device(s) per node, this run has 4 4 × NVIDIA H100 80GB "
+         "HBM3 device(s); run on the same GPUs"),
+        ({"placer": "metis"}, "saved by pardnn, this run is metis; resume with the same placer (--placer pardnn)"),
+        ({"batch_size": 32}, "saved with batch 64 per node, this run has 32; resume with --batch-size 64"),
+    ]
+    for change, words in cases:
+        line = shape_change(path, saved, {**saved, **change})
+        assert line is not None and "\n" not in line and line.startswith(f"--resume {path}: ") and words in line, line
+
+
+def test_a_placement_file_reads_back_with_its_order():
+    from launcher.checkpoint import parse_placement_text
+
+    assert parse_placement_text("a 0 1\nb 1 0\n") == ({"a": 0, "b": 1}, {"a": 1, "b": 0})
+    assert parse_placement_text("# comment\na 0\n\nb 1\n") == ({"a": 0, "b": 1}, None)
+
+
+@pytest.mark.tf
+def test_a_graph_that_changed_is_named_in_one_line(tmp_path):
+    tf = pytest.importorskip("tensorflow")
+    from launcher.checkpoint import graph_change, graph_ops_digest
+
+    def graph(width):
+        g = tf.Graph()
+        with g.as_default():
+            x = tf.compat.v1.placeholder(tf.float32, (2, 3), name="x")
+            w = tf.compat.v1.get_variable("w", (3, width))
+            tf.matmul(x, w, name="y")
+        return g, [w]
+
+    built, variables = graph(2)
+    meta = {"graph_ops_sha256": graph_ops_digest(built), "variables": [v.name for v in variables]}
+    placement = {"x": 0, "y": 1}
+    again, same = graph(2)
+    assert graph_change(tmp_path, meta, again, same, placement) is None  # another build of the same graph
+    wider, _ = graph(4)
+    with wider.as_default():
+        tf.identity(wider.get_tensor_by_name("y:0"), name="z")
+    assert graph_change(tmp_path, meta, wider, same, placement) == (
+        f"--resume {tmp_path}: the graph changed since the checkpoint: its op names differ from the saved graph's; "
+        "pass --replace to place it anew and load the saved values by variable name")
+    other, other_vars = graph(2)
+    with other.as_default():
+        v = tf.compat.v1.get_variable("v", (1,))
+    line = graph_change(tmp_path, {**meta, "variables": ["w:0"]}, other, [*other_vars, v], {**placement, "gone": 0})
+    assert "variables differ (saved only: -; now only: v:0)" in line and "1 placed op(s) are gone (gone)" in line

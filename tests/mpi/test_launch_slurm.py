@@ -69,12 +69,14 @@ def _environment(slurm_conf: Path) -> dict[str, str]:
            "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
 
 
-def _submit(script: str, env: dict[str, str], log: Path, cwd: Path, *options: str) -> str:
-    """Submit ``script`` for word-rnn-tiny on 2 devices per node with ``options``; the job id.
+def _submit(script: str, env: dict[str, str], log: Path, cwd: Path, *options: str,
+            sbatch: tuple[str, ...] = ()) -> str:
+    """Submit ``script`` for word-rnn-tiny on 2 devices per node with ``options`` (``sbatch``: options of
+    sbatch's own); the job id.
 
     This node has 2 tasks' worth of CPUs and no GPUs: the script's GPU and core request is overridden."""
     submit = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=0", "--cpus-per-task=1",
-              "--time=00:05:00", f"--output={log}", str(SLURM / script),
+              "--time=00:05:00", f"--output={log}", "--open-mode=append", *sbatch, str(SLURM / script),
               "word-rnn-tiny", *options, "--devices-per-node", "2", "--no-progress"]
     done = subprocess.run(submit, env=env, cwd=cwd, capture_output=True, text=True, check=True)
     return done.stdout.strip().split(";")[0]
@@ -130,3 +132,43 @@ def test_the_time_limit_signal_reaches_every_rank_and_the_job_exits_143(slurm_co
     assert summary["status"] == "time_limit" and [n["rank"] for n in summary["per_node"]] == [0, 1]
     [row] = list(csv.DictReader((out / "results.csv").read_text().splitlines()))
     assert row["status"] == "time_limit"
+
+
+def test_a_requeued_job_resumes_from_its_newest_checkpoint(slurm_conf, tmp_path):
+    """sbatch --requeue, then scontrol requeue once the job has saved a checkpoint: Slurm kills it and
+    starts it again with SLURM_RESTART_COUNT=1; the batch script adds --resume to the same command line,
+    and the second run goes on from the first one's newest checkpoint with its placement, to the end."""
+    _require_stack()
+    out = tmp_path / "runs"
+    env = _environment(slurm_conf)
+    log = tmp_path / "slurm.out"
+    job_id = _submit("pardnn.sbatch", env, log, tmp_path, "--iterations", "3000", "--window", "2900:2950",
+                     "--checkpoint-every", "5", "--out", str(out), sbatch=("--requeue",))
+    deadline = time.monotonic() + 150
+    while not list(out.glob("*/checkpoint/ckpt-*.json")):
+        assert time.monotonic() < deadline, log.read_text() if log.exists() else "(no output)"
+        time.sleep(0.2)
+    subprocess.run(["scontrol", "requeue", job_id], env=env, check=True, capture_output=True)
+    deadline = time.monotonic() + 240
+    while True:  # requeued: pending again, then running, then done
+        shown = subprocess.run(["scontrol", "show", "job", "-o", job_id], env=env, capture_output=True,
+                               text=True).stdout
+        restarts = re.search(r"Restarts=(\d+)", shown)
+        if restarts and int(restarts.group(1)) >= 1:
+            break
+        assert time.monotonic() < deadline, shown
+        time.sleep(0.5)
+    # Slurm holds a requeued job back for a while (its begin time): start it now.
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, capture_output=True)
+    state, exit_code = _wait(job_id, env, timeout=300)
+    output = log.read_text() if log.exists() else "(no output)"
+    assert (state, exit_code) == ("COMPLETED", "0:0"), output
+    assert "pardnn.sbatch: restart 1 of Slurm job" in output, output
+    runs = sorted(p for p in out.iterdir() if p.is_dir())
+    assert len(runs) == 2, runs
+    first, second = runs
+    summary = json.loads((second / "summary.json").read_text())
+    assert summary["status"] == "complete", output
+    assert summary["placement"]["resumed_from"].startswith(str(first / "checkpoint"))
+    assert "profile" not in summary["per_node"][0]["phases_seconds"]
+    assert summary["slurm"]["SLURM_JOB_ID"] == job_id
