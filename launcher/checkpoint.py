@@ -60,7 +60,7 @@ PLAN = "placement-{sha}.txt"  # the placement a checkpoint's graph was trained w
 STOP_WAIT_SECONDS = 10.0  # how long a stop signal waits for rank 0 to save at the next iteration boundary
 
 
-def _write_durably(path: Path, write: Callable[[BinaryIO], None]) -> None:
+def _write_durably(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Write ``path`` under a temporary name, flush and fsync it, then rename it into place."""
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

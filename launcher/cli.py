@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     variants.add_argument("--allreduce", choices=ALLREDUCE_CHOICES,
                           help="how ranks average gradients: horovod (hvd.allreduce per gradient on its variable's "
                                "device, overlapping the backward pass), mpi4py (one fused host-side MPI_Allreduce per "
-                               "step; for TensorFlow >= 2.18, where Horovod does not build), or auto (default: "
+                               "step; for TensorFlow >= 2.16, where Horovod 0.28.1 does not build), or auto (default: "
                                "horovod where horovod.tensorflow imports with MPI, else mpi4py)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log more (every rank)")
     hosts.add_options(parser)

@@ -11,7 +11,7 @@ with MPI built in, else mpi4py). The log and ``summary.json`` (``allreduce``) na
   on the device ParDNN gave its variable (``device_dense``, ``device_sparse``), so an allreduce
   starts as soon as its gradient is ready and overlaps the rest of the backward pass; Horovod's
   background loop orders the collectives across ranks and fuses small tensors.
-- **mpi4py** (:class:`Mpi4pyBackend`; TensorFlow 2.18 and later, where Horovod does not build).
+- **mpi4py** (:class:`Mpi4pyBackend`; TensorFlow 2.16 and later, where Horovod 0.28.1 does not build).
   :class:`FusedAverager` averages every gradient of the step in **one** graph op, a
   ``tf.numpy_function`` on the host: it packs the gradients into one buffer per dtype, makes one
   ``MPI_Allreduce`` (sum) on a communicator of its own (``Dup`` of the ranks' one, so no other

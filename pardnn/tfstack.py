@@ -5,7 +5,7 @@ pardnn supports two stacks (README "Setting up"):
 - **pinned**: TensorFlow 2.15.1, whose ``tf.keras`` is Keras 2 (the ``keras`` 2.15 package), with
   Horovod 0.28.1 built against it;
 - **latest**: TensorFlow 2.21 with the ``tf-keras`` package (Keras 2 for TensorFlow 2.16 and later),
-  gradients averaged through mpi4py, since Horovod does not build against TensorFlow 2.18 or later.
+  gradients averaged through mpi4py, since Horovod 0.28.1 does not build against TensorFlow 2.16 or later.
 
 From TensorFlow 2.16 on, ``tf.keras`` is Keras 3 unless ``TF_USE_LEGACY_KERAS`` is set when
 ``tf.keras`` is first used; Keras 3 has no ``tf.compat.v1`` graph mode, which pardnn's capture,
