@@ -38,12 +38,13 @@ def quiet() -> None:
             import tensorflow  # noqa: F401
         except ImportError:
             pass
-        finally:
+        finally:  # whatever the import raised, its lines go back to stderr (a traceback after them)
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
-        caught.seek(0)
-        text = caught.read().decode("utf-8", errors="replace")
-    kept = "".join(line for line in text.splitlines(keepends=True) if not _INFO.match(line))
-    if kept:
-        sys.stderr.write(kept)
+            caught.seek(0)
+            text = caught.read().decode("utf-8", errors="replace")
+            kept = "".join(line for line in text.splitlines(keepends=True) if not _INFO.match(line))
+            if kept:
+                sys.stderr.write(kept)
+                sys.stderr.flush()

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import threading
@@ -53,10 +54,13 @@ __all__ = ["FOLDER", "FORMAT", "Checkpointer", "find", "graph_change", "graph_op
            "make_checkpointer", "parse_placement_text", "prune", "restore", "resume_point", "save", "saved_placement",
            "shape_change"]
 
+logger = logging.getLogger("launcher")
+
 FORMAT = "pardnn-launch-checkpoint"
 FOLDER = "checkpoint"
 NAME = "ckpt-{iteration:08d}"
 PLAN = "placement-{sha}.txt"  # the placement a checkpoint's graph was trained with, by digest
+AUTO = "auto"  # --resume auto: the newest checkpoint if there is one, else from the beginning
 STOP_WAIT_SECONDS = 10.0  # how long a stop signal waits for rank 0 to save at the next iteration boundary
 
 
@@ -139,21 +143,28 @@ def _iteration(meta_path: Path) -> int:
 
 
 def prune(folder: Path, keep: int, newest: Path) -> list[Path]:
-    """Delete all but the ``keep`` newest checkpoints of ``folder`` (by iteration, then time), never
-    ``newest`` (the one just written, whole); the ``.json`` first, so a checkpoint being deleted never
-    looks whole, then its values, then placement files no checkpoint left names. The files deleted."""
+    """Delete all but the ``keep`` newest checkpoints of ``newest``'s job in ``folder`` (by iteration,
+    then time), never ``newest`` (the one just written, whole); the ``.json`` first, so a checkpoint
+    being deleted never looks whole, then its values, then placement files no checkpoint left names.
+    Other jobs' checkpoints in a shared ``--checkpoint-dir`` are left alone. The files deleted."""
     if keep <= 0:
         return []
-    metas = sorted(folder.glob("ckpt-*.json"), key=lambda p: (_iteration(p), p.stat().st_mtime, p.name))
-    kept = set(metas[-keep:]) | {newest}
+    job = json.loads(newest.read_text(encoding="utf-8")).get("job")
+    ours: list[tuple[int, float, str, Path, Any]] = []
+    for meta in folder.glob("ckpt-*.json"):
+        try:
+            described = json.loads(meta.read_text(encoding="utf-8"))
+            when = meta.stat().st_mtime
+        except (OSError, ValueError):
+            continue  # being written or deleted by someone else, or not ours to judge
+        if isinstance(described, dict) and described.get("job") == job:
+            ours.append((_iteration(meta), when, meta.name, meta, described.get("data")))
+    ours.sort(key=lambda item: item[:3])
+    kept = {item[3] for item in ours[-keep:]} | {newest}
     removed: list[Path] = []
-    for meta in metas:
+    for _, _, _, meta, data in ours:
         if meta in kept:
             continue
-        try:
-            data = json.loads(meta.read_text(encoding="utf-8")).get("data")
-        except (OSError, ValueError):
-            data = None
         meta.unlink(missing_ok=True)
         removed.append(meta)
         if isinstance(data, str) and data.startswith("ckpt-"):
@@ -178,21 +189,32 @@ def _newest(paths: Sequence[Path]) -> Path | None:
     return max(paths, key=lambda p: (p.stat().st_mtime, p.name), default=None)
 
 
-def find(resume: str, out: Path, job: str) -> Path:
+def find(resume: str, out: Path, job: str, *, folder: Path | None = None,
+         slurm_job: str | None = None) -> Path | None:
     """The ``.json`` of the checkpoint ``resume`` names: a ``.json``, a checkpoint or run folder (its
-    newest checkpoint), or ``"latest"``: the newest checkpoint of ``job`` under ``out``."""
-    if resume == "latest":
-        found = []
-        for path in out.glob(f"*/{FOLDER}/ckpt-*.json"):
+    newest checkpoint), ``"latest"``: the newest checkpoint of ``job`` under ``out`` (and in ``folder``,
+    the ``--checkpoint-dir``), those of the Slurm job ``slurm_job`` first; or ``"auto"`` (what the batch
+    scripts pass on a requeue): as ``latest``, but within a Slurm job only its own checkpoints, and
+    ``None`` when there is none (the run starts from the beginning)."""
+    if resume in ("latest", AUTO):
+        found: list[tuple[Path, dict[str, Any]]] = []
+        paths = list(out.glob(f"*/{FOLDER}/ckpt-*.json")) + (list(folder.glob("ckpt-*.json")) if folder else [])
+        for path in dict.fromkeys(p.resolve() for p in paths):
             try:
-                if json.loads(path.read_text(encoding="utf-8")).get("job") == job:
-                    found.append(path)
+                meta = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue
-        newest = _newest(found)
+            if isinstance(meta, dict) and meta.get("job") == job:
+                found.append((path, meta))
+        mine = [path for path, meta in found if slurm_job and str(meta.get("slurm_job_id")) == slurm_job]
+        pool = mine if mine or (resume == AUTO and slurm_job) else [path for path, _ in found]
+        newest = _newest(pool)
+        if newest is None and resume == AUTO:
+            return None
         if newest is None:
-            raise LaunchError(f"--resume: no checkpoint of job {job} under {out}; pass --resume DIR "
-                              "(a run's checkpoint folder)")
+            where = f"{out}" + (f" or {folder}" if folder else "")
+            raise LaunchError(f"--resume: no checkpoint of job {job} under {where}; pass --resume DIR "
+                              "(a run's checkpoint folder), or --resume auto to start anew when there is none")
         return newest
     path = Path(resume)
     if path.is_file():
@@ -241,7 +263,11 @@ class Checkpointer:
                 assert self.folder is not None
                 meta = save(self.folder, iteration, self.names, fetch(), self.info, self.placement_text)
                 self.saved.append(meta)
-                prune(self.folder, self.keep, meta)
+                try:
+                    prune(self.folder, self.keep, meta)
+                except OSError as error:  # the new checkpoint is whole; an old one left behind only takes disk
+                    logger.warning("--keep-checkpoints %d: could not delete an older checkpoint in %s (%s)",
+                                   self.keep, self.folder, error)
         finally:
             if stop or final:
                 self.active = False
@@ -287,7 +313,7 @@ def make_checkpointer(state: Any, variables: Sequence[Any], digest: str, *, grap
     saving = topology.is_root and (settings.checkpoint_every > 0 or settings.checkpoint_dir is not None)
     info = {"job": str(getattr(state.job, "name", "job")), "nodes": topology.size,
             "batch_size": settings.batch_size, "placement_sha256": digest, "run_dir": str(state.directory),
-            "shape": cluster_shape(state)}
+            "shape": cluster_shape(state), "slurm_job_id": os.environ.get("SLURM_JOB_ID")}
     if placement_text is not None:
         info.update({"graph_ops_sha256": graph_digest, "micro_batches": micro_batches,
                      "placement": {k: v for k, v in state.placement.items() if k != "apply"}})
@@ -335,9 +361,31 @@ def shape_change(path: Path, saved: dict[str, Any] | None, now: dict[str, Any]) 
     return None
 
 
-def _checkpoint(state: Any) -> Path:
+def locate(state: Any) -> None:
+    """``--resume``: the checkpoint every rank resumes from, chosen once by rank 0 and sent to the others
+    (collective), kept in ``state.resume_from`` (``None`` with ``--resume auto`` and no checkpoint)."""
+    from launcher.agreement import together
+
+    settings, topology = state.settings, state.topology
+    if settings.resume is None:
+        return
+    job = str(getattr(state.job, "name", "job"))
+    found = together(topology, "finding the checkpoint", lambda: find(
+        str(settings.resume), settings.out, job, folder=settings.checkpoint_dir,
+        slurm_job=os.environ.get("SLURM_JOB_ID")) if topology.is_root else None)
+    chosen = topology.bcast(None if found is None else str(found))
+    state.resume_from, state.resume_located = (None if chosen is None else Path(chosen)), True
+    if chosen is None and topology.is_root:
+        logger.info("--resume %s: no checkpoint of job %s yet: starting from the beginning", settings.resume, job)
+
+
+def _checkpoint(state: Any) -> Path | None:
+    """The checkpoint :func:`locate` chose (or, called alone, the one ``--resume`` names on this rank)."""
+    if getattr(state, "resume_located", False):
+        return state.resume_from
     settings = state.settings
-    return find(str(settings.resume), settings.out, str(getattr(state.job, "name", "job")))
+    return find(str(settings.resume), settings.out, str(getattr(state.job, "name", "job")),
+                folder=getattr(settings, "checkpoint_dir", None), slurm_job=os.environ.get("SLURM_JOB_ID"))
 
 
 def saved_placement(state: Any) -> tuple[Path, dict[str, Any], str] | None:
@@ -349,6 +397,8 @@ def saved_placement(state: Any) -> tuple[Path, dict[str, Any], str] | None:
     if settings.resume is None or settings.replace:
         return None
     path = _checkpoint(state)
+    if path is None:
+        return None
     meta = load_meta(path)
     change = shape_change(path, meta.get("shape"), cluster_shape(state)) if meta.get("shape") else None
     if change is not None:
@@ -356,6 +406,10 @@ def saved_placement(state: Any) -> tuple[Path, dict[str, Any], str] | None:
     name = meta.get("placement_file")
     if not isinstance(name, str) or not meta.get("graph_ops_sha256"):
         return None
+    asked, saved_m = settings.micro_batches, meta.get("micro_batches")
+    if isinstance(asked, int) and saved_m is not None and asked != saved_m:
+        raise LaunchError(f"--resume {path}: saved with {saved_m} micro-batches, this run asks for {asked}; resume "
+                          f"with --micro-batches {saved_m} (or auto), or pass --replace to place {asked} anew")
     try:
         text = (path.parent / name).read_text(encoding="utf-8")
     except OSError as error:
@@ -376,11 +430,12 @@ def graph_change(path: Path, meta: dict[str, Any], graph: Any, variables: Sequen
     saved_vars, now_vars = list(meta.get("variables", [])), [v.name for v in variables]
     missing = [name for name in placement if name not in names]
     what = []
-    if saved_vars != now_vars:
+    if sorted(saved_vars) != sorted(now_vars):
         gone = [v for v in saved_vars if v not in set(now_vars)]
         new = [v for v in now_vars if v not in set(saved_vars)]
-        what.append(f"variables differ (saved only: {', '.join(gone[:3]) or '-'}; "
-                    f"now only: {', '.join(new[:3]) or '-'})")
+        return (f"--resume {path}: the checkpoint's values belong to another model: its variables differ (saved "
+                f"only: {', '.join(gone[:3]) or '-'}; now only: {', '.join(new[:3]) or '-'}); resume with the model "
+                "it was saved with, or start a new run without --resume")
     if missing:
         what.append(f"{len(missing)} placed op(s) are gone ({', '.join(missing[:3])})")
     if not what:
@@ -414,6 +469,8 @@ def resume_point(state: Any, digest: str | None) -> tuple[int, dict[str, np.ndar
     if settings.resume is None:
         return None
     path = _checkpoint(state)
+    if path is None:
+        return None  # --resume auto without a checkpoint: from the beginning
     meta, values = load(path)
     if not settings.replace:
         change = shape_change(path, meta.get("shape"), cluster_shape(state)) if meta.get("shape") else None

@@ -118,8 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoints.add_argument("--checkpoint-dir", metavar="DIR", help="checkpoint folder (default OUT/<run>/checkpoint)")
     checkpoints.add_argument("--resume", nargs="?", const="latest", metavar="DIR",
                              help="continue from the checkpoint in DIR (a checkpoint or run folder); alone: the "
-                                  "latest checkpoint of the same job under --out. The saved placement and plan are "
-                                  "used (no profiling, no placing) unless the graph changed")
+                                  "newest checkpoint of the same job under --out or --checkpoint-dir; 'auto': that, "
+                                  "or from the beginning when there is none. The saved placement and M are used (no "
+                                  "profiling, no placing)")
     checkpoints.add_argument("--keep-checkpoints", type=int, metavar="N",
                              help="keep the newest N checkpoints of the folder, deleting older ones once a newer one "
                                   "is whole (default 3; 0 keeps all)")

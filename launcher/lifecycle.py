@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher import console
-from launcher.agreement import together
+from launcher.agreement import check_agreement, together
 from launcher.collector import Collector
 from launcher.dataparallel import HorovodBackend, Mpi4pyBackend, pick_backend
 from launcher.errors import AgreedError, Stalled, Stopped
@@ -102,6 +102,10 @@ def start_allreduce(runner: Runner, topology: Topology, choice: str = "auto") ->
     name = together(topology, "choosing the allreduce", lambda: pick_backend(choice, topology.size))
     if name is None:
         return
+    # Ranks that chose differently would wait in different collectives (hvd.init against MPI_Comm_dup).
+    check_agreement(topology.nodes, topology.allgather(name), "allreduce backends",
+                    "install the same stack on every node (Horovod on all of them or on none), or pass "
+                    "--allreduce mpi4py")
     backend = HorovodBackend() if name == "horovod" else Mpi4pyBackend()
     leaders = topology.leader_ranks() if 1 < len(topology.leader_ranks()) < topology.size else None
     runner.leaders_set = together(topology, f"starting {name}", lambda: backend.start(topology, leaders))

@@ -31,13 +31,14 @@ from launcher.agreement import average_costs, check_agreement, placement_digest,
 from launcher.checkpoint import (
     graph_change,
     graph_ops_digest,
+    locate,
     make_checkpointer,
     parse_placement_text,
     resume_point,
     saved_placement,
 )
 from launcher.dataparallel import local_costs
-from launcher.errors import UNTRAINED, AgreedError, DoesNotFit, NotPlaced
+from launcher.errors import UNTRAINED, AgreedError, DoesNotFit, LaunchError, NotPlaced
 from launcher.failure import status_of
 from launcher.files import write_text
 from launcher.microsearch import AUTO, Measured, NoMicroBatchFits, failed, report, search
@@ -217,6 +218,7 @@ def run_model(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, An
     state.devices = {"kind": devices.kind, "count": devices.count, "names": list(devices.names)}
     logger.info("%d node(s) × %d %s device(s); job %s, batch %d per node; placer %s", topology.size, devices.count,
                 devices.kind, getattr(state.job, "name", "?"), settings.batch_size, state.variant.label)
+    locate(state)  # --resume: one checkpoint for every rank
     saved = together(topology, "reading the checkpoint", lambda: saved_placement(state))
     if saved is not None:
         placed = _resumed(state, runner, saved)
@@ -307,10 +309,12 @@ def _resumed(state: RunState, runner: Runner, saved: tuple[Path, dict[str, Any],
         trained, hook, broadcast = _build(state, runner, micro)
     _count_samples(state, trained)
     placement, order = parse_placement_text(text)
-    change = together(topology, "checking the graph",
-                      lambda: graph_change(path, meta, trained.graph, trained.variables, placement))
-    if change is not None:
-        raise AgreedError(change)
+    def check() -> None:
+        change = graph_change(path, meta, trained.graph, trained.variables, placement)
+        if change is not None:
+            raise LaunchError(change)
+
+    together(topology, "checking the graph", check)  # a change on any node stops every node
     digest = str(meta["placement_sha256"])
     check_agreement(topology.nodes, topology.allgather(digest), "placements",
                     "every node read the same checkpoint, so check that they see the same files")

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from launcher.agreement import average_costs, graph_digest, together
-from launcher.checkpoint import make_checkpointer, resume_point
+from launcher.checkpoint import locate, make_checkpointer, resume_point
 from launcher.dataparallel import local_costs
 from launcher.errors import DoesNotFit
 from launcher.outcome import end_untrained, finish
@@ -96,6 +96,7 @@ def run_data(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, Any
         check_fits(variant.label, evaluation.peak_memory_bytes, evaluation.limit_bytes, machine)
     except DoesNotFit as error:
         end_untrained(state, error)
+    locate(state)  # --resume: one checkpoint for every rank
     resume = together(topology, "resuming", lambda: resume_point(state, digest))
 
     with collector.phase("apply"):

@@ -59,6 +59,8 @@ class RunState:
     summary: dict[str, Any] | None = None  # as written to summary.json (rank 0)
     devices: dict[str, Any] = dataclasses.field(default_factory=dict)
     placement: dict[str, Any] = dataclasses.field(default_factory=dict)
+    resume_from: Path | None = None  # --resume: the checkpoint every rank resumes from (launcher.checkpoint.locate)
+    resume_located: bool = False
     allreduce: str | None = None  # the backend averaging gradients (launcher.dataparallel); None: one rank
     micro_batches: dict[str, Any] | None = None  # --micro-batches auto: every M tried (launcher.microsearch.report)
     samples_per_step: int = 0

@@ -268,5 +268,56 @@ def test_a_graph_that_changed_is_named_in_one_line(tmp_path):
     other, other_vars = graph(2)
     with other.as_default():
         v = tf.compat.v1.get_variable("v", (1,))
-    line = graph_change(tmp_path, {**meta, "variables": ["w:0"]}, other, [*other_vars, v], {**placement, "gone": 0})
-    assert "variables differ (saved only: -; now only: v:0)" in line and "1 placed op(s) are gone (gone)" in line
+    line = graph_change(tmp_path, {**meta, "variables": ["w:0"]}, other, [*other_vars, v], placement)
+    assert line == (f"--resume {tmp_path}: the checkpoint's values belong to another model: its variables differ "
+                    "(saved only: -; now only: v:0); resume with the model it was saved with, or start a new run "
+                    "without --resume")  # not --replace: the saved values could not be loaded into this graph
+    line = graph_change(tmp_path, meta, wider, same, {**placement, "gone": 0})
+    assert "1 placed op(s) are gone (gone)" in line and line.endswith("pass --replace to place it anew and load the "
+                                                                       "saved values by variable name")
+
+
+def test_pruning_leaves_other_jobs_checkpoints_in_a_shared_folder_alone(tmp_path):
+    from launcher.checkpoint import prune
+
+    theirs = save(tmp_path, 5, NAMES, VALUES, {**INFO, "job": "other"})
+    for iteration in (10, 20, 30):
+        newest = save(tmp_path, iteration, NAMES, VALUES, INFO)
+    prune(tmp_path, 1, newest)
+    assert sorted(p.name for p in tmp_path.glob("ckpt-*.json")) == ["ckpt-00000005.json", "ckpt-00000030.json"]
+    assert theirs.exists() and (tmp_path / "ckpt-00000005.npz").exists()
+
+
+def test_resume_auto_takes_this_slurm_jobs_newest_checkpoint_or_none(tmp_path):
+    assert find("auto", tmp_path, "tiny") is None  # nothing yet: the run starts from the beginning
+    other_job = save(tmp_path / "run-a" / "checkpoint", 50, NAMES, VALUES, {**INFO, "slurm_job_id": "41"})
+    assert find("auto", tmp_path, "tiny", slurm_job="42") is None  # another Slurm job's checkpoint is not ours
+    assert find("auto", tmp_path, "tiny") == other_job  # outside Slurm: the job's newest
+    assert find("latest", tmp_path, "tiny", slurm_job="42") == other_job  # asked for explicitly: the newest
+    shared = tmp_path / "shared"
+    ours = save(shared, 10, NAMES, VALUES, {**INFO, "slurm_job_id": "42"})
+    assert find("auto", tmp_path, "tiny", folder=shared, slurm_job="42") == ours  # --checkpoint-dir is searched
+    with pytest.raises(LaunchError, match="or --resume auto to start anew when there is none"):
+        find("latest", tmp_path, "missing")
+
+
+def test_a_resume_with_other_micro_batches_is_one_line(tmp_path):
+    import hashlib
+
+    from launcher.checkpoint import saved_placement
+
+    digest = hashlib.sha256(b"a 0\n").hexdigest()
+    meta = save(tmp_path, 10, NAMES, VALUES, {**INFO, "placement_sha256": digest, "graph_ops_sha256": "g",
+                                              "micro_batches": 4}, "a 0\n")
+    settings = SimpleNamespace(resume=str(meta), replace=False, out=tmp_path, micro_batches=2, checkpoint_dir=None)
+    state = SimpleNamespace(settings=settings, job=SimpleNamespace(name="tiny"))
+    with pytest.raises(LaunchError) as caught:
+        saved_placement(state)
+    assert str(caught.value) == (f"--resume {meta}: saved with 4 micro-batches, this run asks for 2; resume with "
+                                 "--micro-batches 4 (or auto), or pass --replace to place 2 anew")
+    settings.micro_batches = "auto"
+    path, described, text = saved_placement(state)
+    assert (path, described["micro_batches"], text) == (meta, 4, "a 0\n")
+    (tmp_path / described["placement_file"]).write_text("a 1\n")  # damaged: not the placement the digest names
+    with pytest.raises(LaunchError, match="does not match the checkpoint's digest"):
+        saved_placement(state)
