@@ -10,7 +10,7 @@ buffer of the same bytes (what the packing and unpacking add). Each cell is the 
 of rank 0. ``GB/s`` is the algorithm bandwidth (bytes / time), as NCCL's tests report it.
 
 On a GPU the backend also copies every gradient to the host and back: ``--copies`` (needs PyTorch
-with CUDA, nothing else of the stack) times those copies for the same sizes, pageable and pinned.
+with CUDA: the `gpu-bench` extra) times those copies for the same sizes, pageable and pinned.
 
 Usage: ``python -m benchmarks.allreduce_host [--ranks 2 4] [--copies]`` (about a minute here);
 writes the section ``allreduce-host`` of ``benchmarks/RESULTS.md`` (``--results FILE`` elsewhere).

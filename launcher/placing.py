@@ -28,21 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from launcher.agreement import average_costs, check_agreement, placement_digest, together
-from launcher.checkpoint import (
-    graph_change,
-    graph_ops_digest,
-    locate,
-    make_checkpointer,
-    parse_placement_text,
-    resume_point,
-    saved_placement,
-)
+from launcher.checkpoint import graph_ops_digest, make_checkpointer
 from launcher.dataparallel import local_costs
 from launcher.errors import UNTRAINED, AgreedError, DoesNotFit, LaunchError, NotPlaced
 from launcher.failure import status_of
 from launcher.files import write_text
 from launcher.microsearch import AUTO, Measured, NoMicroBatchFits, failed, report, search
 from launcher.outcome import end_untrained, finish
+from launcher.resume import graph_change, locate, parse_placement_text, resume_point, saved_placement
 from launcher.runner import Runner
 from launcher.signals import StopGuard
 from launcher.state import RunState

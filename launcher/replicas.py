@@ -24,11 +24,12 @@ from typing import Any
 import numpy as np
 
 from launcher.agreement import average_costs, graph_digest, together
-from launcher.checkpoint import locate, make_checkpointer, resume_point
+from launcher.checkpoint import make_checkpointer
 from launcher.dataparallel import local_costs
 from launcher.errors import DoesNotFit
 from launcher.outcome import end_untrained, finish
 from launcher.recompute import check_blocks, check_wrappable, recomputed
+from launcher.resume import locate, resume_point
 from launcher.runner import Runner
 from launcher.signals import StopGuard
 from launcher.state import RunState

@@ -9,9 +9,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from launcher.checkpoint import Checkpointer, find, load, restore, resume_point, save
+from launcher.checkpoint import Checkpointer, load, restore, save
 from launcher.collector import Collector
 from launcher.errors import LaunchError
+from launcher.resume import find, resume_point
 from launcher.timeline import step_ms, traced_iteration
 
 NAMES = ["w:0", "beta1_power:0"]
@@ -213,7 +214,7 @@ def test_a_damaged_values_file_is_refused_in_one_line(tmp_path, damage):
 
 
 def test_a_changed_cluster_shape_says_what_differs_and_what_to_do(tmp_path):
-    from launcher.checkpoint import shape_change
+    from launcher.resume import shape_change
 
     saved = {"nodes": 4, "ranks": 4, "devices_per_node": 8, "device_kind": "gpu", "gpus": "8 × NVIDIA A100-SXM4-80GB",
              "placer": "pardnn", "batch_size": 64}
@@ -235,7 +236,7 @@ def test_a_changed_cluster_shape_says_what_differs_and_what_to_do(tmp_path):
 
 
 def test_a_placement_file_reads_back_with_its_order():
-    from launcher.checkpoint import parse_placement_text
+    from launcher.resume import parse_placement_text
 
     assert parse_placement_text("a 0 1\nb 1 0\n") == ({"a": 0, "b": 1}, {"a": 1, "b": 0})
     assert parse_placement_text("# comment\na 0\n\nb 1\n") == ({"a": 0, "b": 1}, None)
@@ -244,7 +245,8 @@ def test_a_placement_file_reads_back_with_its_order():
 @pytest.mark.tf
 def test_a_graph_that_changed_is_named_in_one_line(tmp_path):
     tf = pytest.importorskip("tensorflow")
-    from launcher.checkpoint import graph_change, graph_ops_digest
+    from launcher.checkpoint import graph_ops_digest
+    from launcher.resume import graph_change
 
     def graph(width):
         g = tf.Graph()
@@ -304,7 +306,7 @@ def test_resume_auto_takes_this_slurm_jobs_newest_checkpoint_or_none(tmp_path):
 def test_a_resume_with_other_micro_batches_is_one_line(tmp_path):
     import hashlib
 
-    from launcher.checkpoint import saved_placement
+    from launcher.resume import saved_placement
 
     digest = hashlib.sha256(b"a 0\n").hexdigest()
     meta = save(tmp_path, 10, NAMES, VALUES, {**INFO, "placement_sha256": digest, "graph_ops_sha256": "g",
