@@ -231,22 +231,29 @@ class GradientAverager:
         averaged gradient (``tf.clip_by_global_norm`` does, per gradient) joins it there: in the
         hook-less graph it was colocated with the raw gradient, so its placed device may differ.
         """
-        from pardnn.tf import colocation_groups
-
         placed = device_of if device_of is not None else self._device_of or {}
-        added: dict[str, int] = {}
-        for op in graph.get_operations():
-            if op.name.startswith(HOOK_SCOPE + "/"):
-                scope = op.name[: op.name.index("/", len(HOOK_SCOPE) + 1) + 1]
-                added[op.name] = placed.get(self._scopes[scope], 0)
-        groups = colocation_groups(graph)
-        members: dict[str, list[str]] = {}
-        for name, label in groups.items():
-            members.setdefault(label, []).append(name)
-        for name, index in list(added.items()):
-            for member in members.get(groups.get(name, ""), ()):
-                added[member] = index
-        return added
+        return _on_their_variables(graph, self._scopes, placed)
+
+
+def _on_their_variables(graph: Any, scopes: Mapping[str, str], placed: Mapping[str, int]) -> dict[str, int]:
+    """Every op under one of the hook's ``scopes`` (``pardnn_allreduce/<i>/``) on the device ``placed`` gives
+    that scope's variable (0 where it gives none), and every op colocated with one of them there too."""
+    from pardnn.tf import colocation_groups
+
+    added: dict[str, int] = {}
+    for op in graph.get_operations():
+        if op.name.startswith(HOOK_SCOPE + "/") and not op.name.startswith(FUSED_SCOPE + "/"):
+            scope = op.name[: op.name.index("/", len(HOOK_SCOPE) + 1) + 1]
+            if scope in scopes:
+                added[op.name] = placed.get(scopes[scope], 0)
+    groups = colocation_groups(graph)
+    members: dict[str, list[str]] = {}
+    for name, label in groups.items():
+        members.setdefault(label, []).append(name)
+    for name, index in list(added.items()):
+        for member in members.get(groups.get(name, ""), ()):
+            added[member] = index
+    return added
 
 
 def broadcast_op(hvd: Any, graph: Any, variables: Sequence[Any], process_set: Any = None) -> Any:
@@ -330,6 +337,7 @@ class FusedAverager:
     def __init__(self, comm: Any) -> None:
         self.comm = comm
         self._workspace: dict[str, np.ndarray] = {}
+        self._scopes: dict[str, str] = {}  # scope -> the averaged gradient's variable (op name)
 
     def _average(self, *arrays: np.ndarray) -> list[np.ndarray]:
         # TensorFlow may hold the returned views as the step's tensors instead of copying them; they live
@@ -349,13 +357,24 @@ class FusedAverager:
         out = list(grads_and_vars)
         for index, grad, value in zip(present, grads, averaged, strict=True):
             value.set_shape(grad.shape)
-            out[index] = (value, grads_and_vars[index][1])
+            # Each averaged gradient leaves the host op through an identity of its own, so that ops which
+            # colocate with the gradient (tf.clip_by_global_norm does, per gradient) join the identity on the
+            # variable's device rather than the host op: a group with the host op would put them all on one.
+            var = grads_and_vars[index][1]
+            scope = f"{HOOK_SCOPE}/{index}/"
+            with tf.compat.v1.name_scope(scope):
+                value = tf.identity(value, name="averaged")
+            self._scopes[scope] = var.op.name
+            out[index] = (value, var)
         return out
 
     def placement(self, graph: Any, device_of: Mapping[str, int] | None = None) -> dict[str, int]:
         """The fused op on device 0: on GPUs :func:`pardnn.tf.apply` sends it to the host, where its only
-        kernel is (on logical CPU devices the host is device 0)."""
-        return {op.name: 0 for op in graph.get_operations() if op.name.startswith(HOOK_SCOPE + "/")}
+        kernel is (on logical CPU devices the host is device 0). Each averaged gradient's identity, and
+        the ops colocated with it, on its variable's device (``device_of``; 0 where it names none)."""
+        placed = dict(device_of or {})
+        added = {op.name: 0 for op in graph.get_operations() if op.name.startswith(FUSED_SCOPE + "/")}
+        return {**added, **_on_their_variables(graph, self._scopes, placed)}
 
 
 def host_broadcast_op(comm: Any, graph: Any, variables: Sequence[Any]) -> Any:

@@ -169,7 +169,9 @@ def test_the_fused_hook_averages_every_gradient_in_one_host_op_per_step():
         optimizer = tf.compat.v1.train.GradientDescentOptimizer(1.0)
         raw = optimizer.compute_gradients(loss, [w, b])
         averaged = hook(raw)
-        train = optimizer.apply_gradients(averaged)
+        # clip_by_global_norm colocates each clipped gradient with its input, as jobs.build's clipping does
+        clipped, _ = tf.clip_by_global_norm([g for g, _ in averaged], 100.0)
+        train = optimizer.apply_gradients(list(zip(clipped, [w, b])))
         init = tf.compat.v1.global_variables_initializer()
     fused = [op for op in graph.get_operations() if op.name.startswith(FUSED_SCOPE + "/")]
     assert [op.type for op in fused] == ["PyFunc"]
@@ -177,9 +179,15 @@ def test_the_fused_hook_averages_every_gradient_in_one_host_op_per_step():
 
     names = capture(graph, [train, loss]).names
     assert fused[0].name in names
-    placement = {name: 1 for name in names} | hook.placement(graph)
-    assert hook.placement(graph) == {fused[0].name: 0}
-    apply(graph, placement, device_names(2))
+    # Everything on device 1: the host op on 0, each gradient's way out (and the clipping colocated with it)
+    # on its variable's device. A group holding the host op and the clipping would be split here.
+    placed = {name: 1 for name in names}
+    hooked = hook.placement(graph, placed)
+    assert hooked[fused[0].name] == 0
+    assert hooked[f"{HOOK_SCOPE}/0/averaged"] == hooked[f"{HOOK_SCOPE}/1/averaged"] == 1
+    clipping = {name: device for name, device in hooked.items() if name.startswith("clip_by_global_norm")}
+    assert clipping and set(clipping.values()) == {1}
+    apply(graph, {**placed, **hooked}, device_names(2))
     feed = np.ones((4, 3), np.float32)
     with tf.compat.v1.Session(graph=graph, config=tf.compat.v1.ConfigProto(device_count={"CPU": 2})) as session:
         session.run(init)
