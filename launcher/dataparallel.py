@@ -12,25 +12,19 @@ with MPI built in, else mpi4py). The log and ``summary.json`` (``allreduce``) na
   starts as soon as its gradient is ready and overlaps the rest of the backward pass; Horovod's
   background loop orders the collectives across ranks and fuses small tensors.
 - **mpi4py** (:class:`Mpi4pyBackend`; TensorFlow 2.16 and later, where Horovod 0.28.1 does not build).
-  :class:`FusedAverager` averages every gradient of the step in **one** graph op, a
-  ``tf.numpy_function`` on the host: it packs the gradients into one buffer per dtype, makes one
-  ``MPI_Allreduce`` (sum) on a communicator of its own (``Dup`` of the ranks' one, so no other
-  thread's collective can interleave), divides by the ranks and unpacks. One call per step, never
-  one per gradient: TensorFlow runs independent ops in any order, and ranks issuing per-gradient
-  collectives in different orders would deadlock. What it costs, on GPUs especially: every
-  gradient is copied to the host and back, and the allreduce starts only when the last gradient is
-  ready, so it does not overlap the backward pass. The initial broadcast is one host op too: the
-  variables' bytes in one ``MPI_Bcast`` from rank 0, then assigned.
+  :class:`FusedAverager` averages every gradient of the step in **one** host op (``tf.numpy_function``):
+  the gradients packed into one buffer per dtype, one ``MPI_Allreduce`` (sum) on a ``Dup`` communicator
+  of its own, divided by the ranks, unpacked; each leaves through an identity on its variable's device.
+  Never one call per gradient: TensorFlow runs independent ops in any order, and ranks issuing
+  per-gradient collectives in different orders would deadlock. On GPUs every gradient goes to the host
+  and back, and nothing overlaps the backward pass. The initial broadcast is one host ``MPI_Bcast``.
 
-The hook's ops live under the name scope ``pardnn_allreduce/``; :meth:`GradientAverager.placement`
-(:meth:`FusedAverager.placement`) gives their devices so :func:`pardnn.tf.apply` keeps them there.
-The profiled time of those ops is mostly waiting for the other ranks, which a node's placement cannot
-change: :func:`local_costs` counts it as 0, and the fused host op's outputs as taking no device memory
-(they live on the host; the copies to and from it still cost their transfer time).
+The hook's ops live under ``pardnn_allreduce/``; the hooks' ``placement`` gives their devices for
+:func:`pardnn.tf.apply`. :func:`local_costs` counts their profiled time (mostly waiting for the other
+ranks) as 0, and the host op's outputs as taking no device memory (transfers to it are still costed).
 
-One rank needs no backend: :func:`start_allreduce` returns ``None``. Horovod is loaded and
-checked (:func:`find_horovod`) before it is initialised (:meth:`HorovodBackend.start`), so ranks
-agree on the outcome first: one rank stuck in ``hvd.init()`` while another failed would wait forever.
+One rank needs no backend. Horovod is loaded and checked (:func:`find_horovod`) before it is
+initialised, so ranks agree on the outcome first: one stuck in ``hvd.init()`` would wait forever.
 """
 
 from __future__ import annotations
@@ -52,8 +46,7 @@ BROADCAST_SCOPE = "pardnn_broadcast"
 ALLREDUCE_CHOICES = ("auto", "horovod", "mpi4py")
 INSTALL_HINT = ("build it against the installed TensorFlow with MPI: bash scripts/install-horovod.sh "
                 "(on GPU clusters with NCCL: HOROVOD_GPU_OPERATIONS=NCCL bash scripts/install-horovod.sh --force)")
-# One MPI call moves at most this many elements: counts are C ints in MPI before 4.0.
-_CHUNK = 1 << 28
+_CHUNK = 1 << 28  # elements per MPI call at most: counts are C ints in MPI before 4.0
 
 
 def _horovod() -> tuple[Any, str | None]:
