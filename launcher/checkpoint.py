@@ -27,17 +27,16 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import threading
 import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
 from launcher.errors import LaunchError
-from launcher.files import file_mode, write_json
+from launcher.files import write_atomically, write_json
 
 __all__ = ["FOLDER", "FORMAT", "PLAN", "Checkpointer", "cluster_shape", "graph_ops_digest", "load", "load_meta",
            "make_checkpointer", "prune", "restore", "save"]
@@ -49,21 +48,6 @@ FOLDER = "checkpoint"
 NAME = "ckpt-{iteration:08d}"
 PLAN = "placement-{sha}.txt"  # the placement a checkpoint's graph was trained with, by digest
 STOP_WAIT_SECONDS = 10.0  # how long a stop signal waits for rank 0 to save at the next iteration boundary
-
-
-def _write_durably(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Write ``path`` under a temporary name, flush and fsync it, then rename it into place."""
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, file_mode())
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def _sync_folder(folder: Path) -> None:
@@ -82,12 +66,12 @@ def save(folder: Path, iteration: int, names: Sequence[str], values: Sequence[np
     folder.mkdir(parents=True, exist_ok=True)
     stem = NAME.format(iteration=iteration)
     data = folder / f"{stem}.npz"
-    _write_durably(data, lambda handle: np.savez(handle, *values))
+    write_atomically(data, lambda handle: np.savez(handle, *values))
     extra: dict[str, Any] = {}
     if placement_text is not None:
         plan = folder / PLAN.format(sha=hashlib.sha256(placement_text.encode("utf-8")).hexdigest()[:16])
         if not plan.exists():
-            _write_durably(plan, lambda handle: handle.write(placement_text.encode("utf-8")))
+            write_atomically(plan, lambda handle: handle.write(placement_text.encode("utf-8")))
         extra["placement_file"] = plan.name
     _sync_folder(folder)  # the data and the placement are in place before the .json says the checkpoint is whole
     meta = folder / f"{stem}.json"

@@ -23,14 +23,14 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from launcher.errors import LaunchError
 
-__all__ = ["append_csv_row", "check_output_folder", "file_mode", "read_umask", "write_json", "write_json_lines",
-           "write_text"]
+__all__ = ["append_csv_row", "check_output_folder", "file_mode", "read_umask", "write_atomically", "write_json",
+           "write_json_lines", "write_text"]
 
 _UMASK_LOCK = threading.Lock()
 _umask: int | None = None
@@ -80,20 +80,26 @@ def check_output_folder(folder: Path, option: str = "--out") -> None:
         raise LaunchError(f"{option} {folder}: the folder is not writable by this user; {hint}")
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temp file in the same directory, fsync, rename)."""
+def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write ``path`` atomically: ``write(handle)`` into a temp file in the same directory, flush, fsync,
+    rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, file_mode())  # mkstemp makes 0600; results are shared like any other file
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (:func:`write_atomically`), UTF-8."""
+    write_atomically(path, lambda handle: handle.write(text.encode("utf-8")))
 
 
 def _json_default(value: Any) -> Any:

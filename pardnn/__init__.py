@@ -1,4 +1,4 @@
-"""pardnn: the ParDNN partitioner (paper in ``shared/paper``) and its tools.
+"""pardnn: the ParDNN partitioner (docs/algorithm.md describes the paper's algorithm) and its tools.
 
 NumPy in, NumPy out: nothing under ``pardnn/`` except ``pardnn/tf/`` imports TensorFlow, and
 nothing imports the model zoo (``jobs``), the launcher or the benchmarks.

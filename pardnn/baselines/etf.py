@@ -4,7 +4,7 @@ ETF (Hwang, Chow, Anger and Lee 1989) simulates the run: a ready op goes to the 
 start earliest, the transfers of its inputs from other devices counted; the device that runs it is
 its placement. Where ParDNN keeps K critical paths whole and maps the rest by levels, this placer
 fills whichever device is free first, which wins on wide graphs (many parallel branches) and on
-graphs where a transfer costs more than waiting for a busy device (``../shared/PLACERS.md``).
+graphs where a transfer costs more than waiting for a busy device.
 
 1. Priority: each op's bottom level with every edge's transfer time counted as if cut (the levels of
    ParDNN's slicing). Ready ops are taken highest first (ties to the lowest topological rank), so the
@@ -24,8 +24,7 @@ graphs where a transfer costs more than waiting for a busy device (``../shared/P
 Choices where Baechi's m-ETF differs, and why:
 
 - **Priority order, not a global earliest start.** m-ETF rescans every (ready op, free device) pair
-  at each step: O(|V| × ready × K), minutes on a 6k-op graph whose ready set reaches 2,300 ops
-  (PLACERS.md). Taking ops by priority and choosing only the device is O((|V| + |E|) log |V| + K|V|)
+  at each step: O(|V| × ready × K), minutes on a 6k-op graph whose ready set reaches 2,300 ops. Taking ops by priority and choosing only the device is O((|V| + |E|) log |V| + K|V|)
   and keeps the earliest-start rule for the device; it is HEFT's list scheduling without insertion
   (Topcuoglu et al. 2002), on identical devices.
 - **No chain fusion.** PLACERS.md measured it 2.6-2.9× slower on wide graphs; the guard compares
