@@ -24,7 +24,8 @@ graphs where a transfer costs more than waiting for a busy device.
 Choices where Baechi's m-ETF differs, and why:
 
 - **Priority order, not a global earliest start.** m-ETF rescans every (ready op, free device) pair
-  at each step: O(|V| × ready × K), minutes on a 6k-op graph whose ready set reaches 2,300 ops. Taking ops by priority and choosing only the device is O((|V| + |E|) log |V| + K|V|)
+  at each step: O(|V| × ready × K), minutes on a 6k-op graph whose ready set reaches 2,300 ops.
+  Taking ops by priority and choosing only the device is O((|V| + |E|) log |V| + K|V|)
   and keeps the earliest-start rule for the device; it is HEFT's list scheduling without insertion
   (Topcuoglu et al. 2002), on identical devices.
 - **No chain fusion.** PLACERS.md measured it 2.6-2.9× slower on wide graphs; the guard compares
