@@ -1,7 +1,7 @@
 """What the mpi4py allreduce backend costs: its fused host-side average against one plain MPI_Allreduce.
 
 ``pardnn-launch --allreduce mpi4py`` averages a step's gradients in one host op
-(:func:`launcher.dataparallel.average_arrays`): it packs the gradients into one buffer, makes one
+(:func:`launcher.training.dataparallel.average_arrays`): it packs the gradients into one buffer, makes one
 ``MPI_Allreduce`` (sum) in place, divides by the ranks and unpacks. This benchmark times that op on
 ``GRADIENTS`` float32 arrays that together hold 4 KiB to 1 GiB, under ``mpirun -np N`` on this
 machine (N = 2 and 4 by default; each rank stands for a node), against one ``MPI_Allreduce`` of a
@@ -50,7 +50,7 @@ def worker(sizes: Sequence[int]) -> None:
     """On every rank: time the fused average and the plain allreduce; rank 0 prints one JSON line per size."""
     from mpi4py import MPI
 
-    from launcher.dataparallel import average_arrays
+    from launcher.training.dataparallel import average_arrays
 
     comm = MPI.COMM_WORLD.Dup()
 

@@ -37,8 +37,8 @@ import numpy as np
 
 from benchmarks.report import machine_line, write_section
 from pardnn import Machine, partition
-from pardnn.presets import preset
-from pardnn.simulate import evaluate
+from pardnn.costs.presets import preset
+from pardnn.emulation.simulate import evaluate
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

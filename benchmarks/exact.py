@@ -6,7 +6,7 @@
 
 Graphs (:func:`random_dag`, seeded): 15-30 ops, each op after the first fed by 1-3 of the 8 ops
 before it (an op with none is a new source), compute log-normal (median 20 µs), output bytes
-log-normal then scaled so that the graph's CCR (all edges cut, :func:`pardnn.result.communication_ratio`)
+log-normal then scaled so that the graph's CCR (all edges cut, :func:`pardnn.placement.result.communication_ratio`)
 is the case's target; targets 0.1, 0.3, 1, 3, 10, 30, 100 and K = 2, 3, 4 in turn, on a machine of
 1 GB/s and 0.5 µs latency without memory limits. Every placer runs on every graph; a placer's ratio
 is its emulated makespan over the exact optimum (the model's makespan when CP-SAT proves it optimal,
@@ -34,12 +34,12 @@ from benchmarks.report import machine_line, write_section
 from pardnn import partition
 from pardnn.baselines import exact
 from pardnn.baselines.exact import DEFAULT_MAX_OPS
-from pardnn.emulator import UPWARD_RANK, Emulator, emulate, emulate_sweep, upward_rank_sweep
+from pardnn.costs.graph import CostGraph
+from pardnn.costs.machine import Machine
+from pardnn.emulation.emulator import UPWARD_RANK, Emulator, emulate, emulate_sweep, upward_rank_sweep
 from pardnn.errors import MissingDependencyError
-from pardnn.graph import CostGraph
-from pardnn.machine import Machine
-from pardnn.placers import PLACERS
-from pardnn.result import communication_ratio
+from pardnn.placement.result import communication_ratio
+from pardnn.registry import PLACERS
 
 HERE = Path(__file__).resolve().parent
 CCRS = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
@@ -245,7 +245,7 @@ def render_cases(cases: list[dict[str, Any]], seconds: float, command: str, time
         lines += ["", "Part of the gap is scheduling, not placement: the model orders each device's ops at will, the "
                   "emulator (like TensorFlow's executor) in order of readiness unless a placer enforces a run "
                   "order. The exact placer enforces its model's order when that is faster, so its row is the "
-                  "optimum up to the rounding to ticks. ParDNN's run-order stage (`pardnn/order.py`) kept an order "
+                  "optimum up to the rounding to ticks. ParDNN's run-order stage (`pardnn.polish.order`) kept an order "
                   f"in {kept} of {len(optimal)} cases; the `--no-run-order` row is ParDNN without it. Against the "
                   "best emulated makespan any placer reached on the graph (the exact one included), ParDNN's ratio "
                   f"is mean {statistics.mean(best):.3f}, max {max(best):.3f}; ParDNN's is that best in "

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from benchmarks.report import machine_line, write_section
 from jobs.maxbatch import job_max_batch
+from pardnn.batch.maxbatch import BatchRow
 from pardnn.errors import InfeasibleError
-from pardnn.maxbatch import BatchRow
 
 HERE = Path(__file__).resolve().parent
 MODELS = ("word-rnn", "char-crn", "wrn", "trn", "e3d")

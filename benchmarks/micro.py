@@ -17,13 +17,13 @@ interrupted build resumes; about 70 builds and 50 min of two cores for all ten.
 
 **run** places, for each model, K and M, the step of M micro-batches of B / M: M = 1 is the plain
 step at B, M = 2 the one built, M >= 4 the M = 2 step of the same micro-batch size replicated to M
-copies (:mod:`pardnn.replicate`; checked op by op against
+copies (:mod:`pardnn.batch.replicate`; checked op by op against
 the two whole builds). Each is placed by ``pardnn place``'s pipeline (ParDNN, the guard with the
 pipeline candidate, refinement, run order; heuristic I) on K devices with the job's memory and
 reserve; samples/s = B / emulated step. Data parallelism: K replicas of the plain step at B / K,
 each emulated alone on one device, with no time for the gradient allreduce (the ceiling of data
 parallelism); it fits when that step fits one device. ``auto`` picks M by
-:func:`launcher.microsearch.decide`, the launcher's own rule.
+:func:`launcher.placing.microsearch.decide`, the launcher's own rule.
 """
 
 from __future__ import annotations
@@ -109,8 +109,8 @@ def build_step(name: str, batch: int, micro: int, out: Path, base: Path | None =
 
 
 def load_parts(path: Path) -> Any:
-    """The :class:`~pardnn.batchscale.CostParts` that ``build`` wrote for ``path``."""
-    from pardnn.batchscale import CostParts
+    """The :class:`~pardnn.batch.batchscale.CostParts` that ``build`` wrote for ``path``."""
+    from pardnn.batch.batchscale import CostParts
     from pardnn.io import read_graph
 
     arrays = np.load(str(path) + ".parts.npz")
@@ -139,10 +139,10 @@ def run_model(name: str, graphs: Path, note: Any) -> dict[str, Any]:
     """Every (K, M) cell, data parallelism per K, and the replication check of one model."""
     from jobs.config import load_job
     from jobs.maxbatch import job_machine
+    from pardnn.batch.maxbatch import data_parallel_fits
+    from pardnn.batch.replicate import difference, replicate
+    from pardnn.costs.presets import preset
     from pardnn.io import read_graph
-    from pardnn.maxbatch import data_parallel_fits
-    from pardnn.presets import preset
-    from pardnn.replicate import difference, replicate
 
     job = load_job(name)
     batch = int(job.batch_size)
@@ -185,7 +185,7 @@ def run_model(name: str, graphs: Path, note: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------ render
 def _auto(cells: Sequence[dict[str, Any]], batch: int) -> int | None:
     """The M ``--micro-batches auto`` picks from these cells (None: none fits)."""
-    from launcher.microsearch import DOES_NOT_FIT, Measured, NoMicroBatchFits, decide
+    from launcher.placing.microsearch import DOES_NOT_FIT, Measured, NoMicroBatchFits, decide
 
     measured = [Measured(c["micro_batches"], c["ops"], c.get("step_us"), c.get("peak_bytes"), None, c["fits"],
                          c.get("error"), DOES_NOT_FIT if c.get("error") else None) for c in cells]

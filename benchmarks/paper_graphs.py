@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.report import machine_line
+from pardnn.costs.presets import machine_for
 from pardnn.errors import InfeasibleError
 from pardnn.io import read_any_graph
-from pardnn.placers import PLACERS
-from pardnn.presets import machine_for
+from pardnn.registry import PLACERS
 
 HERE = Path(__file__).resolve().parent
 BASELINES = tuple(name for name, placer in PLACERS.items() if placer.cheap)  # the guard's candidates

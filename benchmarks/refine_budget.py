@@ -1,9 +1,9 @@
 """What one move of the refinement costs: the model behind ``--refine-seconds``, measured.
 
-:mod:`pardnn.refine` turns its budget in seconds into a number of emulations by a fixed model,
+:mod:`pardnn.polish.refine` turns its budget in seconds into a number of emulations by a fixed model,
 ``SECONDS_PER_MOVE + SECONDS_PER_ELEMENT * (|V| + |E|)`` per move tried, never by the clock, so that
 every node of a cluster computes the same placement. This benchmark times what a move really costs
-here: :func:`pardnn.refine.refine` run from ParDNN's unrefined placement with a budget of a fixed
+here: :func:`pardnn.polish.refine.refine` run from ParDNN's unrefined placement with a budget of a fixed
 number of moves, on the small random DAGs of :mod:`benchmarks.exact` and on synthetic training graphs
 of 500 to 200,000 ops, without and with a memory limit (a limit adds a memory sweep to every
 accepted move). Each row is the median of three runs; ``measured / model`` above 1 means a budget
@@ -26,14 +26,14 @@ from pathlib import Path
 from benchmarks.exact import BANDWIDTH, LATENCY, random_dag
 from benchmarks.report import machine_line, write_section
 from pardnn import partition
-from pardnn.emulated import Emulated
-from pardnn.emulator import emulate
-from pardnn.graph import CostGraph
-from pardnn.machine import Machine
-from pardnn.memory import track_memory
-from pardnn.pipeline import PAPER
-from pardnn.refine import SECONDS_PER_ELEMENT, SECONDS_PER_MOVE, refine
-from pardnn.synthetic import dnn_graph
+from pardnn.costs.graph import CostGraph
+from pardnn.costs.machine import Machine
+from pardnn.costs.synthetic import dnn_graph
+from pardnn.emulation.emulated import Emulated
+from pardnn.emulation.emulator import emulate
+from pardnn.emulation.memory import track_memory
+from pardnn.partitioner import PAPER
+from pardnn.polish.refine import SECONDS_PER_ELEMENT, SECONDS_PER_MOVE, refine
 
 HERE = Path(__file__).resolve().parent
 DEVICES = 4
@@ -85,7 +85,7 @@ def render(rows: Sequence[tuple[str, CostGraph, int, float]], seconds: float, co
              f"Command: `{command}` ({seconds:.0f} s). Machine: {machine_line()}.", "",
              _markdown(__doc__.split("\n\n")[1]), "",
              f"Model: {SECONDS_PER_MOVE * 1e6:g} µs + {SECONDS_PER_ELEMENT * 1e9:g} ns × (|V| + |E|) per move "
-             f"(`pardnn.refine.SECONDS_PER_MOVE`, `SECONDS_PER_ELEMENT`); K = {DEVICES}.", "",
+             f"(`pardnn.polish.refine.SECONDS_PER_MOVE`, `SECONDS_PER_ELEMENT`); K = {DEVICES}.", "",
              "| graph | ops + edges | moves tried | measured per move | model | measured / model |",
              "|---|---:|---:|---:|---:|---:|"]
     ratios = []

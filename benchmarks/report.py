@@ -39,7 +39,7 @@ from benchmarks.suite import (
     secs,
 )
 from benchmarks.summary import memory_summary, percent, table, wins_section
-from pardnn.machine import format_bytes
+from pardnn.costs.machine import format_bytes
 
 __all__ = ["CSV_COLUMNS", "kept_sections", "machine_line", "output_paths", "render_markdown", "write_csv",
            "write_outputs", "write_section"]
@@ -221,7 +221,7 @@ def render_markdown(results: BenchResults, command: str, artifacts: Path, result
 
 
 def _suite_lines(suite: str, runs: Sequence[Run], config: SuiteConfig, link: str) -> list[str]:
-    source = (f"`pardnn.synthetic.dnn_graph(ops, seed={config.seed})`" if suite == SYNTHETIC else
+    source = (f"`pardnn.costs.synthetic.dnn_graph(ops, seed={config.seed})`" if suite == SYNTHETIC else
               ", ".join(f"`{path}`" for path in config.graph_files) + " (their `memory_limit_bytes` is not used)")
     lines = [f"## Suite: {suite}", "", f"Graphs: {source}; interconnect 150 GB/s, 25 µs (the defaults).", "",
              "### Without a memory limit", "",

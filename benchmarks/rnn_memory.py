@@ -1,5 +1,5 @@
 """Memory realism of the unrolled RNNs (issue 15, item 5): TensorFlow's own memory accounting set
-against pardnn's memory tracker (:mod:`pardnn.memory`).
+against pardnn's memory tracker (:mod:`pardnn.emulation.memory`).
 
     python -m benchmarks.rnn_memory               # all three parts: about 2.5 minutes on 2 cores
     python -m benchmarks.rnn_memory --part tf     # only part 1 (or: grappler, paper)
@@ -112,8 +112,8 @@ def tf_peak(train: Any, setting: str) -> dict[str, Any]:
 
 def tracker_peak(graph: Any, machine: Any) -> tuple[Any, Any]:
     """pardnn's memory profile of ``graph`` on one device of ``machine`` (and the schedule)."""
-    from pardnn.emulator import emulate
-    from pardnn.memory import track_memory
+    from pardnn.emulation.emulator import emulate
+    from pardnn.emulation.memory import track_memory
 
     place = np.zeros(graph.n, dtype=np.int64)
     schedule = emulate(graph, machine, place)
@@ -220,7 +220,7 @@ def breakdown(graph: Any, profile: Any) -> list[tuple[str, int, int]]:
 def part_paper() -> list[dict[str, Any]]:
     import jobs
     from jobs.costing import cost_graph
-    from pardnn.presets import machine_for
+    from pardnn.costs.presets import machine_for
 
     rows = []
     for name, batch in PAPER.items():

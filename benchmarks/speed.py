@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pardnn import partition
+from pardnn.costs.machine import Machine
+from pardnn.costs.synthetic import dnn_graph
 from pardnn.errors import PardnnError
 from pardnn.io import write_graph
-from pardnn.machine import Machine
-from pardnn.synthetic import dnn_graph
 
 __all__ = ["FIRST_RUN_DEVICES", "FIRST_RUN_OPS", "Progress", "SpeedRow", "first_run", "speed"]
 

@@ -2,7 +2,7 @@
 
 M micro-batches multiply a model's op count (a 200,000-op model at M = 5 is a 1,000,000-op graph),
 so the placer must take large graphs in stride. This benchmark writes one synthetic graph
-(``pardnn.synthetic.dnn_graph``) as ``.json`` and as binary ``.pardnn``, then runs ``pardnn place
+(``pardnn.costs.synthetic.dnn_graph``) as ``.json`` and as binary ``.pardnn``, then runs ``pardnn place
 GRAPH -k 16 -o placement.txt -q`` (every stage on: the defaults) on each in a fresh interpreter,
 the two forms interleaved round by round so that both see the same load, and records each run's
 wall time and peak resident memory (the child's own ``ru_maxrss``, from ``wait4``). The two

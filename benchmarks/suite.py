@@ -37,12 +37,12 @@ from typing import Any
 
 from benchmarks.speed import TARGET_DEVICES, TARGET_OPS, Progress, SpeedRow, speed
 from pardnn.baselines.exact import DEFAULT_MAX_OPS as EXACT_MAX_OPS
+from pardnn.costs.graph import CostGraph
+from pardnn.costs.machine import Machine
+from pardnn.costs.synthetic import dnn_graph
 from pardnn.errors import InfeasibleError, MissingDependencyError, PardnnError
-from pardnn.graph import CostGraph
 from pardnn.io import read_any_graph
-from pardnn.machine import Machine
-from pardnn.placers import PLACERS
-from pardnn.synthetic import dnn_graph
+from pardnn.registry import PLACERS
 from pardnn.warmup import warm_up
 
 __all__ = ["FULL", "PAPER", "QUICK", "BenchResults", "Progress", "Run", "SuiteConfig", "bench_graph", "graph_paths",
@@ -214,7 +214,7 @@ def _run_baseline(base: Run, graph: CostGraph, machine: Machine, config: SuiteCo
 
 def _run_pardnn(base: Run, graph: CostGraph, machine: Machine, step1_makespan: float | None) -> tuple[Run, Any]:
     """ParDNN (or the paper row, ``base.placer``) with ``base.heuristic``: the run, and the
-    :class:`~pardnn.result.Result` (None if infeasible)."""
+    :class:`~pardnn.placement.result.Result` (None if infeasible)."""
     start = time.perf_counter()
     try:
         result = PLACERS[base.placer](graph, machine, memory_heuristic=base.heuristic or None)

@@ -29,8 +29,8 @@ from benchmarks.report import machine_line, write_section
 from pardnn import Machine, partition
 from pardnn.errors import MissingDependencyError
 from pardnn.io import read_any_graph
-from pardnn.pipeline import PAPER
-from pardnn.placers import PLACERS
+from pardnn.partitioner import PAPER
+from pardnn.registry import PLACERS
 
 HERE = Path(__file__).resolve().parent
 CHEAP = tuple(name for name, placer in PLACERS.items() if placer.cheap)  # the guard's candidates

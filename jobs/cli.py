@@ -18,8 +18,8 @@ from typing import Any
 from jobs.schema import micro_batches_arg, micro_batches_number, positive_int
 from jobs.tfimport import quiet
 from pardnn.cli.options import EXIT_OK, add_parser, param_type, us
+from pardnn.costs.machine import format_bytes
 from pardnn.errors import MissingDependencyError, PardnnError
-from pardnn.machine import format_bytes
 from pardnn.settings import PLACEMENT
 
 __all__ = ["cmd_capture", "cmd_max_batch", "register_capture", "register_max_batch"]
@@ -56,8 +56,8 @@ def _call_function_spec(target: str) -> tuple[Any, Any, Any, str]:
 
 def cmd_capture(args: argparse.Namespace) -> int:
     quiet()  # no TensorFlow INFO lines on the console
+    from pardnn.costs.presets import preset
     from pardnn.io import write_graph
-    from pardnn.presets import preset
 
     started = time.perf_counter()
     if args.estimate is not None:

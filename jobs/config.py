@@ -37,8 +37,8 @@ from jobs.schema import (
     normalise,
     window_fits,
 )
+from pardnn.costs.machine import parse_bytes
 from pardnn.errors import PardnnError
-from pardnn.machine import parse_bytes
 from pardnn.settings import REQUIRED, Param
 
 __all__ = [

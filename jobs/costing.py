@@ -1,6 +1,6 @@
 """Cost one training step: profile or estimate its graph, then attach the memory limit.
 
-The one place that turns a built training step into the :class:`~pardnn.graph.CostGraph` ParDNN
+The one place that turns a built training step into the :class:`~pardnn.costs.graph.CostGraph` ParDNN
 partitions: ``pardnn-launch`` (each node, before partitioning), the zoo's ``capture`` command (a
 graph file of a job or of ``MODULE:FUNCTION``) and :func:`jobs.export_graph` all call
 :func:`cost_graph`. (``max-batch`` costs batch-scalable parts with
@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.schema import PLACEMENT
-from pardnn.graph import CostGraph
+from pardnn.costs.graph import CostGraph
 
 __all__ = ["COSTS", "FROM_JOB", "cost_graph"]
 

@@ -1,13 +1,13 @@
 """`pardnn max-batch`: the largest batch a job trains with on K GPUs, ParDNN against data parallelism.
 
 A probe needs the job's costed graph at the probed batch size and partitions it (the search and
-the probe cache are :func:`pardnn.maxbatch.max_batch`). Building a paper-size graph in TensorFlow
+the probe cache are :func:`pardnn.batch.maxbatch.max_batch`). Building a paper-size graph in TensorFlow
 takes 4-30 s and a search probes dozens of sizes, so by default the graph is built (and costed with
 :func:`pardnn.tf.estimate.estimate_parts`) only at batches 2 and 3, and every other size's graph is
-computed from those two by :class:`pardnn.batchscale.BatchScaling` (batch 1 is built: at batch 1
+computed from those two by :class:`pardnn.batch.batchscale.BatchScaling` (batch 1 is built: at batch 1
 TensorFlow's broadcasting gradients take other ops). When the search is done, the graph is built
 once more at the largest batch it probed and compared with the computed one: if they are equal, every
-probe in between was exact (the module docstring of :mod:`pardnn.batchscale` says why) and the
+probe in between was exact (the module docstring of :mod:`pardnn.batch.batchscale` says why) and the
 results enter the probe cache; if not, the message names the op that differs and the search runs
 again building every probe, as ``--rebuild`` asks from the start. Built graphs are kept per batch
 size during a run, so the K values and a rerun share them.
@@ -15,7 +15,7 @@ size during a run, so the K values and a rerun share them.
 With micro-batches (``micro_batches = M``, ``--micro-batches M``) only multiples of M are probed, and
 the graph at batch ``M b`` is the M-copy graph at micro-batch ``b``: it is built at micro-batches 1, 2
 and 3 (batches M, 2M, 3M) and scaled in ``b`` from the last two, and the check builds the largest
-batch probed, as without M. The argument of :mod:`pardnn.batchscale` holds in ``b``: each copy's
+batch probed, as without M. The argument of :mod:`pardnn.batch.batchscale` holds in ``b``: each copy's
 sizes and FLOPs are those of the plain step at batch ``b`` (convex in ``b``), and what the copies
 share (variables, summed gradients, the update) does not depend on ``b``. ``auto`` answers for each M
 of :data:`AUTO_MICRO_BATCHES` and keeps per K the M whose batch is the largest.
@@ -35,12 +35,8 @@ from typing import Any
 
 from jobs.config import Job, load_job
 from jobs.schema import AUTO
-from pardnn import presets
-from pardnn.batchscale import BatchScaling, CostParts
-from pardnn.errors import InfeasibleError, ScalingError
-from pardnn.graph import CostGraph
-from pardnn.machine import Machine, format_bytes
-from pardnn.maxbatch import (
+from pardnn.batch.batchscale import BatchScaling, CostParts
+from pardnn.batch.maxbatch import (
     MAX_BATCH,
     BatchRow,
     ProbeCache,
@@ -49,7 +45,11 @@ from pardnn.maxbatch import (
     fingerprint_of,
     max_batch,
 )
-from pardnn.presets import machine_for
+from pardnn.costs import presets
+from pardnn.costs.graph import CostGraph
+from pardnn.costs.machine import Machine, format_bytes
+from pardnn.costs.presets import machine_for
+from pardnn.errors import InfeasibleError, ScalingError
 
 __all__ = ["AUTO_MICRO_BATCHES", "format_rows", "format_tried", "job_max_batch", "job_max_batch_auto", "plot_rows",
            "rows_csv"]

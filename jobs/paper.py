@@ -57,9 +57,9 @@ def measure(name: str, *, out_dir: Path | None = None, batch_size: int | None = 
 
     from jobs.config import load_job
     from jobs.training import build, cost_graph
-    from pardnn.info import graph_info
+    from pardnn.costs.info import graph_info
+    from pardnn.costs.presets import machine_for
     from pardnn.io import write_graph
-    from pardnn.presets import machine_for
 
     job = load_job(name)
     started = time.perf_counter()

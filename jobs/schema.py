@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pardnn.costs.presets import preset
 from pardnn.errors import InvalidMachineError
-from pardnn.presets import preset
 from pardnn.settings import PLACEMENT as SHARED_PLACEMENT
 from pardnn.settings import REQUIRED, Param
 from pardnn.settings import RUN as SHARED_RUN
@@ -86,7 +86,7 @@ class PerOutput(Param):
         return checked
 
 
-AUTO = "auto"  # [train] micro_batches / --micro-batches: choose M by emulating each (launcher.microsearch)
+AUTO = "auto"  # [train] micro_batches / --micro-batches: choose M by emulating each (launcher.placing.microsearch)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ logging is set up, keeping its warnings and errors. The lines it writes while it
 level (the oneDNN notice; TensorFlow 2.21's CUDA probe and absl's notice that it writes to stderr
 before it is set up), so :func:`quiet` runs the import with the process's stderr (fd 2) caught and
 writes every other line back. ``pardnn-launch`` does not use it: each rank's log keeps everything,
-and its console filters (:mod:`launcher.console`).
+and its console filters (:mod:`launcher.reporting.console`).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from jobs.microbatch import mean_gradients, micro_size, split_feed, zoo_copies
 from jobs.models import model_module
 from jobs.recipe import Recipe, recipe
 from jobs.usermodel import build_net, entry_points, feeder
-from pardnn.graph import CostGraph
+from pardnn.costs.graph import CostGraph
 from pardnn.tfstack import check_keras
 
 v1 = tf.compat.v1

@@ -14,7 +14,7 @@ meets memory) or a placement or replica that does not fit; 4 stalled (no iterati
 within the stall timeout); 143 stopped by SIGTERM or SIGUSR1 (a time limit; every rank's files hold
 what was measured); 130 interrupted (Ctrl-C).
 
-The first thing :func:`main` does is start the console tee (:mod:`launcher.console`): from then on
+The first thing :func:`main` does is start the console tee (:mod:`launcher.reporting.console`): from then on
 everything the process prints also goes to its ``rank-<r>.log``, and the console shows rank 0's
 progress and every rank's warnings and errors. An error every rank finds (a bad command line, job
 file, setting or output folder) is printed by rank 0 alone.
@@ -29,13 +29,13 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from jobs.schema import PLACEMENT, RUN, TRAIN, micro_batches_arg
-from launcher import console, hosts
+from launcher.cluster import hosts
 from launcher.core import run
-from launcher.dataparallel import ALLREDUCE_CHOICES
 from launcher.env import EMULATE_NODES, launch_rank
-from launcher.failure import exit_code
-from launcher.recompute import WRAPPED
-from launcher.settings import LAUNCHER_DEFAULTS, OVERRIDABLE, SCHEMA, parse_window
+from launcher.reporting import console
+from launcher.run.failure import exit_code
+from launcher.settings import ALLREDUCE_CHOICES, LAUNCHER_DEFAULTS, OVERRIDABLE, SCHEMA, parse_window
+from launcher.training.recompute import WRAPPED
 from launcher.variants import DATA, PARALLELISMS, RECOMPUTE
 
 __all__ = ["build_parser", "main"]
@@ -183,7 +183,7 @@ def _configure_logging(verbose: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    on_hosts = hosts.start(parser, argv)  # --hosts/--hostfile: mpirun runs pardnn-launch there (launcher.hosts)
+    on_hosts = hosts.start(parser, argv)  # --hosts/--hostfile: mpirun runs pardnn-launch there (launcher.cluster.hosts)
     if on_hosts is not None:
         return on_hosts
     console.start(launch_rank())

@@ -1,12 +1,12 @@
 """``--compare a,b,...``: several variants of one job, one after the other in one allocation, and one table.
 
-The quick answer to "which is fastest here?". Each entry is a placer (:mod:`launcher.placing`),
-``data`` or ``data+recompute`` (:mod:`launcher.replicas`), trained over the same window in the
+The quick answer to "which is fastest here?". Each entry is a placer (:mod:`launcher.placing.model`),
+``data`` or ``data+recompute`` (:mod:`launcher.training.replicas`), trained over the same window in the
 order given:
 
 - the model-parallel entries run on one rank per node (each node's leader, when data parallelism
   asked for one rank per device; the other ranks wait, asleep): the graph is built and costed once
-  and placed by each placer in turn (:class:`launcher.placing.Costed`; built again, not costed, only
+  and placed by each placer in turn (:class:`launcher.placing.model.Costed`; built again, not costed, only
   after a placement wrote its run order into it);
 - the data-parallel entries run on every rank, one per device, at the same global batch.
 
@@ -30,8 +30,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from launcher.cluster.topology import Topology
 from launcher.errors import UNTRAINED, AgreedError
-from launcher.failure import exit_code, one_line, status_of
 from launcher.files import write_json, write_text
 from launcher.lifecycle import (
     LOG_FILE,
@@ -42,14 +42,14 @@ from launcher.lifecycle import (
     run_variant,
     start_allreduce,
 )
+from launcher.reporting.summary import results_row
+from launcher.run.failure import exit_code, one_line, status_of
+from launcher.run.signals import StopGuard
+from launcher.run.state import RunState
 from launcher.runner import Runner
 from launcher.settings import Settings
-from launcher.signals import StopGuard
-from launcher.state import RunState
-from launcher.summary import results_row
-from launcher.topology import Topology
 from launcher.variants import Variant, variants_of
-from pardnn.machine import format_bytes
+from pardnn.costs.machine import format_bytes
 
 __all__ = ["TABLE_FILE", "Where", "compare", "table"]
 

@@ -1,25 +1,25 @@
 """The one core behind ``pardnn-launch`` and ``launcher.run``: per node, place the replica and train.
 
-Per node (one MPI rank per node, :mod:`launcher.topology`; one per device for data parallelism):
+Per node (one MPI rank per node, :mod:`launcher.cluster.topology`; one per device for data parallelism):
 
 0. **set up**: read the job and settings and check the output folder (before Horovod and
    TensorFlow load); ranks agree on the outcome, so an error every rank finds is printed once;
    rank 0 makes the run directory (:mod:`launcher.lifecycle`); each rank starts its log, heartbeat
-   and stall watchdog (:mod:`launcher.console`, :mod:`launcher.heartbeat`) and Horovod;
+   and stall watchdog (:mod:`launcher.reporting.console`, :mod:`launcher.run.heartbeat`) and Horovod;
 1. train the run's variant (:mod:`launcher.variants`): a placer's placement of the node's replica
-   (:mod:`launcher.placing`: build, profile or estimate, place, apply, train) or plain data
-   parallelism (:mod:`launcher.replicas`); ``--compare`` trains several, one after the other
+   (:mod:`launcher.placing.model`: build, profile or estimate, place, apply, train) or plain data
+   parallelism (:mod:`launcher.training.replicas`); ``--compare`` trains several, one after the other
    (:mod:`launcher.compare`);
 2. compare the replicas' weights and optimizer state (a mismatch fails the run); rank 0 gathers
    every replica's figures and writes ``summary.json``, ``status.json`` and a row of ``results.csv``
-   (:mod:`launcher.outcome`); a step that does not fit the devices' memory ends before training with
+   (:mod:`launcher.run.outcome`); a step that does not fit the devices' memory ends before training with
    status ``does_not_fit``, a row and one line.
 
-Outputs go to ``<out>/<run id>/`` (:mod:`launcher.state`): per rank ``rank-<r>.jsonl``,
+Outputs go to ``<out>/<run id>/`` (:mod:`launcher.run.state`): per rank ``rank-<r>.jsonl``,
 ``rank-<r>.log``, ``figures-<r>.json``, ``heartbeat-<r>.json``; from rank 0 ``placement.txt``,
 ``summary.json`` and ``status.json``; ``<out>/results.csv`` collects one row per run for sweeps.
-Failures end every rank within seconds (:mod:`launcher.failure`); stop signals and stalls end it
-with every live rank's files written (:mod:`launcher.ending`).
+Failures end every rank within seconds (:mod:`launcher.run.failure`); stop signals and stalls end it
+with every live rank's files written (:mod:`launcher.run.ending`).
 """
 
 from __future__ import annotations
@@ -29,19 +29,19 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from launcher.agreement import agree
+from launcher.cluster.topology import Topology, discover
 from launcher.compare import Where, compare
 from launcher.env import launch_size
 from launcher.errors import LaunchError
-from launcher.failure import exit_code
 from launcher.files import check_output_folder
 from launcher.lifecycle import detach_log, end, open_run, run_variant, start_allreduce
-from launcher.recompute import check_wrappable
+from launcher.run.agreement import agree
+from launcher.run.failure import exit_code
+from launcher.run.signals import StopGuard
+from launcher.run.state import RESULTS_FILE, SUMMARY_FILE
 from launcher.runner import Runner
 from launcher.settings import Settings, resolve
-from launcher.signals import StopGuard
-from launcher.state import RESULTS_FILE, SUMMARY_FILE
-from launcher.topology import Topology, discover
+from launcher.training.recompute import check_wrappable
 from launcher.variants import ranks_per_node, variants_of
 from pardnn.errors import PardnnError
 

@@ -3,8 +3,8 @@
 :func:`open_run` makes the run's folder (rank 0 names it: ``<job>-<variant>-n<N>-k<K>-b<B>-<UTC time>``,
 the variant being the placer, ``data`` or ``data-recompute``), attaches this rank's log, starts its
 collector, status and stall watch; :func:`run_variant` trains the variant
-(:mod:`launcher.placing` for a placer, :mod:`launcher.replicas` for data parallelism);
-:func:`end` reports an error once and writes what the run has (:func:`launcher.failure.fail`).
+(:mod:`launcher.placing.model` for a placer, :mod:`launcher.training.replicas` for data parallelism);
+:func:`end` reports an error once and writes what the run has (:func:`launcher.run.failure.fail`).
 A standalone run (:func:`launcher.core.run`) opens one; ``--compare`` (:mod:`launcher.compare`)
 one per variant.
 """
@@ -16,18 +16,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from launcher import console
-from launcher.agreement import check_agreement, together
-from launcher.collector import Collector
-from launcher.dataparallel import HorovodBackend, Mpi4pyBackend, pick_backend
+from launcher.cluster.topology import Topology
 from launcher.errors import AgreedError, Stalled, Stopped
-from launcher.failure import exit_code, fail, one_line, shared, status_of
 from launcher.files import check_output_folder
+from launcher.reporting import console
+from launcher.reporting.collector import Collector
+from launcher.run.agreement import check_agreement, together
+from launcher.run.failure import exit_code, fail, one_line, shared, status_of
+from launcher.run.signals import StopGuard
+from launcher.run.state import RunState
 from launcher.runner import Runner
 from launcher.settings import Settings
-from launcher.signals import StopGuard
-from launcher.state import RunState
-from launcher.topology import Topology
+from launcher.training.dataparallel import HorovodBackend, Mpi4pyBackend, pick_backend
 from launcher.variants import Variant
 
 __all__ = ["LOG_FILE", "attach_log", "detach_log", "end", "make_folder", "open_run", "run_variant",
@@ -97,7 +97,7 @@ def open_run(job: Any, settings: Settings, topology: Topology, variant: Variant,
 
 def start_allreduce(runner: Runner, topology: Topology, choice: str = "auto") -> None:
     """Choose and start the allreduce backend when several ranks run (collective;
-    :mod:`launcher.dataparallel`); with several ranks per node and several nodes, the node leaders
+    :mod:`launcher.training.dataparallel`); with several ranks per node and several nodes, the node leaders
     get a group of their own (their model-parallel runs). The log names the backend."""
     name = together(topology, "choosing the allreduce", lambda: pick_backend(choice, topology.size))
     if name is None:
@@ -119,10 +119,10 @@ def run_variant(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, 
     """Train ``state.variant``: a placer's model parallelism or data parallelism."""
     state.allreduce = runner.allreduce.name if runner.allreduce is not None and state.topology.size > 1 else None
     if state.variant.placer is None:
-        from launcher.replicas import run_data
+        from launcher.training.replicas import run_data
 
         return run_data(state, runner, guard)
-    from launcher.placing import run_model
+    from launcher.placing.model import run_model
 
     return run_model(state, runner, guard)
 

@@ -15,7 +15,7 @@ writes ``report.md`` (the tables, also printed) and PNG plots (matplotlib, Agg b
 
 each for ParDNN's runs, and as ``<job>-<variant>-*.png`` for every other variant (a placer, ``data``,
 ``data-recompute``). Runs that compare variants also get the comparison tables and plots of
-:mod:`launcher.comparisons` (speed-ups, scaling, the emulator's fidelity, with a warning where
+:mod:`launcher.reporting.comparisons` (speed-ups, scaling, the emulator's fidelity, with a warning where
 measured / emulated steps spread beyond what a calibration fixes).
 
 Exit codes: 0 success; 1 no readable results (one line naming the file); 2 bad command line.
@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.comparisons import comparison_plots, comparison_tables, fidelity_warnings
-from launcher.ending import FIGURES_FILE, merge_figures
 from launcher.errors import LaunchError
 from launcher.files import write_text
-from launcher.plotting import plot_lines
-from launcher.summary import RESULTS_COLUMNS
+from launcher.reporting.comparisons import comparison_plots, comparison_tables, fidelity_warnings
+from launcher.reporting.plotting import plot_lines
+from launcher.reporting.summary import RESULTS_COLUMNS
+from launcher.run.ending import FIGURES_FILE, merge_figures
 from launcher.variants import DATA, RECOMPUTE, slug
 
 __all__ = ["Result", "main", "read_results", "recover_rows", "tables"]

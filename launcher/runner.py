@@ -1,6 +1,6 @@
 """What the variants of one run share (:class:`Runner`), apart from how a run lives and ends
-(:mod:`launcher.lifecycle`), so that the variants' trainers (:mod:`launcher.placing`,
-:mod:`launcher.replicas`) and the life that runs them import it from below."""
+(:mod:`launcher.lifecycle`), so that the variants' trainers (:mod:`launcher.placing.model`,
+:mod:`launcher.training.replicas`) and the life that runs them import it from below."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ BuildFn = Callable[..., Any]
 @dataclass
 class Runner:
     """What the variants of a run share: the graph builder, the allreduce backend
-    (:class:`launcher.dataparallel.Backend`, ``None`` for one rank) and the node leaders' group
+    (:class:`launcher.training.dataparallel.Backend`, ``None`` for one rank) and the node leaders' group
     (``None``: every rank), and the model-parallel graph once built and costed
-    (:class:`launcher.placing.Costed`)."""
+    (:class:`launcher.placing.model.Costed`)."""
 
     build: BuildFn
     allreduce: Any = None

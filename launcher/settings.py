@@ -18,37 +18,40 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs.schema import COMMAND_LINE, DEFAULT, JOB_FILE, PLACEMENT, RUN, TRAIN, normalise, window_fits
-from launcher.dataparallel import ALLREDUCE_CHOICES
+from jobs.schema import AUTO, COMMAND_LINE, DEFAULT, JOB_FILE, PLACEMENT, RUN, TRAIN, normalise, window_fits
+from launcher.cluster.gpus import adapt, detect_gpus
 from launcher.errors import LaunchError
-from launcher.gpus import adapt, detect_gpus
-from launcher.microsearch import check_auto
 from launcher.variants import variant_settings
-from pardnn.machine import parse_bytes
+from pardnn.costs.machine import parse_bytes
 from pardnn.settings import RUN as SHARED_RUN
 from pardnn.settings import Param
 
-__all__ = ["DEFAULTS", "OVERRIDABLE", "SCHEMA", "Settings", "parse_window", "resolve"]
+__all__ = ["ALLREDUCE_CHOICES", "DEFAULTS", "OVERRIDABLE", "SCHEMA", "Settings", "check_auto", "parse_window",
+           "resolve"]
 
 # Settings a job file has (the Job field of the same name), checked by the job schema's Param.
 SCHEMA: dict[str, Param] = {"batch_size": TRAIN["batch_size"], "micro_batches": TRAIN["micro_batches"], **SHARED_RUN,
                              **RUN, **PLACEMENT}
 # Settings of the launcher only (command line or keyword arguments).
 LAUNCHER_DEFAULTS: dict[str, Any] = {"out": Path("runs"), "progress": True}
-# Checkpoints (launcher.checkpoint): every N iterations (0: none periodic), the folder (default
+# Checkpoints (launcher.run.checkpoint): every N iterations (0: none periodic), the folder (default
 # OUT/<run>/checkpoint), and a checkpoint (folder or "latest") to resume from; how many checkpoints a
 # folder keeps (0: all); --replace: place a resumed graph anew instead of taking the saved placement.
 LAUNCHER_DEFAULTS.update({"checkpoint_every": 0, "checkpoint_dir": None, "resume": None, "keep_checkpoints": 3,
                           "replace": False})
 # What runs (launcher.variants): model or data parallelism, gradient checkpointing, placers side by side.
 LAUNCHER_DEFAULTS.update({"parallelism": "model", "recompute": False, "compare": None})
-# How gradients are averaged across ranks (launcher.dataparallel): auto, horovod or mpi4py.
+# How gradients are averaged across ranks (launcher.training.dataparallel): auto, horovod or mpi4py.
 LAUNCHER_DEFAULTS.update({"allreduce": "auto"})
 # Used when neither the command line nor the job sets a value (the job file's own defaults,
 # applied by jobs.load_job, count as the job's). batch_size has none: the job or --batch-size gives it.
 DEFAULTS: dict[str, Any] = {**{name: None if param.required else param.default for name, param in SCHEMA.items()},
                             **LAUNCHER_DEFAULTS}
 OVERRIDABLE = tuple(DEFAULTS)
+
+
+# --allreduce: how gradients are averaged across ranks (launcher.training.dataparallel.pick_backend).
+ALLREDUCE_CHOICES = ("auto", "horovod", "mpi4py")
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ class Settings:
     compare: tuple[str, ...] = ()
     allreduce: str = "auto"
     sources: dict[str, str] = field(default_factory=dict, compare=False)
-    gpus: str | None = None  # "8 × NVIDIA A100-SXM4-80GB" when GPUs were detected (launcher.gpus)
+    gpus: str | None = None  # "8 × NVIDIA A100-SXM4-80GB" when GPUs were detected (launcher.cluster.gpus)
 
     @property
     def memory_bytes(self) -> int | None:
@@ -180,3 +183,16 @@ def _checkpoint_settings(values: dict[str, Any]) -> dict[str, Any]:
         raise LaunchError("--replace places a resumed run's graph anew: it needs --resume")
     return {"checkpoint_every": every, "checkpoint_dir": None if folder is None else Path(folder),
             "resume": None if resume is None else str(resume), "keep_checkpoints": keep, "replace": replace}
+
+
+def check_auto(settings: Settings) -> None:
+    """``micro_batches = "auto"`` chooses M for one placer's model-parallel run: with ``--compare`` or
+    data parallelism it is a one-line error."""
+    if settings.micro_batches != AUTO:
+        return
+    if settings.compare:
+        raise LaunchError("--micro-batches auto chooses M for one placement; --compare trains several: give a whole "
+                          "number M (--micro-batches M)")
+    if settings.parallelism == "data":
+        raise LaunchError("--micro-batches auto chooses M for a placement across the node's devices; with "
+                          "--parallelism data give a whole number M or leave it out")

@@ -4,13 +4,13 @@ A :class:`Variant` is one way to train the job on the allocation:
 
 - **model parallelism** (``--placer NAME``, the default ``pardnn``): one rank per node places the
   node's replica across its K devices with the placer ``NAME`` and Horovod averages gradients
-  across nodes. The placers are the registry's (:data:`pardnn.placers.PLACERS`: the names
+  across nodes. The placers are the registry's (:data:`pardnn.registry.PLACERS`: the names
   ``pardnn place --algorithm`` takes, ``pardnn-paper`` among them: ParDNN as the paper has it, no
   guard, refinement or run order). Every placement is judged by the same emulator and memory tracker; one
   over a device's limit is not trained (:func:`check_fits`, status ``does_not_fit``).
 - **data parallelism** (``--parallelism data``): one rank per device, the whole model on each
   device, Horovod averaging every gradient over all of them; ``--recompute`` adds gradient
-  checkpointing (:mod:`launcher.recompute`).
+  checkpointing (:mod:`launcher.training.recompute`).
 
 ``--compare a,b,...`` trains several variants one after the other in one allocation
 (:mod:`launcher.compare`): the entries are placer names, ``data`` and ``data+recompute``.
@@ -35,9 +35,9 @@ from typing import Any
 
 from jobs.schema import COMMAND_LINE, JOB_FILE
 from launcher.errors import DoesNotFit, LaunchError
-from pardnn.machine import Machine, format_bytes
-from pardnn.placers import get_placer
-from pardnn.result import Result
+from pardnn.costs.machine import Machine, format_bytes
+from pardnn.placement.result import Result
+from pardnn.registry import get_placer
 from pardnn.settings import ALGORITHMS
 
 __all__ = ["DATA", "PARALLELISMS", "RECOMPUTE", "Variant", "check_fits", "place", "ranks_per_node", "replica_batch",

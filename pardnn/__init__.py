@@ -6,10 +6,12 @@ nothing imports the model zoo (``jobs``), the launcher or the benchmarks.
     >>> from pardnn import CostGraph, Machine, partition
     >>> result = partition(graph, Machine(4, memory="32GiB"))   # doctest: +SKIP
 
-``partition`` is the function (the pipeline lives in :mod:`pardnn.pipeline`); ``__version__`` is the
+``partition`` is the function (the pipeline lives in :mod:`pardnn.partitioner`); ``__version__`` is the
 package's one version (``pyproject.toml`` reads it from here).
 """
 
+from pardnn.costs.graph import CostGraph, Kind
+from pardnn.costs.machine import Machine
 from pardnn.errors import (
     InfeasibleError,
     InvalidGraphError,
@@ -18,10 +20,8 @@ from pardnn.errors import (
     NoPlacementFoundError,
     PardnnError,
 )
-from pardnn.graph import CostGraph, Kind
-from pardnn.machine import Machine
-from pardnn.pipeline import partition
-from pardnn.result import PartitionReport, Result
+from pardnn.partitioner import partition
+from pardnn.placement.result import PartitionReport, Result
 
 __version__ = "0.1.0"
 

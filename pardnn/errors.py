@@ -2,7 +2,7 @@
 
 ``PardnnError`` is the root. ``InvalidGraphError`` is bad input (a file, a line, an op, a value that
 breaks a rule); ``InfeasibleError`` means the input is fine but memory is not met: raised as itself
-only with a proof that no placement can meet it (:mod:`pardnn.feasibility`), and as its subclass
+only with a proof that no placement can meet it (:mod:`pardnn.steps.feasibility`), and as its subclass
 ``NoPlacementFoundError`` when the heuristics merely failed. The CLIs turn these into one clear line
 on stderr and a non-zero exit (3 for both memory errors).
 """
@@ -30,7 +30,7 @@ class InfeasibleError(PardnnError):
     """Memory cannot be met: names the device, op or group, its need, its limit and what to change.
 
     Raised as this class only with a proof that *no* placement meets memory, named in the message
-    (:func:`pardnn.feasibility.check_feasible`). A heuristic that gives up raises the subclass
+    (:func:`pardnn.steps.feasibility.check_feasible`). A heuristic that gives up raises the subclass
     :class:`NoPlacementFoundError` instead, so ``except InfeasibleError`` catches "memory not met"
     either way (exit code 3) and ``proven`` (or catching the subclass first) tells the two apart.
     """
@@ -54,4 +54,4 @@ class MissingDependencyError(PardnnError, ImportError):
 
 
 class ScalingError(PardnnError):
-    """Costs that do not scale with the batch size as :mod:`pardnn.batchscale` needs (names the op)."""
+    """Costs that do not scale with the batch size as :mod:`pardnn.batch.batchscale` needs (names the op)."""

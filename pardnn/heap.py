@@ -1,7 +1,7 @@
 """Give the C heap's free pages back to the operating system (glibc's ``malloc_trim``).
 
 On a 1M-op graph the placer allocates and frees many arrays of 8-40 MB, in two threads
-(:func:`pardnn.pipeline.partition`). glibc keeps what a thread frees in that thread's arena and
+(:func:`pardnn.partitioner.partition`). glibc keeps what a thread frees in that thread's arena and
 hands an arena's pages back only from its top, so once both threads have worked the resident size
 stays near the sum of their high-water marks though far less is live: 1,000 MB at the last stage on
 the 1M-op graph of ``benchmarks.speed_large`` with 390 MB live. ``malloc_trim(0)`` returns the free

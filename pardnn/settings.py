@@ -4,8 +4,8 @@ One :class:`Param` per key: its type, default, allowed range or choices, and hel
 (``jobs/config.py``), the launcher's merge of command line, job file and defaults
 (``launcher/settings.py``) and the ``pardnn`` command's options all read :data:`PLACEMENT`, so a
 default or a range is written once. Choices are built from the registries
-(:data:`pardnn.placers.PLACERS`, :data:`pardnn.pipeline.MEMORY_HEURISTICS`,
-:data:`pardnn.presets.PRESETS`), never typed out.
+(:data:`pardnn.registry.PLACERS`, :data:`pardnn.partitioner.MEMORY_HEURISTICS`,
+:data:`pardnn.costs.presets.PRESETS`), never typed out.
 
 A :class:`Param` checks a parsed value (:meth:`Param.check`, for TOML and keyword arguments) or
 text (:meth:`Param.parse`, for the command line); both raise :class:`ValueError`, and
@@ -19,11 +19,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from pardnn.costs.machine import DEFAULT_BANDWIDTH_BPS, DEFAULT_LATENCY_US, DEFAULT_RESERVE, parse_bytes
+from pardnn.costs.presets import PRESETS
 from pardnn.errors import InvalidMachineError
-from pardnn.machine import DEFAULT_BANDWIDTH_BPS, DEFAULT_LATENCY_US, DEFAULT_RESERVE, parse_bytes
-from pardnn.pipeline import MEMORY_HEURISTICS
-from pardnn.placers import PLACERS
-from pardnn.presets import PRESETS
+from pardnn.partitioner import MEMORY_HEURISTICS
+from pardnn.registry import PLACERS
 
 __all__ = ["ALGORITHMS", "HEURISTIC_CHOICES", "PLACEMENT", "REQUIRED", "RUN", "UNLIMITED", "Param"]
 

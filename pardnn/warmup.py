@@ -17,12 +17,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from pardnn.checks import check_order, dense_positions
+from pardnn.costs.machine import Machine
+from pardnn.costs.synthetic import dnn_graph
+from pardnn.emulation.checks import check_order, dense_positions
 from pardnn.errors import InfeasibleError, MissingDependencyError
-from pardnn.machine import Machine
-from pardnn.pipeline import MEMORY_HEURISTICS, partition
-from pardnn.placers import PLACERS
-from pardnn.synthetic import dnn_graph
+from pardnn.partitioner import MEMORY_HEURISTICS, partition
+from pardnn.registry import PLACERS
 
 __all__ = ["warm_up"]
 

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import event, settings
 from hypothesis import strategies as st
 
-from pardnn.graph import CostGraph
+from pardnn.costs.graph import CostGraph
 
 settings.register_profile("default", deadline=None, max_examples=60, derandomize=bool(os.environ.get("CI")))
 settings.register_profile("nightly", deadline=None, max_examples=600, derandomize=False)

@@ -1,5 +1,9 @@
-"""The package structure of DESIGN.md "Layout", checked from the source.
+"""The package structure of docs/design.md "Layout", checked from the source.
 
+- The project's layers: ``benchmarks`` may import ``launcher``, ``jobs`` and ``pardnn``; ``launcher``
+  may import ``jobs`` and ``pardnn``; ``jobs`` may import ``pardnn``; never the other way.
+- Inside ``pardnn`` and ``launcher``, the sub-packages form layers too (:data:`LAYERS`): a module
+  imports only from its own layer or the ones below it.
 - ``pardnn/`` is a closed library: no module under it imports ``jobs``, ``launcher``,
   ``benchmarks``, ``tensorflow`` or ``horovod``, except TensorFlow and horovod inside ``pardnn/tf/``.
 - No import cycle among the library's modules. Every import counts, a function-local one too
@@ -69,7 +73,7 @@ def test_the_library_imports_no_zoo_launcher_benchmarks_or_tensorflow() -> None:
             top = target.split(".")[0]
             if top in FORBIDDEN and not (inside_tf and top in TF_ONLY):
                 bad.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
-    assert not bad, "the library must stay closed (DESIGN.md, Layout):\n" + "\n".join(bad)
+    assert not bad, "the library must stay closed (docs/design.md, Layout):\n" + "\n".join(bad)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -117,6 +121,101 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
+# Bottom to top. A module belongs to the longest prefix that names it (a package's modules, or one module).
+LAYERS: dict[str, list[tuple[str, ...]]] = {
+    "pardnn": [
+        ("pardnn.errors", "pardnn.heap", "pardnn.tfstack"),
+        ("pardnn.costs",),  # the cost model: graph, machine, presets
+        ("pardnn.emulation",),  # what a placement does when it runs
+        ("pardnn.io", "pardnn.placement", "pardnn.steps"),  # files; what a placer returns; the paper's steps
+        ("pardnn.baselines",),  # the other placers
+        ("pardnn.polish",),  # guard, refinement, run order
+        ("pardnn.partitioner",),  # partition(): every step and stage in order
+        ("pardnn", "pardnn.registry"),  # the public API; every placer by name
+        ("pardnn.settings", "pardnn.warmup", "pardnn.batch"),
+        ("pardnn.tf", "pardnn.cli", "pardnn.__main__"),
+    ],
+    "launcher": [
+        ("launcher.errors", "launcher.env", "launcher.files"),
+        ("launcher.cluster", "launcher.reporting"),
+        ("launcher.variants", "launcher.runner", "launcher.settings"),  # what the user asked for
+        ("launcher.run",),  # one rank's run: state, agreement, checkpoints, every way it ends
+        ("launcher.training",),
+        ("launcher.placing",),
+        ("launcher.lifecycle",),
+        ("launcher.compare",),
+        ("launcher.core",),
+        ("launcher", "launcher.cli", "launcher.report"),
+    ],
+}
+PROJECT = ("pardnn", "jobs", "launcher", "benchmarks")  # bottom to top
+
+
+def all_modules() -> dict[str, Path]:
+    return {module_name(path): path for top in PROJECT for path in sorted((ROOT / top).rglob("*.py"))}
+
+
+def layer_of(module: str, layers: list[tuple[str, ...]]) -> int:
+    """The index of the layer whose longest prefix names ``module``."""
+    best = (-1, -1)
+    for index, prefixes in enumerate(layers):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best[0]:
+                best = (len(prefix), index)
+    assert best[1] >= 0, f"{module} is in no layer of tests/test_layers.py LAYERS: add it"
+    return best[1]
+
+
+def test_the_layer_of_a_module_is_its_longest_prefix() -> None:
+    layers = [("a",), ("a.b",), ("a.b.c", "d")]
+    assert [layer_of(m, layers) for m in ("a", "a.x", "a.b", "a.b.y", "a.b.c.z", "d")] == [0, 0, 1, 1, 2, 2]
+
+
+def upward_imports(modules: dict[str, Path]) -> list[str]:
+    bad = []
+    for name, path in modules.items():
+        top = name.split(".")[0]
+        for line, target in imports_of(path, modules):
+            if target not in modules or target == name:
+                continue
+            target_top = target.split(".")[0]
+            if PROJECT.index(target_top) > PROJECT.index(top):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {target} (a layer above {top})")
+            elif target_top == top and top in LAYERS and layer_of(target, LAYERS[top]) > layer_of(name, LAYERS[top]):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {target}, a layer above {name}")
+    return bad
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    modules = all_modules()
+    for top in LAYERS:
+        for name in modules:
+            if name.split(".")[0] == top:
+                layer_of(name, LAYERS[top])  # every module has a layer
+    bad = upward_imports(modules)
+    assert not bad, "upward imports (docs/design.md, Layout):\n" + "\n".join(bad)
+
+
+def test_no_sub_package_holds_more_than_12_modules() -> None:
+    crowded = []
+    for top in ("pardnn", "launcher"):
+        for folder in sorted({p.parent for p in (ROOT / top).rglob("*.py")}):
+            count = sum(1 for p in folder.glob("*.py") if p.name != "__init__.py")
+            if count > 12:
+                crowded.append(f"{folder.relative_to(ROOT)}: {count} modules")
+    assert not crowded, "folders over 12 modules (split them by idea):\n" + "\n".join(crowded)
+
+
+def test_every_sub_package_says_what_it_owns_and_may_import() -> None:
+    silent = []
+    for top in ("pardnn", "launcher"):
+        for init in sorted((ROOT / top).rglob("__init__.py")):
+            doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+            if init.parent != ROOT / top and "May import" not in doc:
+                silent.append(str(init.relative_to(ROOT)))
+    assert not silent, "sub-packages whose docstring does not say what they may import:\n" + "\n".join(silent)
+
+
 def test_no_import_cycle_in_the_library() -> None:
     cycles = _cycles(import_graph())
     assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
@@ -130,9 +229,9 @@ def test_the_cycle_finder_finds_cycles() -> None:
 
 def test_relative_and_from_imports_resolve_to_modules(tmp_path: Path) -> None:
     modules = library_modules()
-    path = LIBRARY / "pipeline.py"
+    path = LIBRARY / "partitioner.py"
     targets = {target for _, target in imports_of(path, modules)}
-    assert "pardnn.slicing" in targets and "pardnn.graph" in targets
+    assert "pardnn.steps.slicing" in targets and "pardnn.costs.graph" in targets
 
 
 @pytest.mark.parametrize("folder", ["pardnn", "launcher"])

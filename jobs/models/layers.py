@@ -191,7 +191,7 @@ def lstm_stack(inputs: Sequence[tf.Tensor], cells: Sequence[LSTMWeights], *, dro
         for index, cell in enumerate(cells):
             hidden = int(cell.bias.shape[0]) // 4
             # tf.fill, not tf.zeros: tf.zeros makes a Const below 1,000 elements and a Fill above, so the
-            # graph's ops would change with the batch size (pardnn.batchscale needs them not to).
+            # graph's ops would change with the batch size (pardnn.batch.batchscale needs them not to).
             zeros = tf.fill([batch, hidden], 0.0, name=f"zero_state_{index}")
             state.append((zeros, zeros))
         outputs = []

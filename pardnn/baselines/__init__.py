@@ -1,11 +1,11 @@
-"""The baseline placers: one registry line each (:class:`pardnn.placer.Placer`), the public signature
+"""The baseline placers: one registry line each (:class:`pardnn.placement.placer.Placer`), the public signature
 ``f(graph, machine, *, memory_heuristic="auto", progress=None, **options) -> Result`` generated.
 
-:data:`BASELINES` maps a name to its placer (:data:`pardnn.placers.PLACERS` adds ParDNN itself). Its
+:data:`BASELINES` maps a name to its placer (:data:`pardnn.registry.PLACERS` adds ParDNN itself). Its
 order is the guard's order of preference among the ``cheap`` ones (a candidate must be strictly
 faster than those before it). Every placer keeps colocation groups whole, is deterministic
 (byte-identical placements across runs; LC only when it finishes within its time budget) and reports
-through the same :class:`~pardnn.result.PartitionReport` as ParDNN, with ``stage_seconds`` holding
+through the same :class:`~pardnn.placement.result.PartitionReport` as ParDNN, with ``stage_seconds`` holding
 ``placement`` and ``evaluation``. None has a memory heuristic (``exact`` keeps residual bytes within
 the limits as a constraint of its model).
 
@@ -23,6 +23,9 @@ name                      placer                                                
                           or GPipe run order (:mod:`pardnn.baselines.pipeline`)
 ``exact``                 CP-SAT optimum of placement + schedule (<= 60 ops; a bound)  exponential
 ========================  ===========================================================  ====================
+
+May import: :mod:`pardnn.costs`, :mod:`pardnn.emulation`, :mod:`pardnn.steps`, :mod:`pardnn.placement`,
+:mod:`pardnn.errors`.
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ from pardnn.baselines.linear_clustering import DEFAULT_TIME_BUDGET_S, linear_clu
 from pardnn.baselines.metis import DEFAULT_SEED, MissingDependencyError, metis_placement
 from pardnn.baselines.pipeline import pipeline_placement
 from pardnn.baselines.round_robin import round_robin_placement
-from pardnn.baselines.single_device import single_device_placement
+from pardnn.baselines.single import single_device_placement
 from pardnn.baselines.topological import topological_placement
-from pardnn.placer import Placer
+from pardnn.placement.placer import Placer
 
 __all__ = [
     "BASELINES",

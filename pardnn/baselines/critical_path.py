@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from pardnn.graph import CostGraph, Kind
-from pardnn.levels import bottom_levels, walk_critical_path
-from pardnn.machine import Machine
-from pardnn.memory import saturated_bytes
+from pardnn.costs.graph import CostGraph, Kind
+from pardnn.costs.levels import bottom_levels, walk_critical_path
+from pardnn.costs.machine import Machine
+from pardnn.emulation.memory import saturated_bytes
 
 __all__ = ["critical_path_ops", "critical_path_placement"]
 

@@ -41,10 +41,10 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from pardnn.emulator import heap_pop, heap_push
-from pardnn.graph import CostGraph, Kind
-from pardnn.levels import bottom_levels
-from pardnn.machine import Machine
+from pardnn.costs.graph import CostGraph, Kind
+from pardnn.costs.levels import bottom_levels
+from pardnn.costs.machine import Machine
+from pardnn.emulation.emulator import heap_pop, heap_push
 
 __all__ = ["etf_placement"]
 

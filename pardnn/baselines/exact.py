@@ -1,11 +1,11 @@
 """Exact placement and schedule of small graphs with CP-SAT: the optimum the heuristics are measured against.
 
-The emulator's machine (:mod:`pardnn.emulator`) as a constraint program for OR-Tools' CP-SAT (a
+The emulator's machine (:mod:`pardnn.emulation.emulator`) as a constraint program for OR-Tools' CP-SAT (a
 lazy-clause-generation solver with LP relaxations; OR-Tools 9.9). On K devices it chooses
 
 - a device per op: booleans ``y[u, d]``, exactly one true per *unit* ``u`` (a colocation group, or an
-  op outside every group: :func:`pardnn.units.units_of`), so groups never split; reference ops reach
-  their variable's device through their group, as the data says (:class:`pardnn.graph.Kind`);
+  op outside every group: :func:`pardnn.steps.units.units_of`), so groups never split; reference ops reach
+  their variable's device through their group, as the data says (:class:`pardnn.costs.graph.Kind`);
 - a start ``s_v`` per op; op ``v`` runs ``c_v`` as an optional interval on each device, present iff
   it sits there, with no overlap on any device;
 - on every edge ``u -> v``: ``s_v >= s_u + c_u + comm(u, v) x_ab``, ``comm`` = ``machine.edge_comm_us``
@@ -31,7 +31,7 @@ order of readiness, the model in the best order, so even the exact placement may
 Of the placements of every solution the searches report and of the hint, the one the emulator runs
 fastest is returned (``details["chosen"]``; ``model_start_us``: the model's schedule of it). With
 it comes the model's run order (each device's ops by their start in the model's schedule, as
-:mod:`pardnn.order` positions) when the emulator, holding each device to that order, runs the
+:mod:`pardnn.polish.order` positions) when the emulator, holding each device to that order, runs the
 placement faster than in order of readiness and within memory (``details["run_order"]``; off with
 ``ordered=False``): the emulated step then follows the model's schedule, so its makespan is the
 model's optimum up to the rounding of durations to ticks (on the exact benchmark at most 1.001 times
@@ -85,12 +85,12 @@ from typing import Any
 import numpy as np
 
 from pardnn.baselines.exact_schedule import Candidate, hint_candidate, pick
+from pardnn.costs.graph import CostGraph, Kind
+from pardnn.costs.machine import Machine
 from pardnn.errors import MissingDependencyError, PardnnError
-from pardnn.graph import CostGraph, Kind
-from pardnn.machine import Machine
-from pardnn.placer import Placed
-from pardnn.result import Progress
-from pardnn.units import units_of
+from pardnn.placement.placer import Placed
+from pardnn.placement.result import Progress
+from pardnn.steps.units import units_of
 
 __all__ = ["DEFAULT_MAX_OPS", "DEFAULT_TIME_LIMIT_S", "GraphTooLargeError", "exact_placement"]
 

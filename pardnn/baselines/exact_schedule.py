@@ -17,11 +17,11 @@ import numpy as np
 
 from pardnn.baselines.critical_path import critical_path_placement
 from pardnn.baselines.topological import topological_placement
-from pardnn.checks import dense_positions
-from pardnn.emulated import emulate_and_track, strictly_shorter
-from pardnn.emulator import emulate
-from pardnn.graph import CostGraph
-from pardnn.machine import Machine
+from pardnn.costs.graph import CostGraph
+from pardnn.costs.machine import Machine
+from pardnn.emulation.checks import dense_positions
+from pardnn.emulation.emulated import emulate_and_track, strictly_shorter
+from pardnn.emulation.emulator import emulate
 
 __all__ = ["Candidate", "canonical", "hint_candidate", "list_schedule", "model_order", "pick"]
 

@@ -10,7 +10,7 @@ baseline of the ParDNN paper (Section 5, "Graph-based methods"), which ParDNN's 
    unbounded processors: that op's top level with the edges inside clusters costing nothing. In
    order of increasing start (ties to the earlier cluster), each cluster goes to the device with
    the least work so far (ties to the lowest index). Colocation groups then follow their
-   topologically first member (:func:`pardnn.colocation.keep_groups_whole`).
+   topologically first member (:func:`pardnn.steps.colocation.keep_groups_whole`).
 
 Recomputing every level after every path is what makes LC slow — the ParDNN paper reports ~12
 hours on a 205K-op graph. Ours recomputes only the levels that can change: cutting a path changes
@@ -25,7 +25,7 @@ heap, not the graph. Each level is recomputed by the same formula over the same 
 full sweep, so the clusters are exactly those of the full recomputation, ties included (a test
 compares the two on random DAGs). On the model graphs of ``pardnn bench`` the full recomputation took 0.16-9.4 s and
 this takes 0.006-0.14 s; 0.08 s on the 200k-op synthetic graph, 0.5 s on 1M ops (2 shared cores).
-Cheap enough to be one of the guard's candidates (:mod:`pardnn.guard`) at every size.
+Cheap enough to be one of the guard's candidates (:mod:`pardnn.polish.guard`) at every size.
 
 ``time_budget_s`` (default 60 s for the ``linear_clustering`` placer, none for the guard) still
 bounds the clustering: past it the clustering stops between paths, every op left becomes a cluster
@@ -47,11 +47,11 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from pardnn.colocation import keep_groups_whole
-from pardnn.graph import CostGraph
-from pardnn.levels import bottom_levels, top_levels, walk_critical_path
-from pardnn.machine import Machine
-from pardnn.result import Progress
+from pardnn.costs.graph import CostGraph
+from pardnn.costs.levels import bottom_levels, top_levels, walk_critical_path
+from pardnn.costs.machine import Machine
+from pardnn.placement.result import Progress
+from pardnn.steps.colocation import keep_groups_whole
 
 __all__ = ["DEFAULT_TIME_BUDGET_S", "glb_map", "linear_clustering_placement", "linear_clusters"]
 

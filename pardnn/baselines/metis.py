@@ -37,9 +37,9 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from pardnn.costs.graph import CostGraph
+from pardnn.costs.machine import Machine
 from pardnn.errors import MissingDependencyError
-from pardnn.graph import CostGraph
-from pardnn.machine import Machine
 
 __all__ = ["MissingDependencyError", "contract_groups", "metis_placement"]
 

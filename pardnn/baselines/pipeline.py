@@ -1,6 +1,6 @@
 """The layer pipeline users know (GPipe, PipeDream-Flush), at op granularity: a guard candidate.
 
-A micro-batched step (:mod:`pardnn.copies`) holds M copies of the forward and backward ops, sharing
+A micro-batched step (:mod:`pardnn.costs.copies`) holds M copies of the forward and backward ops, sharing
 the variables. This placer cuts the *single-copy* graph (micro-batch 0 and the shared ops; a graph
 without metadata is its own single copy, M = 1) into K contiguous stages, sends every copy of an op
 to its op's stage, and gives each device a run order: 1F1B or GPipe, whichever the emulator finds
@@ -64,14 +64,14 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from pardnn.checks import check_order
-from pardnn.copies import micro_batches, single_copy
-from pardnn.emulated import Emulated, emulate_and_track, strictly_shorter
-from pardnn.emulator import heap_pop, heap_push
+from pardnn.costs.copies import micro_batches, single_copy
+from pardnn.costs.graph import CostGraph, Kind
+from pardnn.costs.machine import Machine
+from pardnn.emulation.checks import check_order
+from pardnn.emulation.emulated import Emulated, emulate_and_track, strictly_shorter
+from pardnn.emulation.emulator import heap_pop, heap_push
 from pardnn.errors import InvalidPlacementError
-from pardnn.graph import CostGraph, Kind
-from pardnn.machine import Machine
-from pardnn.placer import Placed
+from pardnn.placement.placer import Placed
 
 __all__ = ["MAX_UNITS", "layer_positions", "pipeline_placement", "run_order", "stage_split"]
 
@@ -340,7 +340,7 @@ def _better(a: Emulated, b: Emulated | None, machine: Machine) -> bool:
 def pipeline_placement(graph: CostGraph, machine: Machine) -> Placed:
     """The pipeline placement and its run order (module docstring).
 
-    Returns :class:`~pardnn.placer.Placed`: the placement, ``details`` (``stages`` used,
+    Returns :class:`~pardnn.placement.placer.Placed`: the placement, ``details`` (``stages`` used,
     ``micro_batches``, ``layers`` (positions), ``schedule``: ``1f1b``, ``gpipe`` or ``readiness``
     (TensorFlow's order, kept when neither pipeline order is shorter: then no order is returned),
     each one's emulated makespan, ``memory_respected``: the split met the memory model of step 2)

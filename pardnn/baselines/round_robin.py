@@ -2,7 +2,7 @@
 
 The placement a framework gets from spreading ops blindly: perfectly balanced op counts, no regard
 for compute, communication or memory. Colocation groups then follow their topologically first
-member (:func:`pardnn.colocation.keep_groups_whole`). Complexity: O(|V|) (plus the evaluation).
+member (:func:`pardnn.steps.colocation.keep_groups_whole`). Complexity: O(|V|) (plus the evaluation).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from pardnn.colocation import keep_groups_whole
-from pardnn.graph import CostGraph
-from pardnn.machine import Machine
+from pardnn.costs.graph import CostGraph
+from pardnn.costs.machine import Machine
+from pardnn.steps.colocation import keep_groups_whole
 
 __all__ = ["round_robin_placement"]
 

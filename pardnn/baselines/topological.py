@@ -6,7 +6,7 @@ of its compute falls: op ``v`` with ``W_before`` work ahead of it in topological
 ``floor(K (W_before + comp(v) / 2) / W)``, ``W`` the total work. The blocks are therefore contiguous
 and each holds ``W / K`` up to half an op at either end. (Equal op counts when the graph has no
 work.) Colocation groups then follow their topologically first member
-(:func:`pardnn.colocation.keep_groups_whole`), which takes optimizer updates back to their variable's
+(:func:`pardnn.steps.colocation.keep_groups_whole`), which takes optimizer updates back to their variable's
 device, as TensorFlow's colocation does.
 
 Complexity: O(|V|) (plus the evaluation).
@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from pardnn.colocation import keep_groups_whole
-from pardnn.graph import CostGraph
-from pardnn.machine import Machine
+from pardnn.costs.graph import CostGraph
+from pardnn.costs.machine import Machine
+from pardnn.steps.colocation import keep_groups_whole
 
 __all__ = ["topological_placement"]
 

@@ -8,6 +8,9 @@ benchmark suite's ``bench`` (``benchmarks.cli``). Errors of every command are ha
 Exit codes: 0 success; 1 bad input (unreadable file, invalid graph, machine or placement; a
 command whose package is missing); 2 bad command line (argparse); 3 infeasible (no placement meets
 memory).
+
+May import: all of pardnn except :mod:`pardnn.tf` (commands from other packages are plugins,
+:mod:`pardnn.cli.plugins`).
 """
 
 from __future__ import annotations

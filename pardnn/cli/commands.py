@@ -13,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pardnn.costs.machine import Machine, format_bytes
 from pardnn.errors import PardnnError
-from pardnn.machine import Machine, format_bytes
-from pardnn.placers import PLACERS, get_placer
-from pardnn.refine import REFINE_SECONDS
+from pardnn.polish.refine import REFINE_SECONDS
+from pardnn.registry import PLACERS, get_placer
 from pardnn.settings import PLACEMENT
 
 from .options import (
@@ -42,7 +42,7 @@ __all__ = ["BUILTIN"]
 
 # ---------------------------------------------------------------------------------------- info
 def cmd_info(args: argparse.Namespace) -> int:
-    from pardnn.info import graph_info
+    from pardnn.costs.info import graph_info
 
     graph = read_graph(args.graph)
     info = graph_info(graph, Machine(2, None, args.bandwidth, args.latency))
@@ -76,11 +76,11 @@ def add_info(sub: Any) -> None:
 
 # ------------------------------------------------------------------------------------ simulate
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from pardnn.emulator import emulate
+    from pardnn.emulation.emulator import emulate
+    from pardnn.emulation.memory import track_memory
+    from pardnn.emulation.simulate import evaluate
+    from pardnn.emulation.trace import chrome_trace, plot_memory, write_trace
     from pardnn.io import read_ordered_placement, read_placement
-    from pardnn.memory import track_memory
-    from pardnn.simulate import evaluate
-    from pardnn.trace import chrome_trace, plot_memory, write_trace
 
     for option, path in (("--trace", args.trace), ("--memory-plot", args.memory_plot)):
         if path and not Path(path).resolve().parent.is_dir():
@@ -166,7 +166,7 @@ def cmd_place(args: argparse.Namespace) -> int:
     placer = get_placer(args.algorithm)
     options: dict[str, Any] = {}
     if placer.memory_heuristics:
-        # No --memory-heuristic: "auto", which pardnn.pipeline.resolve_heuristic decides from the machine.
+        # No --memory-heuristic: "auto", which pardnn.partitioner.resolve_heuristic decides from the machine.
         heuristic: str | None = "auto" if args.memory_heuristic is None else args.memory_heuristic
     elif args.memory_heuristic not in (None, "none"):
         with_heuristics = ", ".join(name for name, p in PLACERS.items() if p.memory_heuristics)
@@ -295,8 +295,8 @@ def add_convert(sub: Any) -> None:
 
 # ------------------------------------------------------------------------------------ generate
 def cmd_generate(args: argparse.Namespace) -> int:
+    from pardnn.costs.synthetic import dnn_graph
     from pardnn.io import write_graph
-    from pardnn.synthetic import dnn_graph
 
     graph = dnn_graph(args.ops, seed=args.seed)
     write_graph(graph, args.output)

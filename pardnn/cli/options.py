@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pardnn.graph import CostGraph
-from pardnn.machine import Machine
+from pardnn.costs.graph import CostGraph
+from pardnn.costs.machine import Machine
 from pardnn.settings import PLACEMENT
 
 __all__ = [

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pardnn.guard import GuardDetails
-from pardnn.machine import format_bytes
-from pardnn.order import OrderDetails
-from pardnn.refine import RefineDetails
+from pardnn.costs.machine import format_bytes
+from pardnn.polish.guard import GuardDetails
+from pardnn.polish.order import OrderDetails
+from pardnn.polish.refine import RefineDetails
 from pardnn.settings import PLACEMENT
 
 from .options import ratio_text, table, us

@@ -4,14 +4,16 @@ reference-ParDNN file set.
 ``read_any_graph`` is the one entry for "a graph file given on the command line": it reads the
 native format (``.json``, ``.json.gz`` or binary ``.pardnn``) and tells the user how to convert
 anything else. ``read_graph`` and ``write_graph`` choose the JSON or the binary form by the name.
+
+May import: :mod:`pardnn.costs`, :mod:`pardnn.emulation` (a placement's checks), :mod:`pardnn.errors`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from pardnn.costs.graph import CostGraph
 from pardnn.errors import InvalidGraphError
-from pardnn.graph import CostGraph
 from pardnn.io import native
 from pardnn.io.binary import BINARY_SUFFIX, is_binary_graph, read_binary_graph, write_binary_graph
 from pardnn.io.native import PathLike, graph_from_dict, graph_to_dict

@@ -1,4 +1,4 @@
-"""The compact binary graph file (``.pardnn``): a :class:`~pardnn.graph.CostGraph`'s columns as raw arrays.
+"""The compact binary graph file (``.pardnn``): a :class:`~pardnn.costs.graph.CostGraph`'s columns as raw arrays.
 
 JSON spends most of a large graph's loading time and memory on parsing text into a million small
 records (a 1,000,000-op graph: a 350 MB file, seconds to decode, over 1 GB at its peak). This form
@@ -34,8 +34,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from pardnn.costs.graph import CostGraph
 from pardnn.errors import InvalidGraphError
-from pardnn.graph import CostGraph
 from pardnn.io.files import read_bytes
 
 __all__ = ["BINARY_FORMAT", "BINARY_SUFFIX", "BINARY_VERSION", "MAGIC", "read_binary_graph", "write_binary_graph"]

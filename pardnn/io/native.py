@@ -15,7 +15,7 @@ or ``reference``; default ``normal``), ``colocate`` (group label string or null;
 At the top level ``name`` is optional (default: the file name without its suffixes) and so is
 ``memory_limit_bytes`` (whole number > 0 or null).
 
-Version 2 adds the micro-batch copy metadata (:mod:`pardnn.copies`), two optional node fields:
+Version 2 adds the micro-batch copy metadata (:mod:`pardnn.costs.copies`), two optional node fields:
 ``micro_batch`` (whole number >= 0, or null for an op of no micro-batch) and ``copy_of`` (the name
 of the op of micro-batch 0 this op copies, or null for itself). Both versions are read; the writer
 writes version 1 for a graph without metadata (files stay byte-identical) and version 2, with both
@@ -24,8 +24,8 @@ fields on every node, for a graph with it.
 One reader: msgspec decodes the file straight into the typed records of :mod:`pardnn.io.schema`
 (which checks what only the file can get wrong: JSON syntax, header, field types, required and
 unknown fields; ``NaN`` and ``Infinity`` are rejected; a whole number may be written ``1e6`` or
-``1048576.0``), each column is gathered by one C-level pass, and :class:`~pardnn.graph.CostGraph`
-validates the values once (the rules of :mod:`pardnn.validation`: the same for every reader).
+``1048576.0``), each column is gathered by one C-level pass, and :class:`~pardnn.costs.graph.CostGraph`
+validates the values once (the rules of :mod:`pardnn.costs.validation`: the same for every reader).
 :func:`graph_from_dict` puts parsed JSON through the same schema (``msgspec.convert``). Every error
 names the file, then the node or edge, the field, the value and what was expected. Two edges with
 the same ends are merged by the graph (bytes summed), so a file with parallel edges reads, and
@@ -59,9 +59,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from pardnn import validation
+from pardnn.costs import validation
+from pardnn.costs.graph import KIND_NAMES, CostGraph
 from pardnn.errors import InvalidGraphError
-from pardnn.graph import KIND_NAMES, CostGraph
 from pardnn.io import schema
 from pardnn.io.files import read_bytes
 from pardnn.io.schema import FORMAT, VERSION

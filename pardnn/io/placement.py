@@ -8,12 +8,12 @@ Two formats (DESIGN.md, "Placement"):
 - JSON: one object mapping op name to device index, ``{"dense/MatMul": 0, ...}``.
 
 An *ordered* placement also gives each op its position in its device's run order
-(:mod:`pardnn.order`): text lines ``op_name device_index position``, JSON values
+(:mod:`pardnn.polish.order`): text lines ``op_name device_index position``, JSON values
 ``[device_index, position]``. The first line (the first entry) decides the form and every other must
 follow it; a text file is ordered when its first line has three fields and the last two are
 integers, its first field is an op of the graph and the line read as ``op_name device_index`` is not
 one (in that form a name cannot hold whitespace; the writer refuses such names there). The order is
-checked against the graph (:func:`pardnn.checks.check_order`) by :func:`read_ordered_placement`,
+checked against the graph (:func:`~pardnn.emulation.checks.check_order`) by :func:`read_ordered_placement`,
 which returns it; :func:`read_placement` reads either form and returns the devices only, without
 looking at the order.
 
@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from pardnn.checks import check_order
+from pardnn.costs.graph import CostGraph
+from pardnn.emulation.checks import check_order
 from pardnn.errors import InvalidPlacementError
-from pardnn.graph import CostGraph
 from pardnn.io.files import read_text
 from pardnn.io.placement_writer import COMMENT, format_placement, write_placement
 
@@ -110,7 +110,8 @@ def read_ordered_placement(path: PathLike, graph: CostGraph,
     ------
     InvalidPlacementError
         As :func:`read_placement`; and a line or entry not in the file's form, a position that is
-        not a non-negative integer, or an order that contradicts the graph (:func:`pardnn.checks.check_order`).
+        not a non-negative integer, or an order that contradicts the graph
+        (:func:`pardnn.emulation.checks.check_order`).
     """
     placement, position = _read(path, graph, devices)
     if position is None:

@@ -2,7 +2,7 @@
 
 The text writer lists ops in graph order, ``op_name device`` (or ``op_name device position``) per
 line. For TensorFlow-style names, as nearly every graph has, one compiled pass over the names
-joined by NUL (:attr:`CostGraph.joined_names <pardnn.graph.CostGraph.joined_names>`) writes the
+joined by NUL (:attr:`CostGraph.joined_names <pardnn.costs.graph.CostGraph.joined_names>`) writes the
 bytes and checks each name's characters: 1,000,000 lines in about 0.1 s, where building them as
 Python strings took 0.3 s. Other names go line by line, and a name the text form could not hold
 (a line break, leading or trailing whitespace, a ``#`` at the start or after whitespace; whitespace
@@ -23,9 +23,9 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from pardnn.checks import check_order
+from pardnn.costs.graph import CostGraph
+from pardnn.emulation.checks import check_order
 from pardnn.errors import InvalidPlacementError
-from pardnn.graph import CostGraph
 
 __all__ = ["COMMENT", "format_placement", "write_placement"]
 
@@ -52,7 +52,7 @@ def write_placement(path: PathLike, graph: CostGraph, placement: npt.ArrayLike, 
     format:
         ``"text"`` or ``"json"``; default: JSON for a ``.json`` file name, text otherwise.
     order:
-        Each op's position in its device's run order (:attr:`pardnn.result.Result.order`), written as
+        Each op's position in its device's run order (:attr:`pardnn.placement.result.Result.order`), written as
         a third column (JSON: ``[device, position]``); ``None`` writes a plain placement.
 
     Raises

@@ -7,10 +7,10 @@ of every field, required fields, and unknown fields (an error, so a misspelt ``"
 cannot silently drop a constraint). Byte counts are typed ``int | float`` because a whole number
 may be written ``1e6`` or ``4096.0``. Everything about values (costs >= 0, whole byte counts,
 unique names, known kinds, edges between known ops, no cycles) is the graph's to check:
-:class:`~pardnn.graph.CostGraph` does, once, for every reader.
+:class:`~pardnn.costs.graph.CostGraph` does, once, for every reader.
 
 Versions 1 and 2 are read. Version 2 adds two optional node fields, the micro-batch copy metadata
-(``micro_batch``, ``copy_of``: :mod:`pardnn.copies`); a version 1 file that has one is refused
+(``micro_batch``, ``copy_of``: :mod:`pardnn.costs.copies`); a version 1 file that has one is refused
 naming the node (looked for only when the file's bytes hold the field's name).
 
 msgspec stops at the first problem and says what and where: ``Expected `float`, got `str` - at
@@ -32,8 +32,8 @@ from typing import Any
 
 import msgspec
 
+from pardnn.costs.validation import BYTES, COST, NAME, shown
 from pardnn.errors import InvalidGraphError
-from pardnn.validation import BYTES, COST, NAME, shown
 
 __all__ = ["COPY_FIELDS", "FORMAT", "VERSION", "VERSIONS", "Document", "Edge", "Node", "check_header", "convert",
            "decode"]
@@ -41,7 +41,7 @@ __all__ = ["COPY_FIELDS", "FORMAT", "VERSION", "VERSIONS", "Document", "Edge", "
 FORMAT = "pardnn-graph"
 VERSION = 2  # the newest; the writer writes 1 for a graph without micro-batch copy metadata
 VERSIONS = (1, 2)
-COPY_FIELDS = ("micro_batch", "copy_of")  # node fields of version 2 (pardnn.copies)
+COPY_FIELDS = ("micro_batch", "copy_of")  # node fields of version 2 (pardnn.costs.copies)
 
 
 class _NodeV1(msgspec.Struct, forbid_unknown_fields=True, gc=False):

@@ -11,13 +11,16 @@
 Importing this package imports TensorFlow; ``import pardnn`` does not import it. The functions are
 imported here by name, so ``pardnn.tf.profile`` is the function (its module is
 ``pardnn.tf.profile`` in ``sys.modules``).
+
+May import: TensorFlow (the only package of pardnn that does), :mod:`pardnn.costs`, :mod:`pardnn.batch`,
+:mod:`pardnn.tfstack`, :mod:`pardnn.errors`.
 """
 
 from pardnn.tfstack import prepare as _prepare
 
 _prepare()  # TensorFlow's environment (Keras 2 as tf.keras, no INFO lines) before it is imported
 
-from pardnn.presets import PRESETS, DevicePreset, machine_for, preset
+from pardnn.costs.presets import PRESETS, DevicePreset, machine_for, preset
 from pardnn.tf.apply import ApplyReport, apply, device_names, session_config
 from pardnn.tf.capture import capture, capture_with_report, colocation_groups, trace_step
 from pardnn.tf.estimate import EstimateParts, OpCost, estimate, estimate_parts, estimate_with_report, op_cost, op_flops

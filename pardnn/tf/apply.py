@@ -17,9 +17,9 @@ A decided op settles its group, so groups are never split. On GPUs, an op that i
 and has no kernel registered for the devices' type goes to the host (``/device:CPU:0``): savers,
 string and iterator ops cannot run on a GPU, and with soft placement off they would fail.
 
-With ``order`` (each op's position on its device, :attr:`pardnn.result.Result.order`), each device's
+With ``order`` (each op's position on its device, :attr:`pardnn.placement.result.Result.order`), each device's
 ops also run in that order: every op gets a control dependency on the op before it on its device,
-the sequence :mod:`pardnn.order` emulated (on a GPU this fixes the order the kernels enter the
+the sequence :mod:`pardnn.polish.order` emulated (on a GPU this fixes the order the kernels enter the
 device's stream; TensorFlow's executor otherwise starts ready ops in order of readiness). Left out
 of the sequences, so that they can still run alone as before: ops without inputs (variables,
 constants, placeholders: ``session.run(init_op)`` and variable reads must not pull a step's ops in)

@@ -1,4 +1,4 @@
-"""Capture: the ops one training step runs, as a :class:`~pardnn.graph.CostGraph` (no costs yet).
+"""Capture: the ops one training step runs, as a :class:`~pardnn.costs.graph.CostGraph` (no costs yet).
 
 ``capture(graph, fetches)`` walks back from the fetches' ops through data and control inputs; the
 ops reached are what ``Session.run(fetches)`` executes, so initializers, savers and summaries not
@@ -24,7 +24,7 @@ fetched are left out. One node per op, named as the op.
 - **Micro-batch copies.** A graph built with M micro-batches carries, in the graph collection
   :data:`COPIES` (:func:`mark_copies`, called by the builder that made the copies), each copy's op
   name → ``(micro-batch, name of the op of micro-batch 0 it copies)``. The capture turns it into
-  the graph's ``micro_batch`` and ``copy_of`` columns (:mod:`pardnn.copies`): an op whose original
+  the graph's ``micro_batch`` and ``copy_of`` columns (:mod:`pardnn.costs.copies`): an op whose original
   is not in the step or is of another type, and every op not marked, belongs to no micro-batch. A
   graph without marks has no metadata (its file is version 1).
 - **Colocation groups** are found by union-find over the *whole* graph, because TensorFlow's placer
@@ -47,8 +47,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from pardnn.costs.graph import CostGraph, Kind
 from pardnn.errors import InvalidGraphError
-from pardnn.graph import CostGraph, Kind
 from pardnn.tf.sizing import VARIABLE_OPS, SizingReport, shape_bytes, size_step
 
 __all__ = ["COPIES", "VARIABLE_OPS", "Step", "capture", "capture_with_report", "colocation_groups", "copy_columns",

@@ -4,7 +4,7 @@ The model is a roofline per op::
 
     time_us = max(flops / peak_flops, bytes / memory_bandwidth) × 1e6 + launch_us
 
-with the rates of a :class:`~pardnn.presets.DevicePreset` (``v100-32gb``, ``a100-80gb``,
+with the rates of a :class:`~pardnn.costs.presets.DevicePreset` (``v100-32gb``, ``a100-80gb``,
 ``h100-80gb``). FLOPs count a multiply-add as 2:
 
 - ``MatMul``: ``2 × |out| × K``, K the inner dimension after ``transpose_a``; ``BatchMatMul``,
@@ -56,9 +56,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from pardnn.batchscale import CostParts, largest_term
-from pardnn.graph import CostGraph, Kind
-from pardnn.presets import DevicePreset, preset
+from pardnn.batch.batchscale import CostParts, largest_term
+from pardnn.costs.graph import CostGraph, Kind
+from pardnn.costs.presets import DevicePreset, preset
 from pardnn.tf.capture import cost_graph, op_kind, trace_step
 from pardnn.tf.loops import LOOP_OPS, LoopTrips, function_graph
 from pardnn.tf.sizing import SizingReport, size_step
@@ -156,7 +156,7 @@ def op_flop_terms(op: tf.Operation, *, unknown_dim: int | None = None, sizes: Si
 
     Kept apart because each candidate grows linearly with the batch while their maximum need not
     (an embedding gradient's segment sum: its output at a small batch, its input at a large one);
-    :mod:`pardnn.batchscale` extends each candidate and then takes the maximum.
+    :mod:`pardnn.batch.batchscale` extends each candidate and then takes the maximum.
     """
     if op.type in FREE_OPS:
         return []
@@ -235,7 +235,7 @@ def op_cost(op: tf.Operation, device: str | DevicePreset = "v100-32gb", *, unkno
 
 @dataclass(frozen=True)
 class EstimateParts(CostParts):
-    """:class:`~pardnn.batchscale.CostParts` with the :class:`~pardnn.tf.sizing.SizingReport` of its graph."""
+    """:class:`~pardnn.batch.batchscale.CostParts` with the :class:`~pardnn.tf.sizing.SizingReport` of its graph."""
 
     sizing: SizingReport | None = None
 
@@ -278,7 +278,7 @@ def estimate_parts(graph: tf.Graph, fetches: Any, device: str | DevicePreset = "
                    name: str = "tf-step") -> EstimateParts:
     """:func:`estimate`, with each op's FLOPs and bytes moved beside the graph, and ``.sizing``.
 
-    What :class:`pardnn.batchscale.BatchScaling` needs to give the graph at other batch sizes
+    What :class:`pardnn.batch.batchscale.BatchScaling` needs to give the graph at other batch sizes
     without building it again. Arguments as for :func:`estimate`; ``.graph`` is what it returns.
     Tensors sized by rule (not from a static shape) count those sizes in FLOPs and bytes moved too.
     """

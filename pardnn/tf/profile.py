@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from pardnn.graph import CostGraph
+from pardnn.costs.graph import CostGraph
 from pardnn.tf.apply import session_config
 from pardnn.tf.capture import VARIABLE_OPS, cost_graph, trace_step
 from pardnn.tf.sizing import SizingReport, size_step

@@ -29,9 +29,9 @@ from benchmarks.suite import (
     bench_graph,
     graph_paths,
 )
+from pardnn.costs.synthetic import dnn_graph
 from pardnn.errors import PardnnError
 from pardnn.io import write_graph
-from pardnn.synthetic import dnn_graph
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("tensorflow")
 
 from benchmarks.estimate_vs_profile import compare, render
-from pardnn.presets import preset
+from pardnn.costs.presets import preset
 
 
 @pytest.mark.slow

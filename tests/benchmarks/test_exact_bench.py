@@ -19,10 +19,10 @@ from benchmarks.exact import (
     run_case,
     upward_rank_order,
 )
-from pardnn.emulator import emulate
-from pardnn.graph import CostGraph
-from pardnn.machine import Machine
-from pardnn.result import communication_ratio
+from pardnn.costs.graph import CostGraph
+from pardnn.costs.machine import Machine
+from pardnn.emulation.emulator import emulate
+from pardnn.placement.result import communication_ratio
 
 
 @pytest.mark.parametrize("ccr", [0.1, 10.0])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from benchmarks.exact import random_dag
 from benchmarks.refine_budget import measure, model_seconds, render
-from pardnn.machine import Machine
-from pardnn.refine import SECONDS_PER_ELEMENT, SECONDS_PER_MOVE, evaluations_for
+from pardnn.costs.machine import Machine
+from pardnn.polish.refine import SECONDS_PER_ELEMENT, SECONDS_PER_MOVE, evaluations_for
 
 
 def test_model_is_the_refinements_own():

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from benchmarks.sweep import main
+from pardnn.costs.synthetic import dnn_graph
 from pardnn.io import write_graph
-from pardnn.synthetic import dnn_graph
 
 
 def test_sweep_writes_its_section_with_the_order_table(tmp_path):

@@ -11,8 +11,8 @@ pytest.importorskip("tensorflow")
 from jobs import build, load_job
 from jobs.maxbatch import job_machine, job_max_batch
 from pardnn import InfeasibleError, partition
+from pardnn.batch.maxbatch import data_parallel_fits
 from pardnn.cli import main
-from pardnn.maxbatch import data_parallel_fits
 from pardnn.tf import estimate
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
@@ -93,8 +93,8 @@ def test_bad_job_is_one_line(tmp_path, capsys):
 def test_scaled_graphs_equal_built_ones_for_every_model(name):
     """What makes max-batch fast is exact for the five models: the graph computed from batches 2 and 3
     equals the graph TensorFlow builds, also past a max switch (TRN's embedding gradient)."""
-    from pardnn.batchscale import BatchScaling
-    from pardnn.presets import preset
+    from pardnn.batch.batchscale import BatchScaling
+    from pardnn.costs.presets import preset
     from pardnn.tf import estimate_parts
 
     job = load_job(name)
@@ -121,7 +121,7 @@ def test_rebuilding_every_probe_gives_the_same_answers(tiny, tmp_path):
 
 
 def test_a_failed_check_falls_back_to_building_every_probe(tiny, tmp_path, monkeypatch):
-    from pardnn.batchscale import BatchScaling
+    from pardnn.batch.batchscale import BatchScaling
 
     monkeypatch.setattr(BatchScaling, "mismatch", lambda self, built, batch: "op 'x' (Foo): made up")
     notes = []
@@ -137,7 +137,7 @@ def test_a_failed_check_falls_back_to_building_every_probe(tiny, tmp_path, monke
 def test_benchmark_section_sets_ours_beside_the_papers(tmp_path):
     from benchmarks.max_batch import main as bench_main
     from benchmarks.max_batch import render
-    from pardnn.maxbatch import BatchRow
+    from pardnn.batch.maxbatch import BatchRow
 
     rows = [BatchRow(k, 2 * k if k > 1 else 2, 2 * k) for k in (1, 2, 4, 8, 16)]
     text = render([("trn", rows, 123.4, "exact (built at 40); 4 builds"), ("e3d", None, 10.0, "x")], 2000.0, "cmd")
@@ -154,8 +154,8 @@ def test_benchmark_section_sets_ours_beside_the_papers(tmp_path):
 def test_scaled_micro_batched_graphs_equal_built_ones(name):
     """The M-copy graph at micro-batch b, computed from micro-batches 2 and 3 (batches 2M, 3M), is the one
     TensorFlow builds at batch M b: batchscale's lines hold in b."""
-    from pardnn.batchscale import BatchScaling
-    from pardnn.presets import preset
+    from pardnn.batch.batchscale import BatchScaling
+    from pardnn.costs.presets import preset
     from pardnn.tf import estimate_parts
 
     job, micro = load_job(name), 2

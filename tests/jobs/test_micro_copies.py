@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from jobs import load_job
-from pardnn.graph import Kind
-from pardnn.machine import Machine
+from pardnn.costs.graph import Kind
+from pardnn.costs.machine import Machine
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ def _check_copies(graph, micro):
 def test_capture_of_word_rnn_tiny_at_four_micro_batches_has_the_copies_and_the_pipeline_places_it(tmp_path):
     from pardnn.cli import EXIT_OK, main
     from pardnn.io import read_graph
-    from pardnn.placers import PLACERS
+    from pardnn.registry import PLACERS
 
     out = tmp_path / "micro.json"
     assert main(["capture", "word-rnn-tiny", "-o", str(out), "--estimate", "v100", "--micro-batches", "4"]) == EXIT_OK

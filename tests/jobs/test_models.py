@@ -12,7 +12,7 @@ tf = pytest.importorskip("tensorflow")
 
 from jobs import build, cost_graph, load_job  # noqa: E402
 from pardnn import partition  # noqa: E402
-from pardnn.machine import Machine  # noqa: E402
+from pardnn.costs.machine import Machine  # noqa: E402
 from pardnn.tf import apply, capture, device_names, session_config  # noqa: E402
 
 pytestmark = pytest.mark.tf

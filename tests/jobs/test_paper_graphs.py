@@ -14,8 +14,8 @@ tf = pytest.importorskip("tensorflow")
 from jobs import build, cost_graph, load_job  # noqa: E402
 from jobs.paper import PAPER, PAPER_JOBS  # noqa: E402
 from pardnn import partition  # noqa: E402
-from pardnn.info import graph_info  # noqa: E402
-from pardnn.presets import machine_for  # noqa: E402
+from pardnn.costs.info import graph_info  # noqa: E402
+from pardnn.costs.presets import machine_for  # noqa: E402
 
 pytestmark = [
     pytest.mark.tf,

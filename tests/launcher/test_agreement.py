@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from launcher.agreement import (
+from launcher.cluster.topology import single_node
+from launcher.errors import AgreedError, Inconsistent
+from launcher.run.agreement import (
     agreed_variables,
     average_costs,
     check_agreement,
@@ -15,9 +17,7 @@ from launcher.agreement import (
     variable_digests,
     variables_digest,
 )
-from launcher.errors import AgreedError, Inconsistent
-from launcher.topology import single_node
-from pardnn.graph import CostGraph
+from pardnn.costs.graph import CostGraph
 
 
 def _graph(comp: list[float]) -> CostGraph:

@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from launcher import dataparallel
-from launcher.dataparallel import FUSED_SCOPE, HOOK_SCOPE, pick_backend
 from launcher.errors import LaunchError
+from launcher.training.dataparallel import FUSED_SCOPE, HOOK_SCOPE, pick_backend
+from launcher.training.loop import dataparallel
 
 # ------------------------------------------------------------------ choosing
 
@@ -219,7 +219,7 @@ def test_the_host_broadcast_sets_every_variable_to_the_first_ranks_bytes():
 
 
 def test_the_fused_ops_time_and_device_memory_leave_the_placements_costs():
-    from pardnn.graph import CostGraph
+    from pardnn.costs.graph import CostGraph
 
     names = ["grad", f"{FUSED_SCOPE}/allreduce", f"{HOOK_SCOPE}/3/HorovodAllreduce", "apply"]
     graph = CostGraph(names, [5.0, 900.0, 40.0, 2.0], [64, 64, 64, 0], [0, 1], [1, 3], [64, 64])

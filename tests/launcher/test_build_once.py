@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from launcher.dataparallel import HOOK_SCOPE, GradientAverager, local_costs
+from launcher.training.dataparallel import HOOK_SCOPE, GradientAverager, local_costs
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from launcher.collector import Collector, window_throughput
+from launcher.reporting.collector import Collector, window_throughput
 
 
 class FakeClock:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from launcher.compare import table
-from launcher.comparisons import comparison_plots, comparison_tables, fidelity_warnings
 from launcher.report import main, read_results
-from launcher.summary import RESULTS_COLUMNS, summarize
+from launcher.reporting.comparisons import comparison_plots, comparison_tables, fidelity_warnings
+from launcher.reporting.summary import RESULTS_COLUMNS, summarize
 from tests.launcher.standin import Job
 
 HEADER = ",".join(RESULTS_COLUMNS)

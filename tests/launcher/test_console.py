@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.console import Console, classify
+from launcher.reporting.console import Console, classify
 
 ROOT = Path(__file__).resolve().parents[2]
 TF_INFO = "2024-01-01 12:00:00.123456: I tensorflow/core/util/port.cc:113] oneDNN custom operations are on."

@@ -6,7 +6,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from launcher.dataparallel import HOOK_SCOPE, GradientAverager, find_horovod  # noqa: E402
+from launcher.training.dataparallel import HOOK_SCOPE, GradientAverager, find_horovod  # noqa: E402
 from pardnn.tf import apply, capture, colocation_groups, device_names  # noqa: E402
 from tests.launcher.standin import Job, build  # noqa: E402
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from launcher import gpus
+from launcher.cluster import gpus
+from launcher.cluster.gpus import GpuInfo, adapt, describe, detect, parse_nvidia_smi, pinned_keys, preset_for
 from launcher.errors import LaunchError
-from launcher.gpus import GpuInfo, adapt, describe, detect, parse_nvidia_smi, pinned_keys, preset_for
 from launcher.settings import resolve
 
 # nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits on a DGX-2, a DGX A100, a DGX H100.
@@ -100,7 +100,7 @@ def _job_file(tmp_path: Path, placement: str, **values: Any) -> Job:
 
 
 def test_unpinned_settings_follow_the_gpus(tmp_path, caplog):
-    caplog.set_level(logging.INFO, "launcher.gpus")
+    caplog.set_level(logging.INFO, "launcher.cluster.gpus")
     job = _job_file(tmp_path, "reserve = 0.1")
     settings = adapt(resolve(job), job, detect({}, A100))
     assert (settings.devices_per_node, settings.device_preset, settings.memory) == (8, "a100-80gb", "81920MiB")

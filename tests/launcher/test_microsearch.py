@@ -1,4 +1,4 @@
-"""``--micro-batches auto`` (:mod:`launcher.microsearch`): which M are tried, which one is kept, the
+"""``--micro-batches auto`` (:mod:`launcher.placing.microsearch`): which M are tried, which one is kept, the
 table and the one-line errors. A stand-in ``measure`` gives each M's emulated step and peak memory,
 so the choice is known by construction; the real graphs are in the slow test at the end."""
 
@@ -12,19 +12,18 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import DoesNotFit, LaunchError
-from launcher.failure import exit_code, status_of
-from launcher.microsearch import (
+from launcher.placing.microsearch import (
     Measured,
     NoMicroBatchFits,
     candidates,
-    check_auto,
     decide,
     failed,
     report,
     search,
 )
-from launcher.settings import resolve
-from launcher.summary import results_row
+from launcher.reporting.summary import results_row
+from launcher.run.failure import exit_code, status_of
+from launcher.settings import check_auto, resolve
 from tests.launcher.standin import Job
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,12 +7,12 @@ import sys
 
 import tqdm
 
-import launcher.progress
-from launcher.progress import Progress, progress
+import launcher.reporting.progress
+from launcher.reporting.progress import Progress, progress
 
 
 def test_plain_progress_logs_each_tenth(caplog):
-    caplog.set_level(logging.INFO, logger="launcher.progress")
+    caplog.set_level(logging.INFO, logger="launcher.reporting.progress")
     bar = Progress(20, "job")
     for _ in range(20):
         bar.update()
@@ -28,16 +28,16 @@ def test_disabled_progress_is_silent(caplog):
 
 
 def test_without_tqdm_the_plain_display_says_why(caplog, monkeypatch):
-    monkeypatch.setattr(launcher.progress, "on_a_terminal", lambda: True)
+    monkeypatch.setattr(launcher.reporting.progress, "on_a_terminal", lambda: True)
     monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm raises ImportError
-    caplog.set_level(logging.INFO, logger="launcher.progress")
+    caplog.set_level(logging.INFO, logger="launcher.reporting.progress")
     bar = progress(10, "job", enabled=True)
     assert type(bar) is Progress
     assert any("tqdm is not installed" in record.getMessage() for record in caplog.records)
 
 
 def test_on_a_terminal_with_tqdm_the_bar_is_tqdm(monkeypatch):
-    monkeypatch.setattr(launcher.progress, "on_a_terminal", lambda: True)
+    monkeypatch.setattr(launcher.reporting.progress, "on_a_terminal", lambda: True)
     bar = progress(10, "job", enabled=True)
     try:
         assert isinstance(bar, tqdm.tqdm)
@@ -47,11 +47,11 @@ def test_on_a_terminal_with_tqdm_the_bar_is_tqdm(monkeypatch):
 
 def test_off_a_terminal_each_tenth_is_a_line_even_with_tqdm(monkeypatch):
     """A Slurm output file or a pipe would keep every carriage-return redraw of a bar."""
-    monkeypatch.setattr(launcher.progress, "on_a_terminal", lambda: False)
+    monkeypatch.setattr(launcher.reporting.progress, "on_a_terminal", lambda: False)
     assert type(progress(10, "job", enabled=True)) is Progress
 
 
 def test_the_console_remembers_whether_standard_error_was_a_terminal():
-    from launcher.console import Console
+    from launcher.reporting.console import Console
 
     assert Console().terminal is False  # before start(): nothing known, no bar

@@ -19,7 +19,7 @@ def _losses(job, recompute: bool, steps: int = 3) -> tuple[int, list[float]]:
 
     from jobs import build
     from jobs.models.layers import recomputing
-    from launcher.recompute import count_blocks
+    from launcher.training.recompute import count_blocks
 
     if recompute:
         with recomputing():
@@ -50,7 +50,7 @@ def test_recompute_wraps_the_blocks_and_trains_the_same_losses(job, blocks):
 def test_a_graph_without_blocks_is_refused_naming_why():
     import tensorflow as tf
 
-    from launcher.recompute import check_blocks
+    from launcher.training.recompute import check_blocks
 
     with pytest.raises(LaunchError, match="has no blocks to recompute"):
         check_blocks(type("Job", (), {"name": "mine"})(), tf.Graph())

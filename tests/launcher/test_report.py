@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.ending import write_figures
 from launcher.errors import LaunchError
 from launcher.report import main, read_results, recover_rows, tables
-from launcher.summary import RESULTS_COLUMNS
+from launcher.reporting.summary import RESULTS_COLUMNS
+from launcher.run.ending import write_figures
 
 HEADER = ",".join(RESULTS_COLUMNS)
 

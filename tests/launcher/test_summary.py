@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.summary import results_row, summarize
+from launcher.reporting.summary import results_row, summarize
 from tests.launcher.standin import Job
 
 SETTINGS = {"batch_size": 8, "window": [10, 20], "iterations": 100, "costs": "profile", "memory": None}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from launcher.cluster.topology import check_one_rank_per_node, single_node
 from launcher.env import emulate_nodes
 from launcher.errors import AgreedError
-from launcher.topology import check_one_rank_per_node, single_node
 
 
 def test_distinct_nodes_pass():

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from launcher.errors import DoesNotFit, LaunchError
-from launcher.recompute import check_wrappable
 from launcher.settings import resolve
+from launcher.training.recompute import check_wrappable
 from launcher.variants import Variant, check_fits, place, ranks_per_node, replica_batch, variants_of
-from pardnn.machine import Machine
-from pardnn.pipeline import partition
-from pardnn.placers import PLACERS
-from pardnn.synthetic import dnn_graph
+from pardnn.costs.machine import Machine
+from pardnn.costs.synthetic import dnn_graph
+from pardnn.partitioner import partition
+from pardnn.registry import PLACERS
 from tests.launcher.standin import Job
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pardnn.placers import PLACERS
+from pardnn.registry import PLACERS
 from tests.helpers.losses import one_device_losses, run_losses
 from tests.mpi.test_launch import LAUNCH, ROOT, TINY_JOB, _output, _records, mpirun_launch
 

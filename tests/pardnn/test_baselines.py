@@ -17,11 +17,11 @@ from pardnn.baselines import MissingDependencyError
 from pardnn.baselines.critical_path import critical_path_ops
 from pardnn.baselines.linear_clustering import glb_map, linear_clusters
 from pardnn.baselines.metis import contract_groups
-from pardnn.checks import check_placement
-from pardnn.placers import PLACERS, get_placer
-from pardnn.result import Result
-from pardnn.simulate import evaluate
-from pardnn.synthetic import dnn_graph
+from pardnn.costs.synthetic import dnn_graph
+from pardnn.emulation.checks import check_placement
+from pardnn.emulation.simulate import evaluate
+from pardnn.placement.result import Result
+from pardnn.registry import PLACERS, get_placer
 from tests.conftest import random_dags
 
 BASELINES = [name for name, placer in PLACERS.items() if not placer.memory_heuristics]

@@ -1,4 +1,4 @@
-"""pardnn.batchscale: graphs at any batch size from two, checked at a third (no TensorFlow needed)."""
+"""pardnn.batch.batchscale: graphs at any batch size from two, checked at a third (no TensorFlow needed)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pardnn.batchscale import BatchScaling, CostParts, largest_term
+from pardnn.batch.batchscale import BatchScaling, CostParts, largest_term
+from pardnn.costs.graph import CostGraph, Kind
+from pardnn.costs.presets import preset
 from pardnn.errors import ScalingError
-from pardnn.graph import CostGraph, Kind
-from pardnn.presets import preset
 
 V100 = preset("v100-32gb")
 

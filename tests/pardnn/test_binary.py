@@ -11,11 +11,11 @@ import pytest
 
 from pardnn.cli import main
 from pardnn.cli.options import EXIT_BAD_INPUT, EXIT_OK, EXIT_USAGE
+from pardnn.costs.graph import CostGraph
+from pardnn.costs.synthetic import dnn_graph
 from pardnn.errors import InvalidGraphError
-from pardnn.graph import CostGraph
 from pardnn.io import read_any_graph, read_binary_graph, read_graph, write_binary_graph, write_graph
 from pardnn.io.binary import MAGIC
-from pardnn.synthetic import dnn_graph
 from tests.pardnn.test_io import small_graph
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mlp-train.json"

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from pardnn.cli import EXIT_BAD_INPUT, EXIT_INFEASIBLE, EXIT_OK, main
-from pardnn.graph import CostGraph
+from pardnn.costs.graph import CostGraph
+from pardnn.costs.synthetic import dnn_graph
 from pardnn.io import read_placement, write_graph, write_placement
-from pardnn.synthetic import dnn_graph
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mlp-train.json"
 

@@ -4,7 +4,7 @@ The graphs are drawn by hypothesis (so a failure shrinks to a small one) from th
 meets by accident: one op; no edges; disconnected parts; zero, tiny (1e-6 µs) and huge (1e12 µs,
 2^62 bytes) costs; zero-byte and control edges; every op in one colocation group; residual ops only;
 reference ops with their variable; more devices than ops; a ``memory_limit_bytes`` in the file; and a
-1 B/s, 0 µs interconnect. Every placer of the registry (:data:`pardnn.placers.PLACERS`) runs on each,
+1 B/s, 0 µs interconnect. Every placer of the registry (:data:`pardnn.registry.PLACERS`) runs on each,
 through the library and through the CLI (``pardnn.cli.main``, in process), and so do ``simulate`` and
 ``info``. Each call gives a valid placement (every op on a device of the machine, colocation groups
 whole, a run order consistent with the graph), or, only on a machine with a memory limit, an
@@ -26,16 +26,16 @@ import pytest
 from hypothesis import HealthCheck, Phase, event, example, find, given, settings
 from hypothesis import strategies as st
 
-from pardnn.checks import check_order, check_placement
 from pardnn.cli import EXIT_INFEASIBLE, EXIT_OK, format_evaluation, format_report, main
+from pardnn.costs.graph import CostGraph, Kind
+from pardnn.costs.info import graph_info
+from pardnn.costs.machine import Machine
+from pardnn.emulation.checks import check_order, check_placement
+from pardnn.emulation.simulate import evaluate
 from pardnn.errors import InfeasibleError, MissingDependencyError
-from pardnn.graph import CostGraph, Kind
-from pardnn.info import graph_info
 from pardnn.io import read_placement, write_graph
-from pardnn.machine import Machine
-from pardnn.pipeline import partition
-from pardnn.placers import PLACERS
-from pardnn.simulate import evaluate
+from pardnn.partitioner import partition
+from pardnn.registry import PLACERS
 
 MAX_OPS = 6  # plus up to two variable/reference pairs: well under the exact placer's documented 60 ops
 TINY_US, HUGE_US, HUGE_BYTES = 1e-6, 1e12, 2**62

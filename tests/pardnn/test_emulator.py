@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, InvalidPlacementError, Machine
-from pardnn.emulator import UPWARD_RANK, Emulator, emulate, emulate_sweep, upward_rank
-from pardnn.simulate import lower_bound_us
+from pardnn.emulation.emulator import UPWARD_RANK, Emulator, emulate, emulate_sweep, upward_rank
+from pardnn.emulation.simulate import lower_bound_us
 from tests.conftest import most_reach, random_dags, reached
 
 SLOW_LINK = {"bandwidth": 1e6, "latency": 1.0}

@@ -7,8 +7,8 @@ import pytest
 
 from pardnn import CostGraph, Machine, partition
 from pardnn.baselines.etf import etf_placement
-from pardnn.placers import PLACERS
-from pardnn.synthetic import dnn_graph
+from pardnn.costs.synthetic import dnn_graph
+from pardnn.registry import PLACERS
 
 # 1 MB/s and 1 us latency: a 1000-byte transfer costs 1001 us, a 0-byte one 1 us.
 SLOW = {"bandwidth": 1e6, "latency": 1.0}

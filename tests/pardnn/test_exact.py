@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from pardnn import CostGraph, InfeasibleError, Machine
 from pardnn.baselines import BASELINES, MissingDependencyError, exact
 from pardnn.baselines.exact import RELATIVE_GAP, GraphTooLargeError
-from pardnn.checks import check_placement, colocation_violations
+from pardnn.emulation.checks import check_placement, colocation_violations
+from pardnn.emulation.simulate import evaluate
 from pardnn.errors import PardnnError
-from pardnn.placers import PLACERS
-from pardnn.simulate import evaluate
+from pardnn.registry import PLACERS
 from tests.conftest import most_reach, random_dags, reached
 
 pytest.importorskip("ortools")

@@ -1,4 +1,4 @@
-"""Proofs of infeasibility (pardnn.feasibility): hand-worked probes of each proof, and soundness over
+"""Proofs of infeasibility (pardnn.steps.feasibility): hand-worked probes of each proof, and soundness over
 random DAGs — a proof never stands while some placement fits.
 
 Machines have reserve 0, bandwidth 1e6 B/s and latency 1 us (an edge of b bytes costs 1 + b us when cut).
@@ -14,10 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, InfeasibleError, Machine
+from pardnn.emulation.simulate import evaluate
 from pardnn.errors import MissingDependencyError, NoPlacementFoundError
-from pardnn.feasibility import check_feasible, check_residual_capacity, op_need_bytes
-from pardnn.placers import PLACERS
-from pardnn.simulate import evaluate
+from pardnn.registry import PLACERS
+from pardnn.steps.feasibility import check_feasible, check_residual_capacity, op_need_bytes
 from tests.conftest import random_dags
 
 LINK = {"bandwidth": 1e6, "latency": 1.0, "reserve": 0.0}

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, InvalidGraphError, Kind
-from pardnn.csr import merge_parallel_edges, pointers, stable_buckets
-from pardnn.graph import segment_reduce
+from pardnn.costs.csr import merge_parallel_edges, pointers, stable_buckets
+from pardnn.costs.graph import segment_reduce
 from tests.conftest import random_dags
 
 
@@ -300,7 +300,7 @@ def test_group_ids_with_their_labels_equal_the_labels_themselves(ids, labels):
     ([0, -1], ["x", "y"], False),  # a label unused
 ])
 def test_group_ids_kept_only_in_the_graphs_own_form(ids, labels, kept):
-    from pardnn.validation import _numbered_ids
+    from pardnn.costs.validation import _numbered_ids
 
     n = len(ids)
     assert (_numbered_ids(np.array(ids), n, labels) is not None) is kept
@@ -325,9 +325,9 @@ NUL_FREE = st.text(st.characters(blacklist_characters="\0"), max_size=4)
 
 @given(st.lists(NUL_FREE | st.sampled_from(["a", "b", ""]), min_size=1, max_size=10))
 def test_joined_names_are_checked_as_the_names_are(names):
-    # Hashing the joined names (pardnn.validation.check_joined_names) accepts exactly the name lists
+    # Hashing the joined names (pardnn.costs.validation.check_joined_names) accepts exactly the name lists
     # check_names accepts, and refuses the others with the same message (the culprit named).
-    from pardnn.validation import check_joined_names, check_names
+    from pardnn.costs.validation import check_joined_names, check_names
 
     assert _outcome(check_joined_names, "\0".join(names)) == _outcome(check_names, names)
 
@@ -335,7 +335,7 @@ def test_joined_names_are_checked_as_the_names_are(names):
 def test_joined_names_are_checked_as_the_names_are_over_seeded_lists():
     # The property above over seeded lists of its kind, counting both answers so that neither is
     # left untried: about half the lists hold a duplicate or an empty name.
-    from pardnn.validation import check_joined_names, check_names
+    from pardnn.costs.validation import check_joined_names, check_names
 
     rng = np.random.default_rng(0)
     refused = 0
@@ -350,7 +350,7 @@ def test_joined_names_are_checked_as_the_names_are_over_seeded_lists():
 def test_a_hash_collision_falls_back_to_the_names(monkeypatch):
     # Two names with one hash are told apart by the names themselves: distinct names pass, a true
     # duplicate is named.
-    from pardnn import validation
+    from pardnn.costs import validation
 
     def one_hash(blob, n):
         return np.zeros(n, np.uint64), False

@@ -1,4 +1,4 @@
-"""The guard after Step 2 (pardnn/guard.py): never slower than a cheap placement that also fits.
+"""The guard after Step 2 (pardnn/polish/guard.py): never slower than a cheap placement that also fits.
 
 The probes are the issue's, worked by hand: K = 2, 150 GB/s, 25 us per transfer.
 """
@@ -13,17 +13,19 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-import pardnn.candidates as candidates_module
-from pardnn import CostGraph, Machine, emulated, partition, pipeline
-from pardnn.checks import colocation_violations
-from pardnn.emulated import Emulated
-from pardnn.emulator import emulate
+import pardnn.polish.candidates as candidates_module
+from pardnn import CostGraph, Machine, partition
+from pardnn import partitioner as pipeline
+from pardnn.costs.synthetic import dnn_graph
+from pardnn.emulation import emulated
+from pardnn.emulation.checks import colocation_violations
+from pardnn.emulation.emulated import Emulated
+from pardnn.emulation.emulator import emulate
+from pardnn.emulation.simulate import evaluate
 from pardnn.errors import MissingDependencyError, PardnnError
-from pardnn.guard import Prepared, candidates, first_fold, fold_communicating_devices, guard, prepare_candidates
-from pardnn.pipeline import PAPER, THREADS_VARIABLE, available_cores
-from pardnn.placers import PLACERS
-from pardnn.simulate import evaluate
-from pardnn.synthetic import dnn_graph
+from pardnn.partitioner import PAPER, THREADS_VARIABLE, available_cores
+from pardnn.polish.guard import Prepared, candidates, first_fold, fold_communicating_devices, guard, prepare_candidates
+from pardnn.registry import PLACERS
 from tests.conftest import most_reach, random_dags, reached
 from tests.pardnn.test_guard_candidates import CHEAP
 
@@ -93,7 +95,7 @@ def test_fold_moves_the_most_communicating_device_into_its_partner():
 @given(random_dags(max_ops=40, min_ops=4, groups=False), st.integers(2, 6),
        st.sampled_from(["0.01GB/s", "0.1GB/s"]), st.integers(0, 2**31))
 def test_the_first_fold_made_ahead_changes_nothing(g, k, bandwidth, seed):
-    """The guard's first fold, made while the worker finishes (pardnn.guard.first_fold), gives the
+    """The guard's first fold, made while the worker finishes (pardnn.polish.guard.first_fold), gives the
     guard's answer and report made without it, whatever placement it starts from: here a random one,
     which talks across devices enough to be folded, judged with the cheap candidates and without
     them (unavailable: then the fold competes with that placement alone; reached when it wins)."""
@@ -112,7 +114,7 @@ def test_the_first_fold_made_ahead_changes_nothing(g, k, bandwidth, seed):
 
 
 def test_the_guard_is_deterministic_and_keeps_groups_whole():
-    from pardnn.synthetic import dnn_graph
+    from pardnn.costs.synthetic import dnn_graph
 
     g = dnn_graph(1500, seed=4)
     machine = Machine(4, bandwidth="2GB/s")

@@ -1,9 +1,9 @@
 """The guard's promise, tested on the guard itself: 200-2,000-op graphs of four shapes.
 
-:func:`pardnn.guard.guard` is called directly on ParDNN's own placement (Steps 1 and 2, no guard), and
+:func:`pardnn.polish.guard.guard` is called directly on ParDNN's own placement (Steps 1 and 2, no guard), and
 ``partition(..., refine_seconds=0, ordered=False)`` runs the pipeline with nothing after the guard that
 could make up for it. The oracle is not the guard's candidate list: every cheap placer is run through
-the placer registry (:data:`pardnn.placers.PLACERS`), which evaluates its placement with the emulator,
+the placer registry (:data:`pardnn.registry.PLACERS`), which evaluates its placement with the emulator,
 and the report must account for each of them: emulated (with that very makespan), ruled out by a lower
 bound that really reaches the kept makespan, or ruled out because its residual state overflows.
 """
@@ -18,15 +18,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, Machine, partition
-from pardnn.candidates import makespan_bound as compiled_bound
-from pardnn.emulator import emulate
-from pardnn.graph import Kind
-from pardnn.guard import GuardDetails, guard
-from pardnn.levels import critical_path_us
-from pardnn.pipeline import PAPER
-from pardnn.placers import PLACERS
-from pardnn.simulate import Evaluation, evaluate
-from pardnn.synthetic import chain_graph, dnn_graph
+from pardnn.costs.graph import Kind
+from pardnn.costs.levels import critical_path_us
+from pardnn.costs.synthetic import chain_graph, dnn_graph
+from pardnn.emulation.emulator import emulate
+from pardnn.emulation.simulate import Evaluation, evaluate
+from pardnn.partitioner import PAPER
+from pardnn.polish.candidates import makespan_bound as compiled_bound
+from pardnn.polish.guard import GuardDetails, guard
+from pardnn.registry import PLACERS
 from tests.conftest import random_dags
 
 # The cheap placers, written out here (not read from the guard, nor from the registry's ``cheap`` flags:

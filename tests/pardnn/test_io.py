@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pardnn.costs.graph import KIND_NAMES, CostGraph, Kind
 from pardnn.errors import InvalidGraphError, InvalidPlacementError
-from pardnn.graph import KIND_NAMES, CostGraph, Kind
 from pardnn.io import (
     format_placement,
     graph_from_dict,

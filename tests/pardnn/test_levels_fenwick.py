@@ -8,8 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph
-from pardnn.csr import pointers, stable_buckets
-from pardnn.fenwick import (
+from pardnn.costs.csr import pointers, stable_buckets
+from pardnn.costs.levels import bottom_levels, critical_path_us, top_levels, weighted_levels
+from pardnn.steps.fenwick import (
     FenwickTree,
     fenwick_add,
     fenwick_build,
@@ -18,7 +19,6 @@ from pardnn.fenwick import (
     fenwick_range,
     fenwick_ranges,
 )
-from pardnn.levels import bottom_levels, critical_path_us, top_levels, weighted_levels
 from tests.conftest import random_dags
 
 
@@ -109,7 +109,7 @@ def test_fenwick_matches_cumsum(values, data):
 
 @given(st.integers(1, 40), st.integers(1, 5), st.data())
 def test_many_trees_in_one_walk_match_brute_force(levels, trees, data):
-    """Trees side by side (pardnn.fenwick's level-major columns): moving work between two and summing
+    """Trees side by side (pardnn.steps.fenwick's level-major columns): moving work between two and summing
     every tree over a range agree with per-level arrays kept by hand."""
     values = np.array(data.draw(st.lists(st.lists(st.floats(-100, 100, allow_nan=False), min_size=levels,
                                                   max_size=levels), min_size=trees, max_size=trees)))

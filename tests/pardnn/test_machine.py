@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pardnn import InvalidMachineError, Machine
-from pardnn.machine import format_bytes, parse_bandwidth, parse_bytes, parse_duration_us
+from pardnn.costs.machine import format_bytes, parse_bandwidth, parse_bytes, parse_duration_us
 
 
 @pytest.mark.parametrize("text, expected", [

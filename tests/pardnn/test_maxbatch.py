@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, InfeasibleError, Machine
-from pardnn.maxbatch import ProbeCache, max_batch, search_largest
+from pardnn.batch.maxbatch import ProbeCache, max_batch, search_largest
 
 
 @given(st.integers(0, 3000), st.integers(1, 4096), st.one_of(st.none(), st.integers(1, 5000)))
@@ -139,7 +139,7 @@ def test_the_cache_keeps_each_m_apart(tmp_path):
 
 
 def test_best_micro_batches_keeps_per_k_the_largest_batch_and_a_tie_to_the_smaller_m():
-    from pardnn.maxbatch import BatchRow, best_micro_batches
+    from pardnn.batch.maxbatch import BatchRow, best_micro_batches
 
     rows = {1: [BatchRow(1, 16, 16), BatchRow(2, 40, 32)],
             2: [BatchRow(1, 10, 10, micro_batches=2), BatchRow(2, 40, 20, micro_batches=2)],

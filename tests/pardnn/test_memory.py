@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, Machine
-from pardnn.emulator import emulate
-from pardnn.memory import track_memory
+from pardnn.emulation.emulator import emulate
+from pardnn.emulation.memory import track_memory
 from tests.conftest import random_dags
 
 SLOW_LINK = {"bandwidth": 1e6, "latency": 1.0}

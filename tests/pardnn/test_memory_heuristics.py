@@ -12,15 +12,15 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, InfeasibleError, Machine, partition
-from pardnn.balance import balance_residuals, memory_shares, split_critical_path
-from pardnn.checks import colocation_violations
-from pardnn.colocation import keep_groups_whole
+from pardnn.costs.synthetic import dnn_graph
+from pardnn.emulation.checks import colocation_violations
+from pardnn.emulation.simulate import evaluate
 from pardnn.errors import NoPlacementFoundError
-from pardnn.overflow import handle_overflow
-from pardnn.pipeline import PAPER
-from pardnn.simulate import evaluate
-from pardnn.slicing import Clusters
-from pardnn.synthetic import dnn_graph
+from pardnn.partitioner import PAPER
+from pardnn.steps.balance import balance_residuals, memory_shares, split_critical_path
+from pardnn.steps.colocation import keep_groups_whole
+from pardnn.steps.overflow import handle_overflow
+from pardnn.steps.slicing import Clusters
 from tests.conftest import most_reach, random_dags, reached
 
 LINK = {"bandwidth": 1e6, "latency": 1.0, "reserve": 0.0}

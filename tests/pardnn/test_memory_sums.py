@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from pardnn import CostGraph, Machine
-from pardnn.emulator import emulate
-from pardnn.memory import accumulating_ops, track_memory
+from pardnn.emulation.emulator import emulate
+from pardnn.emulation.memory import accumulating_ops, track_memory
 
 SLOW_LINK = {"bandwidth": 1e6, "latency": 1.0}
 

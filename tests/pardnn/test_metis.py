@@ -9,7 +9,7 @@ import pytest
 
 from pardnn import Machine
 from pardnn.baselines.metis import _integer_weights, _kway_without_the_gil, contract_groups
-from pardnn.synthetic import dnn_graph
+from pardnn.costs.synthetic import dnn_graph
 
 pymetis = pytest.importorskip("pymetis")
 metis_module = importlib.import_module("pardnn.baselines.metis")

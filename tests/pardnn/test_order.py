@@ -1,4 +1,4 @@
-"""pardnn.order: run orders per device, their check, their emulation, and the ordering stage."""
+"""pardnn.polish.order: run orders per device, their check, their emulation, and the ordering stage."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, Machine, partition
-from pardnn.checks import chain_next, check_order
-from pardnn.emulated import emulate_and_track
-from pardnn.emulator import UPWARD_RANK, Emulator, emulate
+from pardnn.emulation.checks import chain_next, check_order
+from pardnn.emulation.emulated import emulate_and_track
+from pardnn.emulation.emulator import UPWARD_RANK, Emulator, emulate
+from pardnn.emulation.memory import track_memory
 from pardnn.errors import InvalidPlacementError
-from pardnn.memory import track_memory
-from pardnn.order import order_placement, positions
-from pardnn.placers import PLACERS
+from pardnn.polish.order import order_placement, positions
+from pardnn.registry import PLACERS
 from tests.conftest import most_reach, random_dags, reached
 from tests.pardnn.test_guard_candidates import CHEAP
 

@@ -28,8 +28,8 @@ from hypothesis import event, given, target
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, Machine
-from pardnn.overflow import _pick_target, handle_overflow
-from pardnn.simulate import evaluate
+from pardnn.emulation.simulate import evaluate
+from pardnn.steps.overflow import _pick_target, handle_overflow
 from tests.conftest import most_reach, reached
 
 LINK = {"bandwidth": 1e6, "latency": 1.0, "reserve": 0.0}

@@ -8,10 +8,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, Machine, partition
-from pardnn.checks import check_placement, colocation_violations
-from pardnn.colocation import groups_by_vote, keep_groups_whole, resolve_groups
-from pardnn.emulator import emulate
-from pardnn.synthetic import dnn_graph
+from pardnn.costs.synthetic import dnn_graph
+from pardnn.emulation.checks import check_placement, colocation_violations
+from pardnn.emulation.emulator import emulate
+from pardnn.steps.colocation import groups_by_vote, keep_groups_whole, resolve_groups
 from tests.conftest import random_dags
 
 

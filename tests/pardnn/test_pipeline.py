@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 from pardnn import partition
 from pardnn.baselines.pipeline import layer_positions, pipeline_placement, run_order, stage_split
-from pardnn.checks import check_order
-from pardnn.emulator import emulate
-from pardnn.graph import CostGraph, Kind
-from pardnn.machine import Machine
-from pardnn.placers import PLACERS
-from pardnn.simulate import evaluate
+from pardnn.costs.graph import CostGraph, Kind
+from pardnn.costs.machine import Machine
+from pardnn.emulation.checks import check_order
+from pardnn.emulation.emulator import emulate
+from pardnn.emulation.simulate import evaluate
+from pardnn.registry import PLACERS
 from tests.conftest import most_reach, random_dags, reached
 
 FREE = {"bandwidth": "1000000TB/s", "latency": "0us"}  # transfers cost nothing: makespans by hand

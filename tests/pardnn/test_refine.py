@@ -1,4 +1,4 @@
-"""The refinement stage (pardnn/refine.py): local search on the emulated schedule's critical chain."""
+"""The refinement stage (pardnn/polish/refine.py): local search on the emulated schedule's critical chain."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, Machine, partition
-from pardnn.checks import colocation_violations
-from pardnn.emulated import Emulated
-from pardnn.emulator import emulate
-from pardnn.memory import track_memory
-from pardnn.pipeline import PAPER
-from pardnn.refine import DEVICE, TRANSFER, critical_chain, evaluations_for, refine
+from pardnn.emulation.checks import colocation_violations
+from pardnn.emulation.emulated import Emulated
+from pardnn.emulation.emulator import emulate
+from pardnn.emulation.memory import track_memory
+from pardnn.partitioner import PAPER
+from pardnn.polish.refine import DEVICE, TRANSFER, critical_chain, evaluations_for, refine
 from tests.conftest import random_dags
 
 # 1 MB/s and 0 latency: an edge of B bytes takes B us when cut.

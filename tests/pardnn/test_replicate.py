@@ -1,4 +1,4 @@
-"""The step of M micro-batches written down from the step built at M = 2 (pardnn/replicate.py): a
+"""The step of M micro-batches written down from the step built at M = 2 (pardnn/batch/replicate.py): a
 hand-made two-copy step with every case the module names (a copied chain, a variable the copies
 read, a shared sum, an op only the last copy runs, colocation groups named after a copy's op),
 worked out by hand at M = 4; and each refusal, naming the op."""
@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pardnn.batchscale import CostParts
+from pardnn.batch.batchscale import CostParts
+from pardnn.batch.replicate import difference, replicate
+from pardnn.costs.graph import CostGraph, Kind
+from pardnn.costs.presets import preset
 from pardnn.errors import ScalingError
-from pardnn.graph import CostGraph, Kind
-from pardnn.presets import preset
-from pardnn.replicate import difference, replicate
 
 V100 = preset("v100-32gb")
 E = 1000  # elements of the weight and of each gradient (float32)

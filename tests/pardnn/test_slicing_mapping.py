@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph
-from pardnn.levels import bottom_levels_sweep, top_levels, top_levels_sweep, weighted_levels
-from pardnn.mapping import _spans, map_clusters
-from pardnn.slicing import Clusters, _update_levels, slice_graph
+from pardnn.costs.levels import bottom_levels_sweep, top_levels, top_levels_sweep, weighted_levels
+from pardnn.steps.mapping import _spans, map_clusters
+from pardnn.steps.slicing import Clusters, _update_levels, slice_graph
 from tests.conftest import most_reach, random_dags, reached
 from tests.pardnn.test_levels_fenwick import g1
 

@@ -7,9 +7,9 @@ import re
 import numpy as np
 import pytest
 
-from pardnn.graph import CostGraph, Kind
-from pardnn.machine import Machine
-from pardnn.synthetic import chain_graph, dnn_graph
+from pardnn.costs.graph import CostGraph, Kind
+from pardnn.costs.machine import Machine
+from pardnn.costs.synthetic import chain_graph, dnn_graph
 
 
 def critical_path_us(graph: CostGraph) -> float:

@@ -1,4 +1,4 @@
-"""pardnn/trace.py and `pardnn simulate --trace/--memory-plot`: the emulated step as a trace and a plot."""
+"""pardnn/emulation/trace.py and `pardnn simulate --trace/--memory-plot`: the emulated step as a trace and a plot."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from pardnn import CostGraph, Machine
 from pardnn.cli import EXIT_OK, main
-from pardnn.emulator import emulate
+from pardnn.emulation.emulator import emulate
+from pardnn.emulation.memory import track_memory
+from pardnn.emulation.trace import chrome_trace, memory_series, plot_memory
 from pardnn.io import write_graph
-from pardnn.memory import track_memory
-from pardnn.trace import chrome_trace, memory_series, plot_memory
 from tests.conftest import random_dags
 
 LINK = dict(bandwidth="1GB/s", latency="1us")

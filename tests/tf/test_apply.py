@@ -8,10 +8,10 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from pardnn import partition  # noqa: E402
-from pardnn.checks import colocation_violations  # noqa: E402
-from pardnn.colocation import keep_groups_whole  # noqa: E402
+from pardnn.costs.machine import Machine  # noqa: E402
+from pardnn.emulation.checks import colocation_violations  # noqa: E402
 from pardnn.errors import InvalidPlacementError  # noqa: E402
-from pardnn.machine import Machine  # noqa: E402
+from pardnn.steps.colocation import keep_groups_whole  # noqa: E402
 from pardnn.tf import apply, capture, device_names, profile_with_report, session_config  # noqa: E402
 from tests.tf import models  # noqa: E402
 
@@ -147,8 +147,8 @@ def test_an_order_is_enforced_and_trains_like_one_device():
     """The LSTM model placed on 4 devices with its upward-rank order: every device runs its sequenced
     ops in that order (traced), initialisation and variable reads still run alone, and the losses equal
     the one-device run's."""
-    from pardnn.emulator import UPWARD_RANK, Emulator
-    from pardnn.order import positions
+    from pardnn.emulation.emulator import UPWARD_RANK, Emulator
+    from pardnn.polish.order import positions
 
     expected, model, feeds = _lstm_against_one_device(8)
     cost, _ = profile_with_report(model.graph, model.fetches, lambda step: feeds[step], steps=3, warmup=1)

@@ -7,8 +7,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from pardnn.costs.graph import Kind  # noqa: E402
 from pardnn.errors import InvalidGraphError  # noqa: E402
-from pardnn.graph import Kind  # noqa: E402
 from pardnn.tf import capture, capture_with_report, colocation_groups  # noqa: E402
 from pardnn.tf.capture import op_kind  # noqa: E402
 from tests.tf import models  # noqa: E402

@@ -11,7 +11,8 @@ pytestmark = pytest.mark.tf
 
 
 def test_core_does_not_import_tensorflow():
-    code = ("import sys, pardnn, pardnn.graph, pardnn.machine, pardnn.pipeline, pardnn.simulate; "
+    code = ("import sys, pardnn, pardnn.costs.graph, pardnn.costs.machine, pardnn.partitioner, "
+            "pardnn.emulation.simulate; "
             "print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

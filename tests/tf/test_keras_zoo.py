@@ -38,10 +38,10 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from pardnn import partition  # noqa: E402
-from pardnn.checks import colocation_violations  # noqa: E402
+from pardnn.costs.graph import CostGraph  # noqa: E402
+from pardnn.costs.machine import Machine  # noqa: E402
+from pardnn.emulation.checks import colocation_violations  # noqa: E402
 from pardnn.errors import InvalidGraphError  # noqa: E402
-from pardnn.graph import CostGraph  # noqa: E402
-from pardnn.machine import Machine  # noqa: E402
 from pardnn.tf import (  # noqa: E402
     ProfileReport,
     SizingReport,

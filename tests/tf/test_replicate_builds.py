@@ -1,4 +1,4 @@
-"""The step of M micro-batches written down from the step built at M = 2 (pardnn/replicate.py) is the
+"""The step of M micro-batches written down from the step built at M = 2 (pardnn/batch/replicate.py) is the
 step TensorFlow builds at M, op for op: every zoo family (LSTMs with embeddings, a wide ResNet
 with batch norm, whose moving averages only the last copy updates, a transformer, an
 encoder-decoder of 3-D convolutions) at M = 3 and 4, estimated on a V100. A Keras model, which
@@ -14,9 +14,9 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from jobs import build, load_job  # noqa: E402
+from pardnn.batch.replicate import difference, replicate  # noqa: E402
+from pardnn.costs.presets import preset  # noqa: E402
 from pardnn.errors import ScalingError  # noqa: E402
-from pardnn.presets import preset  # noqa: E402
-from pardnn.replicate import difference, replicate  # noqa: E402
 from pardnn.tf.estimate import estimate_parts  # noqa: E402
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]

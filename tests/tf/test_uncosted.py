@@ -10,7 +10,7 @@ tf = pytest.importorskip("tensorflow")
 
 import pardnn  # noqa: E402
 import pardnn.tf  # noqa: E402
-from pardnn.checks import check_placement  # noqa: E402
+from pardnn.emulation.checks import check_placement  # noqa: E402
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 

@@ -35,6 +35,8 @@ Choices where the reference is silent or lenient (it skips whatever it cannot ma
 Op types, parameter bytes and a memory limit have no place in the set: they read as ``""``, 0 and
 None, and :func:`write_reference` warns when it drops them. Round trips are exact for graphs the set
 can express: every edge carries its producer's ``out_bytes``, colocation is as derived above.
+
+May import: :mod:`pardnn.costs`, :mod:`pardnn.io`, :mod:`pardnn.errors`.
 """
 
 from pardnn.io.reference.read import read_reference, reference_colocation

@@ -1,4 +1,4 @@
-"""Reading the reference-ParDNN file set into a :class:`~pardnn.graph.CostGraph` (see the package doc).
+"""Reading the reference-ParDNN file set into a :class:`~pardnn.costs.graph.CostGraph` (see the package doc).
 
 Each file is parsed on its own (line by line, messages start with ``file:line:``); the graph's
 construction then validates the whole once, like every reader's.
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pardnn.costs.graph import CostGraph, Kind
 from pardnn.errors import InvalidGraphError
-from pardnn.graph import CostGraph, Kind
 from pardnn.io.files import read_text
 from pardnn.io.reference.dot import parse_dot
 
@@ -39,7 +39,7 @@ def read_reference(
     name: str | None = None,
     strict: bool = True,
 ) -> CostGraph:
-    """Read a reference-ParDNN file set into a :class:`~pardnn.graph.CostGraph`.
+    """Read a reference-ParDNN file set into a :class:`~pardnn.costs.graph.CostGraph`.
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Writing a :class:`~pardnn.graph.CostGraph` as a reference-ParDNN file set (see the package doc)."""
+"""Writing a :class:`~pardnn.costs.graph.CostGraph` as a reference-ParDNN file set (see the package doc)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pardnn.costs.graph import CostGraph, Kind
 from pardnn.errors import InvalidGraphError
-from pardnn.graph import CostGraph, Kind
 from pardnn.io.reference.dot import quote
 from pardnn.io.reference.read import PathLike, reference_colocation
 

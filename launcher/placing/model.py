@@ -1,0 +1,321 @@
+"""Model parallelism on one node: build and cost the replica's graph, place it with a placer, apply, train.
+
+Per node (one rank per node; with ``--compare`` and data parallelism, each node's leader):
+
+1. **build** the job's graph (``jobs.build``) on the node's devices (:mod:`launcher.training.devices`), with
+   the Horovod gradient hook when there are several nodes (:mod:`launcher.training.dataparallel`; its
+   allreduces get their devices when the placement is applied);
+2. **profile** a few steps or **estimate** costs of that graph (:func:`jobs.costing.cost_graph`, which
+   also attaches the memory limit; the hook's ops count as taking no time); nodes check they built
+   the same graph and average their costs (:mod:`launcher.run.agreement`). A comparison does 1 and 2
+   once (:class:`Costed`) and builds the graph again only when a placement wrote its run order
+   into it as control dependencies;
+3. **compile** numba's kernels (:func:`pardnn.warmup.warm_up`), then **place** with the variant's
+   placer for the node's K devices and memory (:func:`launcher.variants.place`: ParDNN's placers
+   with a memory heuristic when the devices have a memory size); nodes compare the digests of the
+   placement file; rank 0 writes the emulated step (:mod:`launcher.reporting.timeline`). A placement over a
+   device's limit (or a placer that finds none) ends the variant as ``does_not_fit``, untrained
+   (:func:`launcher.run.outcome.end_untrained`); ``--resume`` checks the checkpoint's digest;
+4. **apply** the placement by op name, the hook's ops on their variable's device;
+5. **train** (:mod:`launcher.training.loop`) and **finish** (:func:`launcher.run.outcome.finish`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import UNTRAINED, AgreedError, DoesNotFit, LaunchError, NotPlaced
+from launcher.files import write_text
+from launcher.placing.microsearch import AUTO, Measured, NoMicroBatchFits, failed, report, search
+from launcher.reporting.timeline import EMULATED_FILE, write_emulated
+from launcher.run.agreement import average_costs, check_agreement, placement_digest, together
+from launcher.run.checkpoint import graph_ops_digest, make_checkpointer
+from launcher.run.failure import status_of
+from launcher.run.outcome import end_untrained, finish
+from launcher.run.resume import graph_change, locate, parse_placement_text, resume_point, saved_placement
+from launcher.run.signals import StopGuard
+from launcher.run.state import RunState
+from launcher.runner import Runner
+from launcher.training.dataparallel import local_costs
+from launcher.training.loop import train
+from launcher.variants import check_fits, place
+from pardnn.errors import InfeasibleError, PardnnError
+
+__all__ = ["PLACEMENT_FILE", "Costed", "run_model"]
+
+logger = logging.getLogger("launcher")
+
+PLACEMENT_FILE = "placement.txt"
+
+
+@dataclasses.dataclass
+class Costed:
+    """The node's graph, built and costed once for every placer of a comparison."""
+
+    trained: Any
+    hook: Any
+    broadcast: Any
+    cost: Any
+    machine: Any
+    heuristic: str | None
+    ordered: bool = False  # a placement's run order is in the graph: build it again before the next
+
+
+def _build(state: RunState, runner: Runner, micro: int) -> tuple[Any, Any, Any]:
+    """The job's graph in ``micro`` micro-batches with the allreduce hook (several nodes), and the initial
+    broadcast."""
+    backend, among = runner.allreduce if state.topology.size > 1 else None, runner.leaders_set
+    hook = backend.averager(among) if backend is not None else None
+    # micro_batches is passed only when > 1, so builders without micro-batches still serve
+    trained = runner.build(state.job, batch_size=state.settings.batch_size, gradient_hook=hook,
+                           **({} if micro == 1 else {"micro_batches": micro}))
+    broadcast = backend.broadcast(trained.graph, trained.variables, among) if backend is not None else None
+    return trained, hook, broadcast
+
+
+def _count_samples(state: RunState, trained: Any) -> None:
+    state.samples_per_step = int(trained.samples_per_step)
+    state.tokens_per_step = None if trained.tokens_per_step is None else int(trained.tokens_per_step)
+
+
+def _costed(state: RunState, runner: Runner, devices: Any, guard: StopGuard, micro: int | None = None) -> Costed:
+    """Build and cost the graph, or take the comparison's (built again when a run order is in it);
+    ``micro`` (``--micro-batches auto`` trying an M) builds and costs that M's graph afresh."""
+    from jobs.costing import cost_graph
+    from launcher.training.devices import node_machine
+    from pardnn.partitioner import resolve_heuristic
+
+    settings, topology, collector = state.settings, state.topology, state.collector
+    costed = runner.costed if micro is None else None
+    if costed is not None and not costed.ordered:
+        return costed
+    with collector.phase("build"):  # the hook's devices are set by apply
+        trained, hook, broadcast = _build(state, runner, settings.micro_batches if micro is None else micro)
+    _count_samples(state, trained)  # known before placing, so a step that does not fit reports them
+    guard.check()
+    if costed is not None:
+        costed = dataclasses.replace(costed, trained=trained, hook=hook, broadcast=broadcast, ordered=False)
+    else:
+        with collector.phase(settings.costs):
+            cost = cost_graph(trained, settings.costs, device_preset=settings.device_preset,
+                              profile_steps=settings.profile_steps, memory_bytes=settings.memory_bytes,
+                              name=str(state.job.name), devices=devices.count, kind=devices.kind,
+                              unknown_dim=settings.batch_size)
+            cost = average_costs(topology, local_costs(cost))
+        guard.check()
+        machine = together(topology, "describing the machine", lambda: node_machine(settings, devices))
+        # A memory heuristic needs a memory size: on a machine without one it is "auto" (none).
+        heuristic = resolve_heuristic(settings.memory_heuristic if machine.bounded else "auto", machine)
+        costed = Costed(trained, hook, broadcast, cost, machine, heuristic)
+    runner.costed = costed
+    return costed
+
+
+def _placed(state: RunState, costed: Costed) -> Any:
+    """The variant's placement, the same on every node; :class:`DoesNotFit` on every node when the
+    placer finds none that fits, :class:`NotPlaced` when it gives none for another reason (e.g. a graph
+    too large for it)."""
+    label = state.variant.label
+
+    def placed() -> Any:
+        try:
+            return place(label, costed.cost, costed.machine, costed.heuristic, ordered=state.settings.run_order)
+        except InfeasibleError as error:
+            raise DoesNotFit(f"{label}: {error}") from None
+        except PardnnError as error:
+            raise NotPlaced(f"{label}: {error}") from None
+
+    return together(state.topology, "placing", placed)
+
+
+def _place(state: RunState, costed: Costed) -> Any:
+    """:func:`_placed`; a variant without a placement ends untrained (``does_not_fit``, ``no_placement``)."""
+    try:
+        return _placed(state, costed)
+    except AgreedError as error:
+        if status_of(error) in UNTRAINED:
+            end_untrained(state, error)
+        raise
+
+
+def _costed_and_placed(state: RunState, runner: Runner, devices: Any, guard: StopGuard,
+                       warm_up: Any) -> tuple[Costed, Any]:
+    """The graph built and costed, and its placement; with ``--micro-batches auto`` those of the M chosen."""
+    collector = state.collector
+    if state.settings.micro_batches == AUTO:
+        with collector.phase("compile"):
+            warm_up()
+        return _auto_micro_batches(state, runner, devices, guard)
+    costed = _costed(state, runner, devices, guard)
+    with collector.phase("compile"):  # numba's kernels compiled or loaded, timed apart from placing
+        warm_up()
+    with collector.phase("partition"):
+        return costed, _place(state, costed)
+
+
+def _auto_micro_batches(state: RunState, runner: Runner, devices: Any, guard: StopGuard) -> tuple[Costed, Any]:
+    """``--micro-batches auto`` (:mod:`launcher.placing.microsearch`): each M's graph built, costed and placed in
+    turn (collective); the graph and placement of the fastest M that fits are kept, the others dropped."""
+    latest: dict[int, tuple[Costed, Any]] = {}
+    kept: dict[int, tuple[Costed, Any]] = {}
+
+    def measure(micro: int) -> Measured:
+        costed = _costed(state, runner, devices, guard, micro)
+        guard.check()
+        try:
+            with state.collector.phase("partition"):
+                result = _placed(state, costed)
+        except AgreedError as error:
+            if status_of(error) not in UNTRAINED:
+                raise
+            return failed(micro, error)
+        latest.clear()
+        latest[micro] = (costed, result)
+        evaluation = result.report.evaluation
+        peaks, limits = list(evaluation.peak_memory_bytes), evaluation.limit_bytes
+        fits = limits is None or all(peak <= limit for peak, limit in zip(peaks, limits, strict=True))
+        return Measured(micro, costed.cost.n, float(evaluation.makespan_us), int(max(peaks)),
+                        None if limits is None else int(min(limits)), fits)
+
+    def keep(micro: int) -> None:
+        kept.clear()
+        kept.update(latest)
+
+    try:
+        trials, chosen, why = search(state.settings.batch_size, measure, keep=keep)
+    except NoMicroBatchFits as error:
+        state.micro_batches = error.report
+        end_untrained(state, error)
+    state.micro_batches = report(trials, chosen, why)
+    check_agreement(state.topology.nodes, state.topology.allgather(str(chosen.micro_batches)), "micro-batch choices",
+                    "every node tries the same M on the same averaged costs, so check that they run the same versions")
+    costed, result = kept[chosen.micro_batches]
+    runner.costed = costed
+    return costed, result
+
+
+def run_model(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, Any]:
+    """Place the node's replica with ``state.variant.placer`` and train it (module docstring); a resumed
+    run takes its checkpoint's placement instead (:func:`_resumed`)."""
+    settings, topology, collector = state.settings, state.topology, state.collector
+    with collector.phase("import"):
+        import tensorflow as tf
+
+        import pardnn.tf as ptf
+        from launcher.training.devices import node_devices
+        from pardnn.warmup import warm_up
+    devices = node_devices(settings.devices_per_node, topology.node)
+    state.devices = {"kind": devices.kind, "count": devices.count, "names": list(devices.names)}
+    logger.info("%d node(s) × %d %s device(s); job %s, batch %d per node; placer %s", topology.size, devices.count,
+                devices.kind, getattr(state.job, "name", "?"), settings.batch_size, state.variant.label)
+    locate(state)  # --resume: one checkpoint for every rank
+    saved = together(topology, "reading the checkpoint", lambda: saved_placement(state))
+    if saved is not None:
+        placed = _resumed(state, runner, saved)
+    else:
+        placed = _placed_anew(state, runner, devices, guard, warm_up)
+    resume = together(topology, "resuming", lambda: resume_point(state, None if saved is not None or
+                                                                  settings.replace else placed.digest))
+
+    trained, hook = placed.trained, placed.hook
+    with collector.phase("apply"):
+        graph_digest = graph_ops_digest(trained.graph)  # before apply: the names a resumed build must have
+        hooked = hook.placement(trained.graph, placed.placement) if hook is not None else {}
+        wanted = {**placed.placement, **hooked}
+        # The hook's allreduces run on their variables' devices, not where the order put them: they stay
+        # out of the sequences (Horovod orders its collectives itself).
+        order = None if placed.order is None else {
+            name: position for name, position in placed.order.items() if name not in hooked}
+        applied = ptf.apply(trained.graph, wanted, devices.names, order=order)
+    if runner.costed is not None:
+        runner.costed.ordered = applied.ordered > 0
+    state.placement["apply"] = dataclasses.asdict(applied)
+    guard.check()
+
+    checkpointer = make_checkpointer(state, trained.variables, placed.digest, graph_digest=graph_digest,
+                                     placement_text=placed.text, micro_batches=placed.micro_batches)
+    digests = train(state, trained, placed.broadcast, devices, guard, tf, ptf, checkpointer=checkpointer,
+                    resume=resume)
+    return finish(state, digests)
+
+
+@dataclasses.dataclass
+class _Placed:
+    """The replica to train: its graph and hook, the placement (by op name) and its file's text."""
+
+    trained: Any
+    hook: Any
+    broadcast: Any
+    text: str
+    digest: str
+    placement: dict[str, int]
+    order: dict[str, int] | None
+    micro_batches: int
+
+
+def _placed_anew(state: RunState, runner: Runner, devices: Any, guard: StopGuard, warm_up: Any) -> _Placed:
+    """Build, cost and place the replica (every node the same), write the placement and the emulated step."""
+    from pardnn.io import format_placement
+
+    topology = state.topology
+    costed, result = _costed_and_placed(state, runner, devices, guard, warm_up)
+    trained, cost, machine = costed.trained, costed.cost, costed.machine
+    _count_samples(state, trained)  # the chosen M's (the same for every M: the node's batch)
+    # The placement file's bytes, as pardnn.io.write_placement writes them: the run order, if any, is in
+    # them, so the nodes' digests agree on it too.
+    text = format_placement(cost, result.placement, order=result.order)
+    digest = placement_digest(text)
+    check_agreement(topology.nodes, topology.allgather(digest), "placements",
+                    "the placers are deterministic for identical inputs, so check that the nodes run the same versions")
+    evaluation = result.report.evaluation
+    state.placement = {"sha256": digest, "placer": state.variant.label, "ops": cost.n, "machine": machine.describe(),
+                       "file": PLACEMENT_FILE, "memory_heuristic": costed.heuristic or "none",
+                       "run_order": result.order is not None, "report": result.report.to_dict()}
+    if topology.is_root:
+        write_text(state.directory / PLACEMENT_FILE, text)
+        state.placement["emulated_makespan_us"] = write_emulated(state.directory / EMULATED_FILE, cost, machine,
+                                                                 result.placement, result.order)
+    logger.info("placement %s by %s: %d ops on %d devices, simulated step %.0f us%s", digest[:12], state.variant.label,
+                cost.n, devices.count, evaluation.makespan_us,
+                "" if result.order is None else " with each device in its run order (enforced)")
+    try:
+        check_fits(state.variant.label, evaluation.peak_memory_bytes, evaluation.limit_bytes, machine)
+    except DoesNotFit as error:
+        end_untrained(state, error)
+    micro = state.settings.micro_batches
+    chosen = int(state.micro_batches["chosen"]) if micro == AUTO and state.micro_batches else int(micro)
+    order = None if result.order is None else dict(zip(cost.names, result.order.tolist(), strict=True))
+    return _Placed(trained, costed.hook, costed.broadcast, text, digest,
+                   dict(zip(cost.names, result.placement.tolist(), strict=True)), order, chosen)
+
+
+def _resumed(state: RunState, runner: Runner, saved: tuple[Path, dict[str, Any], str]) -> _Placed:
+    """The checkpoint's replica: the graph of its M built (with the hook), checked to be the saved graph,
+    and its placement; no profiling, no placing (:mod:`launcher.run.checkpoint`)."""
+    path, meta, text = saved
+    topology = state.topology
+    micro = int(meta.get("micro_batches") or 1)
+    with state.collector.phase("build"):
+        trained, hook, broadcast = _build(state, runner, micro)
+    _count_samples(state, trained)
+    placement, order = parse_placement_text(text)
+    def check() -> None:
+        change = graph_change(path, meta, trained.graph, trained.variables, placement)
+        if change is not None:
+            raise LaunchError(change)
+
+    together(topology, "checking the graph", check)  # a change on any node stops every node
+    digest = str(meta["placement_sha256"])
+    check_agreement(topology.nodes, topology.allgather(digest), "placements",
+                    "every node read the same checkpoint, so check that they see the same files")
+    state.placement = {**meta.get("placement", {}), "sha256": digest, "resumed_from": str(path)}
+    if state.settings.micro_batches == AUTO:
+        state.micro_batches = {"mode": AUTO, "chosen": micro, "why": f"resumed from {path.name}"}
+    if topology.is_root:
+        write_text(state.directory / PLACEMENT_FILE, text)
+    logger.info("resuming %s: the saved placement %s (%d ops, M = %d), no profiling or placing", path, digest[:12],
+                len(placement), micro)
+    return _Placed(trained, hook, broadcast, text, digest, placement, order, micro)

@@ -1,0 +1,73 @@
+"""One step seen two ways: TensorFlow's own timeline of a measured step and ParDNN's emulated step.
+
+- ``timeline-rank<r>.json`` (every rank): one iteration just outside the measured window runs with
+  ``RunOptions(trace_level=FULL_TRACE)`` (:func:`traced_iteration`: tracing slows the step, so a
+  traced step in the window would lower the throughput reported); its ``step_stats`` become a Chrome trace
+  (``tensorflow.python.client.timeline.Timeline(...).generate_chrome_trace_format()``).
+- ``emulated-step.json`` (rank 0): the placement's step as ParDNN's emulator schedules it, with the
+  memory per device (:func:`pardnn.emulation.trace.chrome_trace`).
+
+Both open in ``chrome://tracing`` or https://ui.perfetto.dev. ``summary.json`` reports ``step_ms``:
+the emulated makespan, the measured median step time over the window (the slowest node's) and
+their ratio (measured / emulated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from launcher.files import write_text
+
+__all__ = ["EMULATED_FILE", "TIMELINE_FILE", "step_ms", "traced_iteration", "write_emulated", "write_measured"]
+
+TIMELINE_FILE = "timeline-rank{rank}.json"
+EMULATED_FILE = "emulated-step.json"
+
+
+def traced_iteration(window: tuple[int, int], iterations: int) -> int | None:
+    """The iteration traced, outside the measured window ``[start, end)`` so that tracing's overhead
+    never counts in its throughput: the last one before the window when a warm iteration precedes
+    it (``start >= 2``), else the first after it, else iteration 0 (``start == 1``); ``None`` when
+    every iteration is measured (no timeline then)."""
+    start, end = window
+    if start >= 2:
+        return start - 1
+    if iterations > end:
+        return end
+    return 0 if start == 1 else None
+
+
+def write_measured(path: Path, run_metadata: Any) -> None:
+    """TensorFlow's timeline of a traced ``Session.run`` as a Chrome trace."""
+    from tensorflow.python.client import timeline
+
+    write_text(path, timeline.Timeline(run_metadata.step_stats).generate_chrome_trace_format())
+
+
+def write_emulated(path: Path, graph: Any, machine: Any, placement: np.ndarray,
+                   order: np.ndarray | None = None) -> float:
+    """The emulated step of ``placement`` (in its run ``order``, if any) as a Chrome trace; returns its
+    makespan in µs."""
+    from pardnn.emulation.emulator import emulate
+    from pardnn.emulation.memory import track_memory
+    from pardnn.emulation.trace import chrome_trace, write_trace
+
+    place = np.asarray(placement, dtype=np.int64)
+    schedule = emulate(graph, machine, place, order=order)
+    memory = track_memory(graph, machine, place, schedule)
+    write_trace(path, chrome_trace(graph, machine, place, schedule, memory))
+    return float(schedule.makespan_us)
+
+
+def step_ms(makespan_us: float | None, medians_ms: Sequence[float | None]) -> dict[str, float | None]:
+    """``{"emulated", "measured_median", "ratio"}``: the emulated step, the slowest node's median step
+    over the window, and measured / emulated (``None`` when either is missing)."""
+    measured = [m for m in medians_ms if m is not None]
+    median = max(measured) if measured else None
+    emulated = None if makespan_us is None else makespan_us / 1000.0
+    ratio = median / emulated if median is not None and emulated else None
+    return {"emulated": emulated, "measured_median": median, "ratio": ratio}

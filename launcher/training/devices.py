@@ -1,0 +1,103 @@
+"""The node's devices as TensorFlow sees them, their memory, and the machine ParDNN partitions for.
+
+A node with GPUs uses its first K GPUs (K = ``devices_per_node``; more than it has is an error).
+A node without GPUs uses K logical CPU devices (``ConfigProto(device_count={"CPU": K})``) that share
+the host's cores: the development and CI machines run placements for real this way. A data-parallel
+rank drives one device (:func:`replica_devices`).
+
+Imports TensorFlow; :mod:`launcher.core` imports this module only when a run starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+from launcher.errors import LaunchError
+from launcher.reporting.collector import process_rss_bytes
+from launcher.settings import Settings
+from pardnn.costs.machine import Machine
+from pardnn.costs.presets import preset
+from pardnn.tf import device_names
+
+__all__ = ["NodeDevices", "node_devices", "node_machine", "replica_devices"]
+
+
+@dataclass(frozen=True)
+class NodeDevices:
+    """``kind`` ``"gpu"`` or ``"cpu"``, and the K device names placements refer to."""
+
+    kind: str
+    names: tuple[str, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.names)
+
+    def memory_probe(self) -> tuple[Callable[[], dict[str, int | None]], str]:
+        """A function giving bytes per device, and what it measures (``allocator-peak`` or ``process-rss``)."""
+        if self.kind == "gpu":
+            def gpu_peaks() -> dict[str, int | None]:
+                peaks: dict[str, int | None] = {}
+                for index, name in enumerate(self.names):
+                    try:
+                        peaks[name] = int(tf.config.experimental.get_memory_info(f"GPU:{index}")["peak"])
+                    except (ValueError, RuntimeError):
+                        peaks[name] = None
+                return peaks
+            return gpu_peaks, "allocator-peak"
+        return (lambda: dict.fromkeys(self.names, process_rss_bytes())), "process-rss"
+
+    def reset_peaks(self) -> None:
+        """Forget the peaks of profiling, so the figures are training's (GPUs only)."""
+        if self.kind == "gpu":
+            for index in range(self.count):
+                try:
+                    tf.config.experimental.reset_memory_stats(f"GPU:{index}")
+                except (ValueError, RuntimeError):
+                    pass
+
+
+def node_devices(count: int, node: str) -> NodeDevices:
+    """The node's first ``count`` GPUs, or ``count`` logical CPU devices when it has no GPU."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return NodeDevices("cpu", tuple(device_names(count, "cpu")))
+    if count > len(gpus):
+        raise LaunchError(f"devices_per_node = {count}, but node {node} has {len(gpus)} GPUs; "
+                          f"pass --devices-per-node {len(gpus)} or fewer")
+    return NodeDevices("gpu", tuple(device_names(count, "gpu")))
+
+
+def node_machine(settings: Settings, devices: NodeDevices) -> Machine:
+    """The :class:`Machine` ParDNN partitions for: the preset's interconnect; memory as set.
+
+    Memory per device: ``settings.memory`` if set; else on GPUs the preset's memory
+    (``device_preset``, default V100 32 GB); on logical CPU devices unlimited.
+    """
+    spec = preset(settings.device_preset)
+    memory: int | str | None = settings.memory
+    if memory is None and devices.kind == "gpu":
+        memory = spec.memory_bytes
+    return Machine(devices.count, memory=memory, bandwidth=spec.link_bandwidth_Bps, latency=spec.latency_us,
+                   reserve=settings.reserve)
+
+
+def replica_devices(index: int, node: str) -> NodeDevices:
+    """The one device a data-parallel rank drives: GPU ``index`` of its node, made the process's only
+    visible GPU (so it is ``/device:GPU:0``), or one CPU device when the node has no GPU."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return NodeDevices("cpu", tuple(device_names(1, "cpu")))
+    if index >= len(gpus):
+        raise LaunchError(f"rank {index} of node {node} drives GPU {index}, but the node has {len(gpus)} GPUs; "
+                          "run one rank per GPU")
+    try:
+        tf.config.set_visible_devices(gpus[index], "GPU")
+    except RuntimeError:  # set up already (a comparison's node leader, after its model-parallel runs)
+        if index != 0:
+            raise LaunchError(f"rank {index} of node {node}: TensorFlow set up every GPU before this data-parallel "
+                              "run; a comparison runs model parallelism on each node's first rank only") from None
+    return NodeDevices("gpu", tuple(device_names(1, "gpu")))

@@ -1,0 +1,83 @@
+"""The training loop of one node: initialise (or resume), broadcast, run the iterations, trace one.
+
+Node ``r`` of ``N`` feeds batch ``i·N + r`` at iteration ``i``; a resumed run starts at the
+checkpoint's iteration (:mod:`launcher.run.checkpoint`), so the sequence goes on. Rank 0 saves
+checkpoints at iteration boundaries; one iteration just outside the measured window runs with a
+full trace (:mod:`launcher.reporting.timeline`), so tracing never slows a measured step.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from launcher.reporting.progress import progress
+from launcher.reporting.timeline import TIMELINE_FILE, traced_iteration, write_measured
+from launcher.run.agreement import agreed_variables, variable_digests
+from launcher.run.checkpoint import Checkpointer, restore
+from launcher.run.signals import StopGuard
+
+__all__ = ["train"]
+
+logger = logging.getLogger("launcher")
+
+
+def train(state: Any, trained: Any, broadcast: Any, devices: Any, guard: StopGuard, tf: Any, ptf: Any, *,
+          checkpointer: Checkpointer, resume: tuple[int, dict[str, Any], Path] | None) -> dict[str, str]:
+    """Initialise, resume, broadcast, run the iterations; the digests of the variables every replica
+    must agree on. ``resume``: (first iteration, values by variable name, checkpoint path) or ``None``."""
+    settings, topology, collector = state.settings, state.topology, state.collector
+    config = ptf.session_config(devices.count, devices.kind)
+    step = {"step": trained.fetches, "loss": trained.loss}
+    compared = agreed_variables(trained.graph, trained.variables)
+    start = 0 if resume is None else resume[0]
+    traced = traced_iteration(settings.window, settings.iterations)
+    if traced is None:
+        logger.info("no timeline: every iteration is in the measured window, and a traced step would slow it")
+    with tf.compat.v1.Session(graph=trained.graph, config=config) as session:
+        with collector.phase("initialize"):
+            session.run(trained.init_op)
+            if resume is not None:
+                restore(session, trained.variables, resume[1], resume[2])
+                logger.info("resumed from %s at iteration %d", resume[2], start)
+            if broadcast is not None:
+                session.run(broadcast)
+        devices.reset_peaks()
+        probe, source = devices.memory_probe()
+        collector.watch_memory(probe, source, settings.window)
+        collector.first_iteration = start
+        state.training = True
+        state.checkpointer = checkpointer
+        state.flush_rank("running", None)
+
+        def fetch() -> Any:
+            return session.run(list(trained.variables))
+
+        bar = progress(settings.iterations - start, str(state.job.name), settings.progress and topology.is_root)
+        try:
+            with collector.phase("train"):
+                for index in range(start, settings.iterations):
+                    checkpointer.boundary(index, start, fetch, stopping=guard.stopping)
+                    guard.check()
+                    feed = trained.feed_fn(index * topology.size + topology.rank)
+                    collector.before_iteration(index)
+                    options = metadata = None
+                    if index == traced:
+                        options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+                        metadata = tf.compat.v1.RunMetadata()
+                    started = time.perf_counter()
+                    out = session.run(step, feed_dict=feed, options=options, run_metadata=metadata)
+                    seconds = time.perf_counter() - started
+                    if metadata is not None:
+                        write_measured(state.directory / TIMELINE_FILE.format(rank=topology.rank), metadata)
+                    if collector.iteration(index, seconds, float(out["loss"])):
+                        state.write_figures("running")
+                    bar.update(1)
+                checkpointer.boundary(settings.iterations, start, fetch, final=True)
+        finally:
+            checkpointer.active = False
+            bar.close()
+        values = session.run(compared)
+    return variable_digests([(v.name, value) for v, value in zip(compared, values, strict=True)])

@@ -1,0 +1,110 @@
+"""Plain data parallelism: one rank per device, the whole model on each, Horovod averaging every gradient.
+
+What a user would run instead of ParDNN, trained over the same window and written to the same files
+and ``results.csv`` row (``parallelism`` = ``data``), so that ``pardnn-report`` compares the two:
+
+1. **build** the job's graph for one replica's batch (:func:`launcher.variants.replica_batch`: by
+   default the model-parallel run's global batch split over every device), with the Horovod hook
+   over all ranks; with ``--recompute`` its blocks are recomputed in the backward pass
+   (:mod:`launcher.training.recompute`);
+2. **cost** it (profile or estimate, as the run's ``costs``; ranks average their costs) and emulate
+   it on one device: the emulated step and its peak memory. A step over the device's limit ends the
+   run as ``does_not_fit`` before training (:func:`launcher.run.outcome.end_untrained`); TensorFlow running
+   out of memory while training ends it with that status too (:func:`launcher.run.failure.status_of`);
+3. put every op on the rank's device (:func:`launcher.training.devices.replica_devices`), **train** (rank
+   ``r`` of ``R`` reads batch ``i·R + r`` at iteration ``i``) and **finish**.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import numpy as np
+
+from launcher.errors import DoesNotFit
+from launcher.reporting.timeline import EMULATED_FILE, write_emulated
+from launcher.run.agreement import average_costs, graph_digest, together
+from launcher.run.checkpoint import make_checkpointer
+from launcher.run.outcome import end_untrained, finish
+from launcher.run.resume import locate, resume_point
+from launcher.run.signals import StopGuard
+from launcher.run.state import RunState
+from launcher.runner import Runner
+from launcher.training.dataparallel import local_costs
+from launcher.training.loop import train
+from launcher.training.recompute import check_blocks, check_wrappable, recomputed
+from launcher.variants import check_fits, replica_batch
+from pardnn.costs.machine import format_bytes
+
+__all__ = ["run_data"]
+
+logger = logging.getLogger("launcher")
+
+
+def run_data(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, Any]:
+    """Train the job with one replica per device (module docstring)."""
+    settings, topology, collector, variant = state.settings, state.topology, state.collector, state.variant
+    with collector.phase("import"):
+        import tensorflow as tf
+
+        import pardnn.tf as ptf
+        from jobs.costing import cost_graph
+        from launcher.training.devices import node_machine, replica_devices
+        from pardnn.emulation.simulate import evaluate
+    devices = together(topology, "choosing the devices", lambda: replica_devices(topology.local_rank, topology.node))
+    state.devices = {"kind": devices.kind, "count": devices.count, "names": list(devices.names)}
+    batch = together(topology, "splitting the batch",
+                     lambda: replica_batch(settings, variant, topology.ranks_per_node))
+    state.batch_size = batch
+    logger.info("%d node(s) × %d %s device(s), one replica each; job %s, batch %d per replica (%d in all); %s",
+                topology.node_count, topology.ranks_per_node, devices.kind, getattr(state.job, "name", "?"), batch,
+                batch * topology.size, variant.label)
+
+    with collector.phase("build"):
+        backend = runner.allreduce
+        hook = backend.averager() if backend is not None else None
+        with recomputed(variant.recompute):
+            trained = runner.build(state.job, batch_size=batch, gradient_hook=hook)
+        broadcast = backend.broadcast(trained.graph, trained.variables) if backend is not None else None
+    if variant.recompute:
+        blocks = together(topology, "recomputing", lambda: check_blocks(state.job, trained.graph))
+        logger.info("%s: %d blocks recomputed in the backward pass (%s)", variant.label, blocks,
+                    check_wrappable(state.job))
+    state.samples_per_step = int(trained.samples_per_step)
+    state.tokens_per_step = None if trained.tokens_per_step is None else int(trained.tokens_per_step)
+    guard.check()
+    with collector.phase(settings.costs):
+        cost = cost_graph(trained, settings.costs, device_preset=settings.device_preset,
+                          profile_steps=settings.profile_steps, memory_bytes=settings.memory_bytes,
+                          name=str(state.job.name), devices=1, kind=devices.kind, unknown_dim=batch)
+        cost = average_costs(topology, local_costs(cost))
+    guard.check()
+
+    machine = together(topology, "describing the machine", lambda: node_machine(settings, devices))
+    placement = np.zeros(cost.n, dtype=np.int64)
+    evaluation = evaluate(cost, machine, placement)
+    digest = graph_digest(cost)  # what every replica shares: the graph (there is no placement to compare)
+    state.placement = {"sha256": digest, "placer": None, "ops": cost.n, "machine": machine.describe(),
+                       "recompute": variant.recompute, "report": {"evaluation": evaluation.to_dict()}}
+    if topology.is_root:
+        state.placement["emulated_makespan_us"] = write_emulated(state.directory / EMULATED_FILE, cost, machine,
+                                                                 placement)
+    logger.info("%s: %d ops on one device per replica, simulated step %.0f us, peak memory %s", variant.label, cost.n,
+                evaluation.makespan_us, format_bytes(max(evaluation.peak_memory_bytes)))
+    try:
+        check_fits(variant.label, evaluation.peak_memory_bytes, evaluation.limit_bytes, machine)
+    except DoesNotFit as error:
+        end_untrained(state, error)
+    locate(state)  # --resume: one checkpoint for every rank
+    resume = together(topology, "resuming", lambda: resume_point(state, digest))
+
+    with collector.phase("apply"):
+        applied = ptf.apply(trained.graph, dict.fromkeys(cost.names, 0), devices.names)
+    state.placement["apply"] = dataclasses.asdict(applied)
+    guard.check()
+
+    checkpointer = make_checkpointer(state, trained.variables, digest)
+    digests = train(state, trained, broadcast, devices, guard, tf, ptf, checkpointer=checkpointer, resume=resume)
+    return finish(state, digests)

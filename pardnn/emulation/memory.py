@@ -1,0 +1,335 @@
+"""Memory consumption tracker (the paper's Eq. 3) and memory potentials (``M_pot``).
+
+Given a placement and its emulated :class:`~pardnn.emulation.emulator.Schedule`, memory in use on device
+``pe`` at time ``t`` is the sum of:
+
+1. every residual op on ``pe`` (variables, optimizer slots): its ``out_bytes`` for the whole step;
+2. every normal op on ``pe``: its ``out_bytes`` from its start until its output is released — when
+   its last consumer on ``pe`` has finished and its last transfer to another device has completed
+   (the sender keeps the buffer until the copy lands; with neither, at its own finish);
+3. every tensor received on ``pe`` from a producer on another device (any kind): from the *start*
+   of its transfer — the producer's finish, when the receiver allocates the buffer the copy lands
+   in — until its last consumer on ``pe`` finishes, so the bytes in flight count on both ends. A
+   producer sends one copy per destination device (TensorFlow's Send/Recv pair), sized by the
+   largest edge from that producer to that device.
+
+**In-place sums.** TensorFlow's runtime does not keep every input of a large sum until the sum
+runs. Grappler's memory optimizer (on by default: ``SchedulingPass`` in ``memory_optimizer.cc``)
+estimates each device's peak of op outputs (variables and optimizer slots, held as resources, are
+not counted) and, where it exceeds 80 % of the device's memory, rewrites every ``AddN`` of three or
+more inputs whose inputs are live at that peak into a ``TemporaryVariable`` that each input is
+``AssignAdd``-ed into when it arrives. The tracker does the same. After sweeping terms 1-3, on each
+device whose transient peak (peak less residual bytes) exceeds :data:`REWRITE_FRACTION` of its limit
+(``memory × (1 − reserve)``, standing for TensorFlow's allocator limit), every
+:func:`accumulating_ops` op on that device fed by one of its outputs live at its peak is
+*rewritten*: it holds its output from the arrival of its first input until its own release, and
+each of its inputs is released on arrival (its producer's finish, or the landing of the copy) instead
+of at the sum's finish; then the buffers are swept again (:attr:`MemoryProfile.rewritten`). An
+unrolled RNN's weight gradient is such a sum, of one term per time step: kept whole until one
+``AddN`` they need ~25 GiB in the paper's Word-RNN (``benchmarks/MODELS.md``, "Memory realism of the
+unrolled RNNs"). As in TensorFlow, a device just under the threshold keeps its sums whole, so it
+can peak higher than the same device just over it.
+
+Reference ops hold nothing of their own. Each transient term is a *buffer* ``(device, alloc, free,
+bytes, owner)``. ``owner`` is the op whose finish releases the buffer — the last consumer on that
+device, or the producer itself when the buffer is released by its own finish or by an outgoing
+transfer landing — which is what moving an op can relieve, so ``M_pot(n, t)`` = n's own output
+while n runs + every buffer owned by n live at ``t``
+(the paper's Table "Terminology").
+
+**Exabytes.** Usage that would pass int64 (2^63 bytes, e.g. a few 2^62-byte tensors on one device)
+saturates at 2^63 - 1 instead of wrapping around, so it fits no limit (a machine's stop at 2^63 - 2).
+
+Complexity: O(|V| + |E|) to build the buffers and O(B log B) to sweep their B <= |V| + |E| events in
+time order (both compiled with numba), twice when a sum is rewritten; potentials at one instant are
+O(B) with NumPy.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit
+
+from pardnn.costs.graph import CostGraph, Kind
+from pardnn.costs.machine import Machine
+from pardnn.emulation.emulator import Schedule
+
+__all__ = ["ACCUMULATING_TYPES", "REWRITE_FRACTION", "MemoryProfile", "accumulating_ops", "saturated_bytes",
+           "track_memory"]
+
+# Op types TensorFlow's memory optimizer may turn into an in-place accumulation (memory_optimizer.cc,
+# SchedulingPass), for at least this many inputs (it leaves two-input sums alone), when a device's
+# estimated transient peak exceeds this fraction of its memory.
+ACCUMULATING_TYPES = frozenset({"AddN", "AccumulateNV2"})
+ACCUMULATING_MIN_INPUTS = 3
+REWRITE_FRACTION = 0.8
+# Bumped whenever the tracker's rules change what a placement needs: keys cached answers (max-batch probes).
+INT64_MAX = 2**63 - 1  # where usage saturates (module docstring, "Exabytes")
+MEMORY_MODEL = 2  # 2: sums done in place under pressure, as Grappler's memory optimizer does
+
+_accumulating_cache: dict[int, tuple[weakref.ref, np.ndarray]] = {}
+
+
+def accumulating_ops(graph: CostGraph) -> np.ndarray:
+    """Mask of the normal ops TensorFlow can sum in place (module docstring, "In-place sums"): op type
+    in :data:`ACCUMULATING_TYPES` and at least three producers feeding it data (edges of > 0 bytes).
+    Read-only; cached per graph object."""
+    cached = _accumulating_cache.get(id(graph))
+    if cached is not None and cached[0]() is graph:
+        return cached[1]
+    mask = np.zeros(graph.n, dtype=bool)
+    typed = [i for i, op in enumerate(graph.ops) if op in ACCUMULATING_TYPES]
+    if typed:
+        inputs = np.bincount(graph.edge_dst[graph.edge_bytes > 0], minlength=graph.n)
+        mask[typed] = True
+        mask &= (inputs >= ACCUMULATING_MIN_INPUTS) & (graph.kind == Kind.NORMAL)
+    mask.flags.writeable = False
+    key = id(graph)
+    _accumulating_cache[key] = (weakref.ref(graph, lambda _, key=key: _accumulating_cache.pop(key, None)), mask)
+    return mask
+
+
+def _live(alloc: np.ndarray, free: np.ndarray, time_us: float | np.ndarray) -> np.ndarray:
+    """Buffers in use at ``time_us``: allocated at or before it and released after it, or released
+    at it having been allocated at it (a buffer of an op that takes no time)."""
+    return (alloc <= time_us) & ((free > time_us) | ((free == alloc) & (alloc == time_us)))
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """Per-device memory over one emulated step.
+
+    Attributes
+    ----------
+    residual_bytes:
+        Per device, the bytes held all step by residual ops.
+    peak_bytes, peak_time_us:
+        Per device, the highest consumption (residual + transient) and the first time it is reached.
+    buffer_device, buffer_alloc_us, buffer_free_us, buffer_bytes, buffer_owner, buffer_producer:
+        The transient buffers (terms 2 and 3 of Eq. 3).
+    rewritten:
+        Per op, whether it is a sum done in place (module docstring, "In-place sums").
+    """
+
+    residual_bytes: np.ndarray
+    peak_bytes: np.ndarray
+    peak_time_us: np.ndarray
+    buffer_device: np.ndarray
+    buffer_alloc_us: np.ndarray
+    buffer_free_us: np.ndarray
+    buffer_bytes: np.ndarray
+    buffer_owner: np.ndarray
+    buffer_producer: np.ndarray
+    rewritten: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+
+    def live(self, device: int | None, time_us: float) -> np.ndarray:
+        """Mask of the buffers in use on ``device`` (any device if None) at ``time_us``: allocated at
+        or before it and released after it (or released at it, if allocated at it too)."""
+        live = _live(self.buffer_alloc_us, self.buffer_free_us, time_us)
+        return live if device is None else live & (self.buffer_device == device)
+
+    def usage_all_at(self, time_us: float) -> np.ndarray:
+        """Bytes in use on every device at ``time_us`` (Eq. 3)."""
+        live = self.live(None, time_us)
+        transient = np.bincount(self.buffer_device[live], weights=self.buffer_bytes[live],
+                                minlength=self.residual_bytes.size)
+        return _add_bytes(self.residual_bytes, saturated_bytes(transient))
+
+    def usage_at(self, device: int, time_us: float) -> int:
+        """Bytes in use on ``device`` at ``time_us`` (Eq. 3)."""
+        live = self.live(device, time_us)
+        return int(self.residual_bytes[device] + self.buffer_bytes[live].sum())
+
+    def potentials(self, graph: CostGraph, schedule: Schedule, placement: np.ndarray, device: int,
+                   time_us: float) -> np.ndarray:
+        """``M_pot(n, t)`` of every op for ``device`` at ``time_us`` (0 for ops elsewhere).
+
+        Moving ``n`` off ``device`` relieves the buffers ``n`` keeps alive there at ``t`` (inputs it
+        is the last local consumer of) and, while ``n`` runs, its own output.
+        """
+        live = self.live(device, time_us) & (self.buffer_owner != self.buffer_producer)
+        pot = np.bincount(self.buffer_owner[live], weights=self.buffer_bytes[live], minlength=graph.n)
+        running = ((placement == device) & (graph.kind == Kind.NORMAL)
+                   & (schedule.start_us <= time_us) & (schedule.finish_us >= time_us))
+        pot[running] += graph.out_bytes[running]
+        return pot.astype(np.int64)
+
+
+@njit(cache=True, nogil=True)
+def _buffers(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_bytes: np.ndarray,
+             place: np.ndarray, kind: np.ndarray, out_bytes: np.ndarray, start: np.ndarray,
+             finish: np.ndarray, arrival: np.ndarray, accumulates: np.ndarray, alloc_at: np.ndarray):
+    """Terms 2 and 3 of Eq. 3 as buffers (device, alloc, free, bytes, owner, producer).
+
+    An input of a sum done in place (``accumulates``) is released on its arrival there, not at the
+    sum's finish; ``alloc_at`` is when each op allocates its output (its start, or for a sum done in
+    place the arrival of its first input)."""
+    m = succ.size
+    size = n + m
+    device = np.empty(size, np.int64)
+    alloc = np.empty(size)
+    free = np.empty(size)
+    nbytes = np.empty(size, np.int64)
+    owner = np.empty(size, np.int64)
+    producer = np.empty(size, np.int64)
+    slot = np.full(k, -1, np.int64)  # this producer's copy on each device, if any
+    b = 0
+    for v in range(n):
+        d = place[v]
+        # Term 2: own output until the last local consumer finishes or the last transfer lands.
+        release = finish[v]
+        keeper = v
+        for e in range(succ_ptr[v], succ_ptr[v + 1]):
+            w = succ[e]
+            if place[w] == d:
+                if accumulates[w] and edge_bytes[e] > 0:
+                    continue  # added in place as soon as v finishes
+                if finish[w] >= release:
+                    release = finish[w]
+                    keeper = w
+            elif arrival[e] >= release:
+                release = arrival[e]
+                keeper = v
+        if kind[v] == 0 and out_bytes[v] > 0:
+            device[b] = d
+            alloc[b] = alloc_at[v]
+            free[b] = release
+            nbytes[b] = out_bytes[v]
+            owner[b] = keeper
+            producer[b] = v
+            b += 1
+        # Term 3: one copy per remote device, from the start of its transfer (v's finish: the
+        # receiver allocates the landing buffer then) to the last consumer there.
+        first = b
+        for e in range(succ_ptr[v], succ_ptr[v + 1]):
+            w = succ[e]
+            r = place[w]
+            if r == d or edge_bytes[e] == 0:
+                continue
+            used = arrival[e] if accumulates[w] else finish[w]  # added in place when it lands
+            i = slot[r]
+            if i < 0:
+                i = b
+                slot[r] = b
+                device[b] = r
+                alloc[b] = finish[v]
+                free[b] = used
+                nbytes[b] = edge_bytes[e]
+                owner[b] = w
+                producer[b] = v
+                b += 1
+            else:
+                if used >= free[i]:
+                    free[i] = used
+                    owner[i] = w
+                if edge_bytes[e] > nbytes[i]:
+                    nbytes[i] = edge_bytes[e]
+        for i in range(first, b):
+            slot[device[i]] = -1
+    return device[:b], alloc[:b], free[:b], nbytes[:b], owner[:b], producer[:b]
+
+
+def _peaks(k: int, residual: np.ndarray, device: np.ndarray, alloc: np.ndarray, free: np.ndarray,
+           nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per device, the peak of residual + live buffers and the first instant it is reached.
+
+    At one instant: releases of buffers that lived a while (their consumer finished), then
+    allocations (ops starting), then releases of buffers allocated at that same instant. Events are
+    laid out in that phase order and sorted stably by time (NumPy's sort: a sort compiled by numba
+    would add seconds to the first run's compile), then swept in order.
+    """
+    index = np.arange(device.size, dtype=np.int64)
+    lived = free > alloc
+    time = np.concatenate([free[lived], alloc, free[~lived]])
+    event = np.concatenate([-index[lived] - 1, index, -index[~lived] - 1])  # negated-minus-one: a release
+    order = np.argsort(time, kind="stable")
+    peak, peak_time = _sweep_peaks(k, order, time, event, device, nbytes)
+    return _add_bytes(peak, residual), peak_time
+
+
+def saturated_bytes(total: np.ndarray) -> np.ndarray:
+    """Byte counts summed in float64 (``np.bincount`` with weights) as int64, 2^63 - 1 from 2^63 on."""
+    past = total >= 2.0**63
+    return np.where(past, INT64_MAX, np.where(past, 0.0, total).astype(np.int64))
+
+
+def _add_bytes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a + b`` of non-negative int64 byte counts, 2^63 - 1 where it would pass int64."""
+    return np.where(a > INT64_MAX - b, INT64_MAX, a + b)
+
+
+@njit(cache=True, nogil=True)
+def _sweep_peaks(k: int, order: np.ndarray, time: np.ndarray, event: np.ndarray, device: np.ndarray,
+                 nbytes: np.ndarray):
+    # in_use is exact modulo 2^64 (int64 wraps): negative once past 2^63; about, its float shadow, tells
+    # when it has passed 2^64 (and wrapped back to positive).
+    in_use = np.zeros(k, np.int64)
+    about = np.zeros(k)
+    peak = np.zeros(k, np.int64)
+    peak_time = np.zeros(k)
+    for j in order:
+        x = event[j]
+        if x >= 0:
+            d = device[x]
+            in_use[d] += nbytes[x]
+            about[d] += nbytes[x]
+            now = in_use[d] if in_use[d] >= 0 and about[d] < 1.5e19 else INT64_MAX  # past 2^64: about says
+            if now > peak[d]:
+                peak[d] = now
+                peak_time[d] = time[j]
+        else:
+            x = -x - 1
+            in_use[device[x]] -= nbytes[x]
+            about[device[x]] -= nbytes[x]
+    return peak, peak_time
+
+
+def _rewritten(graph: CostGraph, place: np.ndarray, candidates: np.ndarray, limits: np.ndarray,
+               transient_peak: np.ndarray, peak_time: np.ndarray, device: np.ndarray, alloc: np.ndarray,
+               free: np.ndarray, producer: np.ndarray) -> np.ndarray:
+    """Which sums are done in place: the candidates fed by an output live at the peak of a device
+    whose transient peak exceeds ``REWRITE_FRACTION`` of its limit, the sum on that same device."""
+    over = transient_peak > REWRITE_FRACTION * limits
+    if not over.any():
+        return np.zeros(graph.n, dtype=bool)
+    live = over[device] & (device == place[producer]) & _live(alloc, free, peak_time[device])
+    live_output = np.zeros(graph.n, dtype=bool)
+    live_output[producer[live]] = True
+    src, dst = graph.edge_src, graph.edge_dst
+    fed = candidates[dst] & live_output[src] & (place[src] == place[dst]) & (graph.edge_bytes > 0)
+    rewritten = np.zeros(graph.n, dtype=bool)
+    rewritten[dst[fed]] = True
+    return rewritten
+
+
+def track_memory(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: Schedule) -> MemoryProfile:
+    """Memory per device over the step (Eq. 3, with TensorFlow's in-place sums: module docstring):
+    residual baseline, buffers, peak and time of peak, and the sums done in place."""
+    k = machine.devices
+    place = np.asarray(placement, dtype=np.int64)
+    residual = saturated_bytes(np.bincount(place, weights=np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0),
+                                           minlength=k))
+
+    def sweep(accumulates: np.ndarray, alloc_at: np.ndarray):
+        buffers = _buffers(graph.n, k, graph.succ_ptr, graph.succ, graph.edge_bytes, place, graph.kind,
+                           graph.out_bytes, schedule.start_us, schedule.finish_us, schedule.edge_arrival_us,
+                           accumulates, alloc_at)
+        return buffers, _peaks(k, residual, *buffers[:4])
+
+    candidates = accumulating_ops(graph)
+    buffers, (peak, peak_time) = sweep(np.zeros(graph.n, dtype=bool), schedule.start_us)
+    if candidates.any():
+        device, alloc, free, _, _, producer = buffers
+        rewritten = _rewritten(graph, place, candidates, machine.limits_bytes, peak - residual, peak_time,
+                               device, alloc, free, producer)
+        if rewritten.any():
+            # A rewritten sum allocates its accumulator when its first input arrives.
+            into = rewritten[graph.edge_dst] & (graph.edge_bytes > 0)
+            alloc_at = schedule.start_us.copy()
+            np.minimum.at(alloc_at, graph.edge_dst[into], schedule.edge_arrival_us[into])
+            buffers, (peak, peak_time) = sweep(rewritten, alloc_at)
+            return MemoryProfile(residual, peak, peak_time, *buffers, rewritten=rewritten)
+    return MemoryProfile(residual, peak, peak_time, *buffers, rewritten=np.zeros(graph.n, dtype=bool))

@@ -1,0 +1,362 @@
+"""After the guard: local search on the emulated schedule (the refinement stage).
+
+Step 1 places clusters by expected levels and Step 2 moves units for memory; neither looks at the
+schedule the placement really produces. The refinement does: it emulates the step, follows its
+*critical chain* back from the op that finishes last, and tries the moves that could shorten it:
+
+- a **transfer link** (consumer ``v`` waited for the copy of ``u``'s output from another device):
+  move ``v``'s unit to ``u``'s device, or ``u``'s unit to ``v``'s — pulling the chain's heavy
+  transfers onto one device (what Baechi's m-SCT does when it schedules a child on its favourite
+  parent's device);
+- a **device link** (``v`` was ready but its device was busy with ``w``): move ``v``'s unit to the
+  device its inputs come from most, else to the least loaded other device — an insertion-style
+  rebalancing of the bottleneck device (HEFT's earliest-finish idea, judged by the emulator).
+
+Units are colocation groups and single ops (:mod:`pardnn.steps.units`), so groups stay whole. Moves are
+tried in order of the time their link costs the chain (largest first; ties by the unit's first op,
+then the target), each judged by a full emulation: a move is accepted only if it lowers the makespan
+and, on a machine with memory limits, every device still fits. After an accepted move the chain is
+recomputed (first improvement, as in Kernighan–Lin / Fiduccia–Mattheyses passes, without their
+tentative uphill moves). When no move on the chain helps and the budget can afford a sweep of the
+whole neighbourhood (every unit to every other device: small graphs), that is searched too, in op
+order, first improvement. When the budget affords two sweeps of the *deep* neighbourhood (also
+every pair of units joined by an edge, moved together to one device — the move that un-cuts an edge
+whose two ends each stay put alone, since moving either end cuts its other edges), the search goes
+on as an iterated local search: a *kick* moves :data:`KICK_UNITS` units chosen at random (a seeded
+generator: deterministic) to random devices, the descent runs again, and the result is kept only if
+it is faster, else the placement before the kick comes back. The search stops at a local optimum
+(no kicks) or when its budget is spent.
+
+On 208 small random DAGs with a proven CP-SAT optimum (``python -m benchmarks.exact``) the deep
+search took ParDNN's mean ratio to the optimum from 1.066 to 1.037 and its p95 from 1.283 to 1.159
+with about 900 moves per graph; with the cost model measured, the default budget buys about 6,000
+there, and the mean is 1.029, the p95 1.142 (RESULTS.md, "exact").
+
+Choices where nothing says what to do:
+
+- **Budget, deterministic.** ``seconds`` is turned into a number of emulations by a fixed cost model
+  (:data:`SECONDS_PER_MOVE` plus :data:`SECONDS_PER_ELEMENT` per op and edge), never by the clock,
+  so every node of a cluster computes the same placement; the search is anytime (each accepted
+  move is kept). Only the costliest links that the budget can try give moves.
+- **Chain.** From the last op to finish: the input whose arrival set its start (a data link),
+  else the op before it on its device if that one finished exactly then (a device link); the walk
+  ends at an op that started when it was ready on an idle device.
+
+Complexity: O(|V| log |V| + |E|) per emulation, times the budget's number of emulations; building
+the chain is O(|V| log |V|) per accepted move (a sort of each device's ops; the walk itself, compiled,
+reads only the inputs of the ops on the chain). The deep search runs only on graphs small
+enough that ``2 (U + |E|) K`` emulations fit the budget (at the default 0.1 s, up to about 55 ops
+at K = 16, 130 at K = 4 and 190 at K = 2). A move costs about 10 µs on a 30-op graph
+(:class:`pardnn.emulation.emulator.Emulator`: the transfer costs computed once, no re-validation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from numba import njit
+
+from pardnn.costs.csr import pointers, stable_buckets
+from pardnn.costs.graph import CostGraph
+from pardnn.costs.machine import Machine
+from pardnn.emulation.emulated import Emulated, emulate_and_track, strictly_shorter
+from pardnn.emulation.emulator import Emulator, RunOrder, Schedule
+from pardnn.emulation.memory import MemoryProfile
+from pardnn.polish.stages import Context
+from pardnn.steps.units import units_of
+
+__all__ = ["MAX_EVALUATIONS", "REFINE_SECONDS", "SECONDS_PER_ELEMENT", "SECONDS_PER_MOVE", "RefineDetails", "Refined",
+           "critical_chain", "evaluations_for", "refine", "refine_stage"]
+
+REFINE_SECONDS = 0.1  # the default budget (on the 200k-op benchmark graph: one move tried)
+# The cost model of one move tried (an emulation, the memory sweep of a kept move, its share of the
+# chain): a fixed part plus a part per op and per edge. Fitted on the 2-core development machine by
+# ``python -m benchmarks.refine_budget`` (RESULTS.md, "refine-budget"): measured / model from about
+# 0.3 on mid-sized graphs to 1.05 on 200k ops with a memory limit (so a budget never overruns by much).
+SECONDS_PER_MOVE = 1e-5
+SECONDS_PER_ELEMENT = 1e-7
+MAX_EVALUATIONS = 100_000  # about a second on the smallest graphs
+TRANSFER, DEVICE, NEIGHBOUR, PAIR, KICK = "transfer", "device", "neighbour", "pair", "kick"
+KICK_UNITS = 4  # units moved at random by one kick of the iterated local search
+
+
+def evaluations_for(graph: CostGraph, seconds: float) -> int:
+    """The number of emulations ``seconds`` buys under the fixed cost model (0 for a budget of 0)."""
+    if not seconds > 0:
+        return 0
+    per = SECONDS_PER_MOVE + SECONDS_PER_ELEMENT * (graph.n + graph.m)
+    return int(min(MAX_EVALUATIONS, max(1, seconds // per)))
+
+
+def critical_chain(graph: CostGraph, placement: np.ndarray, schedule: Schedule,
+                   keep: int | None = None) -> list[tuple[str, int, int, float]]:
+    """The links of the chain that ends at the last op to finish: ``(kind, before, after, cost_us)``.
+
+    ``kind`` is ``"transfer"`` (``after`` waited for a copy of ``before``'s output; cost = the
+    transfer time) or ``"device"`` (``after`` was ready but waited for ``before`` on its device;
+    cost = the wait). Same-device data links cost nothing and are followed but not listed.
+    ``keep``: when the chain has more links, only the ``keep`` costliest, costliest first (ties in
+    chain order), chosen on arrays: the chain of the 200k-op benchmark graph has 30,669 links, and
+    making a tuple of each took 0.05 s, twice the emulation of the one move its budget tries.
+    """
+    if graph.n == 0:
+        return []
+    start, finish = schedule.start_us, schedule.finish_us
+    tolerance = 1e-9 * max(1.0, schedule.makespan_us)
+    # Per op, the op before it on its device.
+    by_device = np.lexsort((start, placement))
+    previous = np.full(graph.n, -1, np.int64)
+    same = placement[by_device[1:]] == placement[by_device[:-1]]
+    previous[by_device[1:][same]] = by_device[:-1][same]
+    last = int(np.argmax(finish))  # the first of the latest to finish
+    kinds, before, after = np.empty(graph.n, np.int8), np.empty(graph.n, np.int64), np.empty(graph.n, np.int64)
+    cost = np.empty(graph.n)
+    count = _walk_chain(last, graph.pred_ptr, graph.pred_edge, graph.edge_src, schedule.edge_arrival_us, start, finish,
+                        np.asarray(placement, dtype=np.int64), previous, tolerance, kinds, before, after, cost)
+    chosen = np.arange(count) if keep is None or count <= keep else np.argsort(-cost[:count], kind="stable")[:keep]
+    names = (TRANSFER, DEVICE)
+    return [(names[k], b, a, c) for k, b, a, c in zip(kinds[chosen].tolist(), before[chosen].tolist(),
+                                                       after[chosen].tolist(), cost[chosen].tolist(), strict=True)]
+
+
+@njit(cache=True, nogil=True)
+def _walk_chain(v: int, pred_ptr: np.ndarray, pred_edge: np.ndarray, edge_src: np.ndarray, arrival: np.ndarray,
+                start: np.ndarray, finish: np.ndarray, placement: np.ndarray, previous: np.ndarray, tolerance: float,
+                kinds: np.ndarray, before: np.ndarray, after: np.ndarray, cost: np.ndarray) -> int:
+    # The walk of critical_chain from op v; writes the links (kind 0 transfer, 1 device), returns how many.
+    count = 0
+    for _ in range(start.size):
+        ready, e = 0.0, -1  # the latest-arriving input (the first such in-edge on ties), and when
+        for q in range(pred_ptr[v], pred_ptr[v + 1]):
+            f = pred_edge[q]
+            if e < 0 or arrival[f] > ready:
+                e, ready = f, arrival[f]
+        if e >= 0 and start[v] <= ready + tolerance:  # a data link
+            u = edge_src[e]
+            if placement[u] != placement[v]:
+                kinds[count], before[count], after[count], cost[count] = 0, u, v, arrival[e] - finish[u]
+                count += 1
+            v = u
+        elif previous[v] >= 0 and abs(finish[previous[v]] - start[v]) <= tolerance:  # a device link
+            w = previous[v]
+            kinds[count], before[count], after[count], cost[count] = 1, w, v, start[v] - ready
+            count += 1
+            v = w
+        else:
+            break
+    return count
+
+
+def _candidates(graph: CostGraph, machine: Machine, placement: np.ndarray, unit: np.ndarray,
+                first_op: np.ndarray, links: list[tuple[str, int, int, float]]) -> list[tuple[int, int]]:
+    """``(unit, target device)`` moves suggested by the chain, most promising first, without repeats."""
+    scored: dict[tuple[int, int], float] = {}
+
+    def suggest(op: int, target: int, cost: float) -> None:
+        key = (int(unit[op]), int(target))
+        if target != placement[op] and cost > scored.get(key, -1.0):
+            scored[key] = cost
+
+    load = np.bincount(placement, weights=graph.comp_us, minlength=machine.devices)
+    # Per device, the least loaded other device (first on ties).
+    least_other = [int(np.argmin(np.where(np.arange(machine.devices) == d, np.inf, load)))
+                   for d in range(machine.devices)]
+    device_links = np.array([after for kind, _, after, _ in links if kind != TRANSFER], np.int64)
+    feeding = iter(_most_feeding_device(device_links, graph.pred_ptr, graph.pred, graph.pred_bytes,
+                                        np.asarray(placement, dtype=np.int64), machine.devices).tolist())
+    for kind, before, after, cost in links:
+        if kind == TRANSFER:
+            suggest(after, int(placement[before]), cost)
+            suggest(before, int(placement[after]), cost)
+            continue
+        source = next(feeding)
+        if source >= 0:
+            suggest(after, source, cost)
+        suggest(after, least_other[int(placement[after])], cost)
+    return sorted(scored, key=lambda key: (-scored[key], int(first_op[key[0]]), key[1]))
+
+
+@njit(cache=True, nogil=True)
+def _most_feeding_device(ops: np.ndarray, pred_ptr: np.ndarray, pred: np.ndarray, pred_bytes: np.ndarray,
+                         placement: np.ndarray, devices: int) -> np.ndarray:
+    # Per op: the other device its inputs bring the most bytes from (first on ties), -1 if none brings any.
+    out = np.full(ops.size, -1, np.int64)
+    inputs = np.zeros(devices)
+    for i in range(ops.size):
+        v = ops[i]
+        inputs[:] = 0.0
+        for q in range(pred_ptr[v], pred_ptr[v + 1]):
+            inputs[placement[pred[q]]] += pred_bytes[q]
+        best = 0.0
+        for d in range(devices):
+            if d != placement[v] and inputs[d] > best:
+                best, out[i] = inputs[d], d
+    return out
+
+
+@dataclass(frozen=True)
+class RefineDetails:
+    """What the refinement did: the makespan before and after, emulations spent, moves kept, kicks kept."""
+
+    makespan_before_us: float
+    makespan_after_us: float
+    evaluations: int
+    moves: int
+    restarts: int
+
+
+@dataclass
+class Refined:
+    """The refined answer (never slower than the start, within the limits) and the search's log:
+    ``moves`` as ``(link, unit's first op, from, to)``, kicks included."""
+
+    answer: Emulated
+    makespan_before_us: float
+    evaluations: int = 0
+    restarts: int = 0
+    moves: list[tuple[str, int, int, int]] = field(default_factory=list)
+
+    @property
+    def placement(self) -> np.ndarray:
+        return self.answer.placement
+
+    @property
+    def schedule(self) -> Schedule:
+        return self.answer.schedule
+
+    @property
+    def memory(self) -> MemoryProfile | None:
+        return self.answer.memory
+
+    def details(self) -> RefineDetails:
+        return RefineDetails(self.makespan_before_us, self.answer.makespan_us, self.evaluations,
+                             sum(kind != KICK for kind, *_ in self.moves), self.restarts)
+
+
+class _Search:
+    """The local search of the module docstring over one graph, machine and budget; ``out`` holds the
+    best answer so far (every accepted move replaces it)."""
+
+    def __init__(self, graph: CostGraph, machine: Machine, start: Emulated, budget: int, order: RunOrder) -> None:
+        self.graph, self.machine, self.budget = graph, machine, budget
+        self.out = Refined(replace(start, placement=np.array(start.placement, dtype=np.int64)), start.makespan_us)
+        self.unit = unit = units_of(graph)
+        # Each unit's ops in index order, as CSR (a counting sort: 0.06 s less than a stable argsort,
+        # a search of the bounds and a list of them on 1M ops), and its first op (n for the empty slots).
+        self._bounds = bounds = pointers(unit, int(unit.max()) + 1)
+        self._members = stable_buckets(unit, bounds)
+        self.first_op = first_op = np.full(bounds.size - 1, graph.n, np.int64)
+        nonempty = bounds[1:] > bounds[:-1]
+        first_op[nonempty] = self._members[bounds[:-1][nonempty]]
+        self.units = units = int((first_op < graph.n).sum())  # unit ids of grouped ops' own slots are empty
+        # The whole neighbourhood (every unit to every other device) is searched once the chain's moves
+        # are exhausted, when the budget could afford one sweep of it; the deep search (linked pairs of
+        # units too, then kicks) when it could afford two sweeps of that.
+        self.whole = units * (machine.devices - 1) <= budget
+        self.deep = 2 * (units + graph.m) * machine.devices <= budget
+        self.emulator = Emulator(graph, machine, order=order)  # trials come from a checked placement: no re-check
+        # The sweep's and the kicks' unit order, and the linked pairs: only made when they can be used.
+        self.order = np.argsort(first_op, kind="stable")[:units].tolist() if self.whole or self.deep else []
+        linked = zip(unit[graph.edge_src].tolist(), unit[graph.edge_dst].tolist(), strict=True) if self.deep else ()
+        self.pairs = sorted({(min(a, b), max(a, b)) for a, b in linked if a != b})
+
+    def members_of_unit(self, u: int) -> np.ndarray:
+        return self._members[self._bounds[u] : self._bounds[u + 1]]
+
+    @property
+    def spent(self) -> bool:
+        return self.out.evaluations >= self.budget
+
+    def attempt(self, moving: list[int], target: int, kind: str) -> bool:
+        """Move the units ``moving`` to ``target``; kept when strictly shorter and fitting."""
+        members = self.members_of_unit(moving[0]) if len(moving) == 1 else np.concatenate(
+            [self.members_of_unit(u) for u in moving])
+        placement = self.out.answer.placement
+        if (placement[members] == target).all():
+            return False
+        trial = placement.copy()
+        trial[members] = target
+        return self.accept(trial, (kind, int(self.first_op[moving[0]]), int(placement[members[0]]), int(target)))
+
+    def accept(self, trial: np.ndarray, move: tuple[str, int, int, int], *, worse: bool = False) -> bool:
+        """Emulate ``trial``; keep it when it fits and is strictly shorter (or, ``worse``, whatever its makespan)."""
+        out = self.out
+        out.evaluations += 1
+        schedule = self.emulator(trial)
+        if not (worse or strictly_shorter(schedule.makespan_us, out.answer.makespan_us)):
+            return False
+        answer = emulate_and_track(self.graph, self.machine, trial, schedule=schedule)  # memory only when it pays
+        if not answer.fits(self.machine):
+            return False
+        out.moves.append(move)
+        out.answer = answer
+        return True
+
+    def chain_move(self) -> bool:
+        """The first move on the critical chain that shortens the step, costliest links first."""
+        out, unit = self.out, self.unit
+        # The costliest links only (stable: ties keep chain order).
+        links = critical_chain(self.graph, out.answer.placement, out.answer.schedule,
+                               keep=max(16, 2 * (self.budget - out.evaluations)))
+        for u, target in _candidates(self.graph, self.machine, out.answer.placement, unit, self.first_op, links):
+            if self.spent:
+                return False
+            kind = next((k for k, b, a, _ in links if unit[a] == u or unit[b] == u), DEVICE)
+            if self.attempt([u], target, kind):
+                return True
+        return False
+
+    def sweep(self) -> bool:
+        """The whole neighbourhood, in op order: every unit, then every linked pair, to every device."""
+        for moving in [[u] for u in self.order] + [list(pair) for pair in self.pairs]:
+            for target in range(self.machine.devices):
+                if self.spent:
+                    return False
+                if self.attempt(moving, target, NEIGHBOUR if len(moving) == 1 else PAIR):
+                    return True
+        return False
+
+    def descend(self) -> None:
+        while not self.spent and (self.chain_move() or (self.whole and self.sweep())):
+            pass
+
+    def iterate(self) -> None:
+        """Iterated local search: kick, descend, keep if strictly shorter, else go back to before the kick."""
+        rng = np.random.default_rng(0)
+        out, machine = self.out, self.machine
+        while self.deep and not self.spent:
+            before, logged = out.answer, len(out.moves)
+            trial = before.placement.copy()
+            for u in rng.choice(self.units, size=min(self.units, KICK_UNITS), replace=False).tolist():
+                trial[self.members_of_unit(self.order[u])] = rng.integers(machine.devices)
+            if self.accept(trial, (KICK, -1, -1, -1), worse=True):
+                out.restarts += 1
+                self.descend()
+                if not strictly_shorter(out.answer.makespan_us, before.makespan_us):
+                    out.answer = before
+                    del out.moves[logged:]
+
+
+def refine(graph: CostGraph, machine: Machine, start: Emulated, *, seconds: float = REFINE_SECONDS,
+           order: RunOrder = None) -> Refined:
+    """Shorten the emulated step of ``start`` by moves on its critical chain (module docstring).
+
+    ``start``: a fitting answer, emulated in ``order`` (:data:`~pardnn.emulation.emulator.RunOrder`: every trial
+    is emulated in it too). Returns the best answer found, never slower than ``start``, within the
+    limits, with the search's log.
+    """
+    budget = evaluations_for(graph, seconds)
+    if budget == 0 or machine.devices < 2 or graph.n == 0:
+        return Refined(start, start.makespan_us)
+    search = _Search(graph, machine, start, budget, order)
+    search.descend()
+    search.iterate()
+    return search.out
+
+
+def refine_stage(graph: CostGraph, machine: Machine, current: Emulated, context: Context
+                 ) -> tuple[Emulated, RefineDetails]:
+    """The refinement as a polishing stage (:mod:`pardnn.polish.stages`): ``context.seconds`` of budget."""
+    refined = refine(graph, machine, current, seconds=context.seconds)
+    return refined.answer, refined.details()
