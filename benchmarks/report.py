@@ -112,7 +112,7 @@ def _slope_table(runs: Sequence[Run], devices: Sequence[int]) -> list[str]:
     return table(["placer", *(f"K = {k}" for k in devices)], rows, "l" + "r" * len(devices))
 
 
-GUARD_COST_TARGET = 0.25  # the bound on what the guard and the refinement add to `pardnn place`
+GUARD_COST_TARGET = 0.25  # our bound on what the guard and the refinement add to `pardnn place`
 
 
 def _speed_lines(results: BenchResults) -> list[str]:

@@ -1,4 +1,4 @@
-"""Memory realism of the unrolled RNNs (issue 15, item 5): TensorFlow's own memory accounting set
+"""Memory realism of the unrolled RNNs: TensorFlow's own memory accounting set
 against pardnn's memory tracker (:mod:`pardnn.emulation.memory`).
 
     python -m benchmarks.rnn_memory               # all three parts: about 2.5 minutes on 2 cores
@@ -30,7 +30,7 @@ once, about 25 GiB. The three parts:
    rewrites (compared with the tracker's choice in part 3). Nothing is allocated.
 3. **pardnn's tracker at the paper's size** (``--part paper``): Word-RNN at batch 16 and Char-CRN at
    batch 8 on one V100-32GB (``estimate`` costs, the job's 10 % reserve), with sums kept whole (the
-   tracker before issue 15 item 5) and as TensorFlow runs them, and what is live at each peak.
+   tracker's earlier rule) and as TensorFlow runs them, and what is live at each peak.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``pardnn place`` (without and with each memory heuristic) and ``pardnn simulate`` run on one
 synthetic graph, each in a fresh interpreter, so interpreter start, imports and reading the graph
-count; the numba kernels load from the on-disk cache that the suite's warm-up filled. The issue's
+count; the numba kernels load from the on-disk cache that the suite's warm-up filled. Our
 targets are for 200,000 ops on K = 16.
 
 The *first run* is timed too: ``pardnn place`` of a small graph in a fresh interpreter whose
@@ -34,7 +34,7 @@ __all__ = ["FIRST_RUN_DEVICES", "FIRST_RUN_OPS", "Progress", "SpeedRow", "first_
 
 Progress = Callable[[str], None]  # one line of progress (the suite's too)
 
-# The issue's speed targets, in seconds, for 200,000 ops on K = 16.
+# The speed targets, in seconds, for 200,000 ops on K = 16.
 TARGET_OPS, TARGET_DEVICES = 200_000, 16
 TARGET_PLACE_S, TARGET_PLACE_MEMORY_S, TARGET_SIMULATE_S = 2.0, 5.0, 3.0
 SPEED_LIMIT_FACTOR = 1.2  # the memory limit of the timed `pardnn place --memory`, × demand / K

@@ -7,7 +7,7 @@ GRAPH -k 16 -o placement.txt -q`` (every stage on: the defaults) on each in a fr
 the two forms interleaved round by round so that both see the same load, and records each run's
 wall time and peak resident memory (the child's own ``ru_maxrss``, from ``wait4``). The two
 placement files must be byte-identical (the form changes the reading, not the answer). The
-targets (issue 26, item 5): at most 4 s and 1 GB (10^9 bytes) peak RSS. Wall times on a shared
+targets: at most 4 s and 1 GB (10^9 bytes) peak RSS. Wall times on a shared
 machine follow its load, so the section gives the load average seen at each run's start and the
 median over rounds of the binary run's time over its JSON twin's.
 

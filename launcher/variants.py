@@ -15,7 +15,7 @@ A :class:`Variant` is one way to train the job on the allocation:
 ``--compare a,b,...`` trains several variants one after the other in one allocation
 (:mod:`launcher.compare`): the entries are placer names, ``data`` and ``data+recompute``.
 
-Choices where the issue is silent:
+Choices made here:
 
 - the global batch is the model-parallel run's (the job's ``batch_size`` per node) for every
   variant, so a data-parallel replica trains ``batch_size / K`` samples; only a standalone

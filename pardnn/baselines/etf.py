@@ -28,7 +28,7 @@ Choices where Baechi's m-ETF differs, and why:
   Taking ops by priority and choosing only the device is O((|V| + |E|) log |V| + K|V|)
   and keeps the earliest-start rule for the device; it is HEFT's list scheduling without insertion
   (Topcuoglu et al. 2002), on identical devices.
-- **No chain fusion.** PLACERS.md measured it 2.6-2.9× slower on wide graphs; the guard compares
+- **No chain fusion.** Fusing chains measured 2.6-2.9× slower on wide graphs; the guard compares
   this placer with ParDNN and the others by one emulator instead.
 
 Complexity: O(|E| + |V| (log |V| + K)) after the levels' O(|V| + |E|), one compiled sweep.

@@ -13,7 +13,8 @@ communication as possible, blind to the order in which ops run (so to the critic
 - Memory is *not* a balance constraint. METIS supports several (``ncon > 1``), but pymetis
   (2025.2) does not expose them: it derives ``ncon`` from ``len(vweights)`` and
   ``len(xadj)`` and a flattened ``|V| x 2`` weight array was read as a single constraint in our
-  checks (see inducer/pymetis issue #45 and the unmerged pull request #62). So the placement
+  checks (https://github.com/inducer/pymetis/issues/45 and the unmerged
+  https://github.com/inducer/pymetis/pull/62). So the placement
   balances compute only; the evaluation reports whether memory fits.
 - ``K = 1`` puts everything on device 0 without calling METIS; with at most K vertices, vertex i
   goes to device i. The METIS seed is fixed (``seed`` option), so placements are deterministic.

@@ -1,6 +1,6 @@
 """Placement validity: every op on a device of the machine, colocation groups whole; run orders.
 
-The one checker every placer's output goes through (STYLE.md: networkx's ``validate_flows``). It
+The one checker every placer's output goes through (as networkx's ``validate_flows`` is for flows). It
 sits below the emulator, the memory tracker and the evaluation, which all call it.
 
 A run order (:mod:`pardnn.polish.order`) is a position per op on its device; :func:`check_order` checks one

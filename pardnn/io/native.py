@@ -1,6 +1,6 @@
 """The native graph file: ``pardnn-graph`` JSON (``.json``, or gzip-compressed ``.json.gz``).
 
-Version 1 of the format (DESIGN.md, "Native graph file"; version 2 below)::
+Version 1 of the format (docs/formats.md, "Native graph"; version 2 below)::
 
     {"format": "pardnn-graph", "version": 1, "name": "trn-2",
      "nodes": [{"name": "dense/MatMul", "op": "MatMul", "comp_us": 812.0, "out_bytes": 33554432,

@@ -1,6 +1,6 @@
 """Placement files: one device index per op of a graph.
 
-Two formats (DESIGN.md, "Placement"):
+Two formats (docs/formats.md, "Placement"):
 
 - text: one ``op_name device_index`` line per op. The device is the last whitespace-separated field,
   so everything before it is the name. Blank lines are skipped; ``#`` starts a comment when it

@@ -1,4 +1,4 @@
-"""The copy metadata of a micro-batched step (issue 26, item 3): the capture of a job built with M
+"""The copy metadata of a micro-batched step: the capture of a job built with M
 micro-batches says which micro-batch each op belongs to and which op of micro-batch 0 it copies
 (native graph format version 2), and the pipeline placer runs on it."""
 

@@ -1,5 +1,5 @@
 """``python -m jobs.paper --micro-batches M`` writes the micro-batched graph beside the plain one:
-``NAME-mM.json.gz``, with one forward and backward copy per micro-batch (the benchmark of issue 26
+``NAME-mM.json.gz``, with one forward and backward copy per micro-batch (``benchmarks.micro``
 reads these files)."""
 
 from __future__ import annotations

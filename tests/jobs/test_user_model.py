@@ -279,7 +279,7 @@ def test_a_bad_entry_point_fails_in_one_line(tf, tmp_path, replace, job, parts):
 
 @pytest.mark.tf
 def test_a_subclassed_model_without_inputs_is_built_from_batch_0(tf, tmp_path):
-    """Refused before issue 29 ("inputs are unknown"); now called on placeholders shaped like batch 0
+    """Once refused ("inputs are unknown"); now called on placeholders shaped like batch 0
     (tests/jobs/test_keras_forms.py has the rest)."""
     from jobs import build
 

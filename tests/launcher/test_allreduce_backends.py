@@ -16,7 +16,7 @@ import pytest
 
 from launcher.errors import LaunchError
 from launcher.training.dataparallel import FUSED_SCOPE, HOOK_SCOPE, pick_backend
-from launcher.training.loop import dataparallel
+from launcher.training import dataparallel
 
 # ------------------------------------------------------------------ choosing
 
@@ -63,7 +63,7 @@ PACKING = textwrap.dedent(
     import sys
     import numpy as np
     from mpi4py import MPI
-    from launcher import dataparallel
+    from launcher.training import dataparallel
 
     dataparallel._CHUNK = 7  # several MPI calls per buffer
     comm = MPI.COMM_WORLD

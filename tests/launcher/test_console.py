@@ -59,7 +59,7 @@ def test_other_ranks_show_warnings_and_errors_only_prefixed_by_rank_and_node():
 PROGRAM = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from launcher import console
+    from launcher.reporting import console
     rank = int(sys.argv[2])
     console.start(rank)
     print("before the log file exists")

@@ -1,6 +1,6 @@
 """pardnn-launch trains the user's own models (examples/keras_*) under ``mpirun -np 2``, each rank
 standing for a node: the same placement on both, identical replicas after training, a results row.
-And the three models of issue 29 (subclassed; two outputs; compiled) from job files that name only
+And three users' models (subclassed; two outputs; compiled) from job files that name only
 their entry points (and, for the uncompiled ones, the loss).
 
 Outside CI these tests skip when horovod or mpirun is missing; in CI (``CI`` set) that fails.
@@ -58,7 +58,7 @@ def test_two_nodes_train_a_users_keras_model(tmp_path, example):
     print(f"\n{example}: {seconds:.1f} s wall, {summary['throughput']['samples_per_s']:.1f} samples/s")
 
 
-# The job files of issue 29's three models: the entries, the batch size (a job file's one required
+# The job files of the three users' models: the entries, the batch size (a job file's one required
 # setting), and the loss of the uncompiled ones; nothing else.
 ISSUE_JOBS = {
     "subclassed": ("build", "batches", "loss = 'sparse_categorical_crossentropy'\n",

@@ -1,4 +1,4 @@
-"""Valid but degenerate graphs through every placer, ``simulate`` and ``info``: never a crash (issue 25).
+"""Valid but degenerate graphs through every placer, ``simulate`` and ``info``: never a crash.
 
 The graphs are drawn by hypothesis (so a failure shrinks to a small one) from the shapes a real user
 meets by accident: one op; no edges; disconnected parts; zero, tiny (1e-6 µs) and huge (1e12 µs,
@@ -188,7 +188,7 @@ def _library(case: Case) -> None:
         assert evaluation.ratio is None or evaluation.ratio >= 1 - 1e-9, (name, evaluation)
         assert format_report(result.report) and format_evaluation(evaluation)  # the CLI's text, "—" for no ratio
         fitting += [name] if evaluation.memory_fits else []
-    assert not (proofs and fitting), f"proven infeasible, yet {fitting} fit: {proofs}"  # DESIGN, "Errors"
+    assert not (proofs and fitting), f"proven infeasible, yet {fitting} fit: {proofs}"  # docs/design.md, "Errors"
 
 
 def _cli(case: Case, folder: Path) -> None:
@@ -227,7 +227,7 @@ def _cli(case: Case, folder: Path) -> None:
                 _strict_json(out)
 
 
-# Issue 25's graph: a -> b, a -> c, a -> d, d -> e; every op 0 µs with 0-byte outputs.
+# A user's graph: a -> b, a -> c, a -> d, d -> e; every op 0 µs with 0-byte outputs.
 FAN_OUT = CostGraph(list("abcde"), [0.0] * 5, [0] * 5, [0, 0, 0, 3], [1, 2, 3, 4], name="fan-out")
 # Found by this test: 8 EiB of variables fitted in 0 B (int64 wrapped), or in 2^63 - 1 B (it saturated).
 EXABYTES = CostGraph(["a", "v", "v/Apply", "w", "w/Apply"], [0.0] * 5, [HUGE_BYTES, HUGE_BYTES, 0, HUGE_BYTES, 0],

@@ -1,6 +1,6 @@
 """The guard after Step 2 (pardnn/polish/guard.py): never slower than a cheap placement that also fits.
 
-The probes are the issue's, worked by hand: K = 2, 150 GB/s, 25 us per transfer.
+The probes are worked by hand: K = 2, 150 GB/s, 25 us per transfer.
 """
 
 from __future__ import annotations

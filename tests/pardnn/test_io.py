@@ -1198,7 +1198,7 @@ def test_bad_copy_metadata_names_file_node_field_value(tmp_path: Path, change: A
 
 # ------------------------------------------------------ the compiled text writer (pardnn.io.placement_writer)
 def _text_by_hand(names: list[str], devices: list[int], positions: list[int] | None) -> str:
-    """The text placement format spelled out line by line (DESIGN.md, "Placement")."""
+    """The text placement format spelled out line by line (docs/formats.md, "Placement")."""
     if positions is None:
         return "".join(f"{name} {device}\n" for name, device in zip(names, devices, strict=True))
     return "".join(f"{name} {device} {position}\n"

@@ -1,4 +1,4 @@
-"""Costs of a micro-batched step (issue 26, item 2): ``estimate`` and ``profile`` cost the M-copy graph
+"""Costs of a micro-batched step: ``estimate`` and ``profile`` cost the M-copy graph
 itself, so an op of micro-batch m is costed at batch B/M (what the same op costs in the plain step
 at batch B/M), never as the full-batch op's time ÷ M, and every copy's activations have their own
 sizes (the memory model sees all M)."""

@@ -1,4 +1,4 @@
-"""A captured step with no costs (structure only) is placed, with one warning naming how to cost it (issue 25)."""
+"""A captured step with no costs (structure only) is placed, with one warning naming how to cost it."""
 
 from __future__ import annotations
 
