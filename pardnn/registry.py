@@ -30,7 +30,22 @@ PLACERS: dict[str, Placer] = {
 
 
 def get_placer(name: str) -> Placer:
-    """The placer called ``name``; raises ``ValueError`` listing the valid names."""
+    """The placer called ``name``; raises ``ValueError`` listing the valid names.
+
+    Every placer has one signature, ``placer(graph, machine, *, memory_heuristic="auto", **options)``,
+    and returns a :class:`~pardnn.placement.result.Result`:
+
+    >>> from pardnn import CostGraph, Machine
+    >>> g = CostGraph(["a", "b", "c"], [1.0, 1.0, 1.0], [0, 0, 0], src=[0, 1], dst=[1, 2])
+    >>> get_placer("round_robin")(g, Machine(2)).placement.tolist()
+    [0, 1, 0]
+    >>> "pardnn" in PLACERS and "metis" in PLACERS
+    True
+    >>> get_placer("fastest")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown placer 'fastest'; expected one of pardnn, pardnn-paper, ...
+    """
     try:
         return PLACERS[name]
     except KeyError:

@@ -129,6 +129,23 @@ class CostGraph:
     Notes
     -----
     Construction is O(|V| + |E| log |E|) (edges are sorted once).
+
+    Examples
+    --------
+    Edges by index (``src``, ``dst``), each carrying its producer's ``out_bytes``:
+
+    >>> g = CostGraph(["a", "b", "c"], comp_us=[1.0, 2.0, 3.0], out_bytes=[100, 200, 0], src=[0, 1], dst=[1, 2])
+    >>> g
+    CostGraph(name='graph', ops=3, edges=2)
+    >>> g.successors(0).tolist(), g.total_work_us, g.index["c"]
+    ([1], 6.0, 2)
+
+    By name, with a cycle refused in one line naming its ops:
+
+    >>> CostGraph.from_named_edges(["x", "y"], [1, 1], [8, 8], [("x", "y"), ("y", "x")])
+    Traceback (most recent call last):
+    ...
+    pardnn.errors.InvalidGraphError: ...cycle...
     """
 
     def __init__(

@@ -112,6 +112,14 @@ class Machine:
         Per-transfer latency in microseconds (or ``"25us"``).
     reserve:
         Fraction of each device's memory kept free (0 <= reserve < 1), default 0.10.
+
+    Examples
+    --------
+    >>> m = Machine(4, memory="32GiB", bandwidth="150GB/s", latency="25us")
+    >>> m.limits_bytes.tolist()[0] == int(32 * 2**30 * 0.9)   # what the placer may use: 90 %
+    True
+    >>> m.comm_us(1_500_000)   # one transfer of 1.5 MB: 25 µs + 10 µs
+    35.0
     """
 
     devices: int

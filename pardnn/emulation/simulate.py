@@ -82,6 +82,18 @@ def evaluate(graph: CostGraph, machine: Machine, placement: np.ndarray, *,
     Notes
     -----
     O((|V| + |E|) log |V|): one emulation, one memory sweep, one critical-path sweep.
+
+    Examples
+    --------
+    Two independent 5 µs ops on one device, then on two:
+
+    >>> import numpy as np
+    >>> from pardnn import CostGraph, Machine
+    >>> g = CostGraph(["a", "b"], [5.0, 5.0], [0, 0], src=[], dst=[])
+    >>> evaluate(g, Machine(2), np.array([0, 0])).makespan_us
+    10.0
+    >>> evaluate(g, Machine(2), np.array([0, 1])).makespan_us
+    5.0
     """
     place = check_placement(graph, machine, placement)
     if memory is None:

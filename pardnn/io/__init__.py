@@ -57,7 +57,24 @@ def read_graph(path: PathLike) -> CostGraph:
 
 def write_graph(graph: CostGraph, path: PathLike) -> None:
     """Write a graph file: the binary form for a name ending in ``.pardnn``
-    (:func:`~pardnn.io.binary.write_binary_graph`), JSON otherwise (:func:`pardnn.io.native.write_graph`)."""
+    (:func:`~pardnn.io.binary.write_binary_graph`), JSON otherwise (:func:`pardnn.io.native.write_graph`).
+
+    A graph and a placement, written and read back:
+
+    >>> import tempfile, pathlib
+    >>> from pardnn import CostGraph
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> g = CostGraph(["a", "b"], [1.0, 2.0], [64, 0], src=[0], dst=[1], name="pair")
+    >>> for name in ("pair.json", "pair.json.gz", "pair.pardnn"):
+    ...     write_graph(g, folder / name)
+    ...     assert read_graph(folder / name) == g
+    >>> write_placement(folder / "placement.txt", g, [1, 0])
+    >>> print((folder / "placement.txt").read_text(), end="")
+    a 1
+    b 0
+    >>> read_placement(folder / "placement.txt", g, devices=2).tolist()
+    [1, 0]
+    """
     if is_binary_graph(path):
         write_binary_graph(graph, path)
     else:

@@ -97,9 +97,20 @@ def read_graph(path: PathLike) -> CostGraph:
 
     Examples
     --------
-    >>> graph = read_graph("trn-2.json")  # doctest: +SKIP
-    >>> graph.n, graph.m  # doctest: +SKIP
-    (2, 1)
+    >>> import json, tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "pair.json"
+    >>> _ = path.write_text(json.dumps({"format": "pardnn-graph", "version": 1, "name": "pair",
+    ...     "nodes": [{"name": "a", "comp_us": 3.0, "out_bytes": 64}, {"name": "b", "comp_us": 1.0, "out_bytes": 0}],
+    ...     "edges": [{"src": "a", "dst": "b"}]}))
+    >>> graph = read_graph(path)
+    >>> graph.n, graph.m, graph.names
+    (2, 1, ('a', 'b'))
+    >>> _ = path.write_text('{"format": "pardnn-graph", "version": 1, "nodes": [{"name": "a", "comp_us": 1}]}')
+    >>> read_graph(path)
+    Traceback (most recent call last):
+    ...
+    pardnn.errors.InvalidGraphError: .../pair.json: node #0 'a': missing required field 'out_bytes'
+
 
     Notes
     -----

@@ -85,7 +85,18 @@ def read_placement(path: PathLike, graph: CostGraph, devices: int | None = None)
 
     Examples
     --------
-    >>> placement = read_placement("placement.txt", graph, devices=4)  # doctest: +SKIP
+    >>> import tempfile, pathlib
+    >>> from pardnn import CostGraph
+    >>> g = CostGraph(["a", "b"], [1.0, 1.0], [0, 0], src=[0], dst=[1])
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "placement.txt"
+    >>> write_placement(path, g, [1, 0])
+    >>> read_placement(path, g, devices=2).tolist()
+    [1, 0]
+    >>> write_placement(path, g, [1, 7])
+    >>> read_placement(path, g, devices=2)
+    Traceback (most recent call last):
+    ...
+    pardnn.errors.InvalidPlacementError: ...b...7...
     """
     return _read(path, graph, devices)[0]
 

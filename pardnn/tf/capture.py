@@ -314,9 +314,19 @@ def capture(graph: tf.Graph, fetches: Any, *, unknown_dim: int | None = None, lo
 
     Examples
     --------
-    >>> cost = capture(graph, [train_op, loss])                      # doctest: +SKIP
-    >>> cost, sizing = capture_with_report(graph, [train_op, loss])  # doctest: +SKIP
-    >>> sizing.counts["reserve"], sizing.summary()                   # doctest: +SKIP
+    >>> import tensorflow as tf
+    >>> graph = tf.Graph()
+    >>> with graph.as_default():
+    ...     x = tf.compat.v1.placeholder(tf.float32, [8, 4], name="x")
+    ...     w = tf.compat.v1.get_variable("w", [4, 2])
+    ...     loss = tf.reduce_sum(tf.matmul(x, w), name="loss")
+    ...     train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    >>> cost = capture(graph, [train_op, loss])
+    >>> cost.n > 10, "w" in cost.index, float(cost.comp_us.sum())   # structure only: no costs yet
+    (True, True, 0.0)
+    >>> cost, sizing = capture_with_report(graph, [train_op, loss])
+    >>> sizing.summary()
+    '17 outputs sized from static shapes'
     """
     return capture_with_report(graph, fetches, unknown_dim=unknown_dim, loop_trips=loop_trips, strict=strict,
                                name=name)[0]

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from launcher.errors import LaunchError
-from launcher.training.dataparallel import FUSED_SCOPE, HOOK_SCOPE, pick_backend
 from launcher.training import dataparallel
+from launcher.training.dataparallel import FUSED_SCOPE, HOOK_SCOPE, pick_backend
 
 # ------------------------------------------------------------------ choosing
 
