@@ -277,3 +277,17 @@ def test_no_function_over_80_lines() -> None:
             for path in sorted(LIBRARY.rglob("*.py"))
             for line, name, lines in function_lengths(path) if lines > MAX_FUNCTION_LINES]
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them into named steps):\n" + "\n".join(long)
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared test code lives in conftest.py or the ``tests/helpers`` package, never in a test module
+    (importing one runs its tests' module-level set-up and hides what is shared)."""
+    tests = ROOT / "tests"
+    bad = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else (
+                [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            bad += [f"{path.relative_to(ROOT)}:{node.lineno} imports {name}" for name in names
+                    if name.startswith("tests.") and name.rpartition(".")[2].startswith("test_")]
+    assert not bad, "test modules imported by others (move what they share to tests/helpers):\n" + "\n".join(bad)

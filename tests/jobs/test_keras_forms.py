@@ -14,81 +14,11 @@ import numpy as np
 import pytest
 
 from jobs import load_job
-from tests.jobs.test_user_model import JOB, one_line_error, write
+from tests.helpers.usermodels import JOB, MODELS, one_line_error, write
 
 tf = pytest.importorskip("tensorflow")
 pytestmark = [pytest.mark.tf, pytest.mark.filterwarnings("ignore:non-integer arguments to randrange")]
 
-MODELS = """\
-import numpy as np
-import tensorflow as tf
-
-class Net(tf.keras.Model):
-    def __init__(self):
-        super().__init__()
-        self.hidden = tf.keras.layers.Dense(8, activation="relu", kernel_regularizer="l2")
-        self.norm = tf.keras.layers.BatchNormalization()
-        self.out = tf.keras.layers.Dense(3, activation="softmax")
-
-    def call(self, x, training=None):
-        return self.out(self.norm(self.hidden(x), training=training))
-
-class Pair(Net):
-    def call(self, inputs):
-        return self.out(self.hidden(tf.concat([inputs["a"], inputs["b"]], -1)))
-
-    def train_step(self, data):
-        return {}
-
-def build():
-    return Net()
-
-def pair():
-    return Pair()
-
-def compiled_net(losses):
-    model = Net()
-    model.compile(optimizer="sgd", loss=losses)
-    return model
-
-def unbuilt():
-    return tf.keras.Sequential([tf.keras.layers.Dense(4, activation="relu"), tf.keras.layers.Dense(3)])
-
-def heads(optimizer=None, weights=None):
-    x = tf.keras.Input((5,), name="features")
-    h = tf.keras.layers.Dense(8, activation="relu")(x)
-    model = tf.keras.Model(x, [tf.keras.layers.Dense(3, activation="softmax", name="cls")(h),
-                               tf.keras.layers.Dense(1, name="reg")(h)])
-    if optimizer is not None:
-        optimizers = {"adam": lambda: tf.keras.optimizers.Adam(0.01, epsilon=1e-6),
-                      "legacy_sgd": lambda: tf.keras.optimizers.legacy.SGD(0.05, momentum=0.5, nesterov=True),
-                      "rmsprop": lambda: tf.keras.optimizers.RMSprop(),
-                      "amsgrad": lambda: tf.keras.optimizers.Adam(amsgrad=True),
-                      "schedule": lambda: tf.keras.optimizers.SGD(
-                          tf.keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.9))}
-        model.compile(optimizer=optimizers[optimizer](),
-                      loss={"cls": "sparse_categorical_crossentropy", "reg": tf.keras.losses.MeanSquaredError()},
-                      loss_weights=weights or {"cls": 1.0, "reg": 0.5})
-    return model
-
-def batches(iteration, batch_size, rank, ranks):
-    rng = np.random.default_rng([iteration, rank, ranks])
-    return rng.normal(size=(batch_size, 5)), rng.integers(0, 3, batch_size)
-
-def pairs(iteration, batch_size, rank, ranks):
-    rng = np.random.default_rng([iteration, rank, ranks])
-    return {"a": rng.normal(size=(batch_size, 2)), "b": rng.normal(size=(batch_size, 3)),
-            "labels": rng.integers(0, 3, batch_size)}
-
-def two(iteration, batch_size, rank, ranks):
-    rng = np.random.default_rng([iteration, rank, ranks])
-    return (rng.normal(size=(batch_size, 5)).astype(np.float32),
-            {"cls": rng.integers(0, 3, batch_size), "reg": rng.normal(size=(batch_size, 1)).astype(np.float32)})
-
-def two_as_list(iteration, batch_size, rank, ranks):
-    x, y = two(iteration, batch_size, rank, ranks)
-    return x, [y["cls"], y["reg"]]
-"""
 
 HEADS = JOB.replace(":build", ":heads").replace(":batches", ":two")
 LOSSES = "loss = { cls = 'sparse_categorical_crossentropy', reg = 'mse' }\n"

@@ -13,61 +13,20 @@ import pytest
 
 from jobs import JobError, load_job
 from jobs.schema import KERAS_LOSSES
+from tests.helpers.usermodels import JOB, KERAS, one_line_error, write
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = {"keras_cnn": ROOT / "examples" / "keras_cnn" / "job.toml",
             "keras_transformer": ROOT / "examples" / "keras_transformer" / "job.toml"}
 
-JOB = """\
-[model]
-entry = "usernet:build"
-[data]
-entry = "usernet:batches"
-[train]
-batch_size = 4
-"""
 
-# A small Keras model and its data; tests replace parts of it. Every test's module is called
-# usernet, so each build also checks that a job gets its own folder's module, not the last one imported.
-KERAS = """\
-import numpy as np
-import tensorflow as tf
-
-def build(width=4):
-    x = tf.keras.Input((3,), name="features")
-    h = tf.keras.layers.Dense(width, activation="relu")(x)
-    h = tf.keras.layers.BatchNormalization()(h)
-    return tf.keras.Model(x, tf.keras.layers.Dense(2, activation="softmax")(h))
-
-def batches(iteration, batch_size, rank, ranks):
-    rng = np.random.default_rng([iteration, rank, ranks])
-    return {"features": rng.normal(size=(batch_size, 3)), "labels": rng.integers(0, 2, batch_size)}
-"""
+# The small Keras model and its data (tests.helpers.usermodels); tests replace parts of it. Every test's
+# module is called usernet, so each build also checks that a job gets its own folder's module, not the
+# last one imported.
 
 
-def write(tmp_path: Path, job: str = JOB, module: str | None = KERAS, **replace: str) -> Path:
-    """``tmp_path/job.toml`` (and ``usernet.py`` from ``module``, with ``old=new`` replacements)."""
-    if module is not None:
-        for old, new in replace.items():
-            assert old in module, old
-            module = module.replace(old, new)
-        (tmp_path / "usernet.py").write_text(textwrap.dedent(module))
-    path = tmp_path / "job.toml"
-    path.write_text(job)
-    return path
 
 
-def one_line_error(path: Path, *parts: str) -> str:
-    """The JobError of building ``path``'s job: one line, starting with the file, holding ``parts``."""
-    from jobs import build
-
-    with pytest.raises(JobError) as caught:
-        build(load_job(path)).feed_fn(1)
-    message = str(caught.value)
-    assert "\n" not in message and message.startswith(path.as_posix() + ": "), message
-    for part in parts:
-        assert part in message, f"{part!r} not in {message!r}"
-    return message
 
 
 # ------------------------------------------------------------------------ job files (no TensorFlow)

@@ -123,9 +123,9 @@ def test_packed_average_and_broadcast_across_three_ranks(tmp_path):
         pytest.skip("mpirun not on PATH (scripts/setup.sh installs openmpi-bin)")
     script = tmp_path / "packing.py"
     script.write_text(PACKING)
-    from tests.mpi.test_launch import MPIRUN_FLAGS, ROOT, _environment
+    from tests.helpers.mpi import MPIRUN_FLAGS, ROOT, mpi_environment
 
-    env, _ = _environment(emulate=False)
+    env, _ = mpi_environment(emulate=False)
     proc = subprocess.run([mpirun, *MPIRUN_FLAGS, "-np", "3", sys.executable, str(script)], capture_output=True,
                           text=True, timeout=120, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr

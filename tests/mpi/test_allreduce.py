@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.losses import one_device_losses, run_losses
-from tests.mpi.test_launch import LAUNCH, TINY_JOB, _output, mpirun_launch
+from tests.helpers.mpi import LAUNCH, TINY_JOB, mpirun_launch, output
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
@@ -32,7 +32,7 @@ RUN = [*LAUNCH, TINY_JOB, "--iterations", str(ITERATIONS), "--window", WINDOW, "
 
 def _launch(out: Path, *options: str) -> tuple[subprocess.CompletedProcess[str], dict]:
     proc, _ = mpirun_launch([*RUN, "--out", str(out), *options], ranks=2, timeout=600, horovod=False)
-    assert proc.returncode == 0, _output(proc)
+    assert proc.returncode == 0, output(proc)
     [run_dir] = [p for p in out.iterdir() if p.is_dir()]
     return proc, json.loads((run_dir / "summary.json").read_text())
 

@@ -25,7 +25,7 @@ import pytest
 
 from pardnn.registry import PLACERS
 from tests.helpers.losses import one_device_losses, run_losses
-from tests.mpi.test_launch import LAUNCH, ROOT, TINY_JOB, _output, _records, mpirun_launch
+from tests.helpers.mpi import LAUNCH, ROOT, TINY_JOB, mpirun_launch, output, read_records
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
@@ -42,7 +42,7 @@ def _rows(out: Path) -> list[dict[str, str]]:
 
 def _launch(out: Path, *options: str, ranks: int) -> subprocess.CompletedProcess[str]:
     proc, _ = mpirun_launch([*RUN, "--out", str(out), *options], ranks=ranks, timeout=600)
-    assert proc.returncode == 0, _output(proc)
+    assert proc.returncode == 0, output(proc)
     return proc
 
 
@@ -80,7 +80,7 @@ def test_every_placer_trains_and_writes_its_row(placers, placer):
     assert float(row["samples_per_s"]) > 0 and float(row["emulated_step_ms"]) > 0
     assert float(row["step_ratio"]) == pytest.approx(float(row["step_ms_median"]) / float(row["emulated_step_ms"]),
                                                      rel=1e-3)
-    iterations = [r for r in _records(run_dir / "rank-1.jsonl") if r["event"] == "iteration"]
+    iterations = [r for r in read_records(run_dir / "rank-1.jsonl") if r["event"] == "iteration"]
     assert len(iterations) == ITERATIONS
     log = next(out.glob("*-compare-*/rank-0.log")).read_text()
     assert f"by {placer}: " in log  # the log's placement line names the placer
@@ -139,14 +139,14 @@ def test_a_placement_over_the_memory_limit_ends_as_does_not_fit_untrained(tmp_pa
     proc = subprocess.run([sys.executable, "-m", "launcher.cli", TINY_JOB, "--placer", "single", "--memory", "64KiB",
                            "--reserve", "0", "--costs", "estimate", "--devices-per-node", "2", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode == 3, _output(proc)
+    assert proc.returncode == 3, output(proc)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("pardnn-launch: error")]
     assert len(errors) == 1 and "single: device 0 needs" in errors[0] and "over its limit of 64.00 KiB" in errors[0]
     [row] = _rows(tmp_path)
     assert (row["status"], row["placer"], row["fits"], row["samples_per_s"]) == ("does_not_fit", "single", "false", "")
     run_dir = Path(row["run_dir"])
     assert json.loads((run_dir / "status.json").read_text())["status"] == "does_not_fit"
-    records = _records(run_dir / "rank-0.jsonl")
+    records = read_records(run_dir / "rank-0.jsonl")
     assert not [r for r in records if r["event"] == "iteration"]
     assert "train" not in {r.get("name") for r in records if r["event"] == "phase"}
 

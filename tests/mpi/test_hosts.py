@@ -7,14 +7,14 @@ import subprocess
 
 import pytest
 
-from tests.mpi.test_launch import ROOT, TINY_JOB, _environment, _require_stack
+from tests.helpers.mpi import ROOT, TINY_JOB, mpi_environment, require_stack
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
 
 def test_hosts_runs_one_rank_per_listed_host(tmp_path):
-    _require_stack()
-    env, _ = _environment(emulate=True)  # PARDNN_EMULATE_NODES=1: localhost twice stands for two nodes
+    require_stack()
+    env, _ = mpi_environment(emulate=True)  # PARDNN_EMULATE_NODES=1: localhost twice stands for two nodes
     out = tmp_path / "runs"
     # Open MPI needs --oversubscribe for 2 ranks on 2 cores, and --allow-run-as-root in containers.
     argv = ["pardnn-launch", "--hosts", "localhost,localhost", "--mpi-args=--oversubscribe --allow-run-as-root",

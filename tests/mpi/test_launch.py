@@ -6,133 +6,36 @@ Outside CI these tests skip when horovod or mpirun is missing; in CI (``CI`` set
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-IN_CI = bool(os.environ.get("CI"))
-MPIRUN_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
-TINY_JOB = "word-rnn-tiny"  # jobs/word-rnn-tiny.toml: a 2-layer LSTM language model, ms per step
+from tests.helpers.mpi import (
+    LAUNCH,
+    STANDIN,
+    TINY_JOB,
+    assert_valid_rank_files,
+    heartbeat,
+    mpirun_launch,
+    mpirun_start,
+    output,
+    read_records,
+    wait_for_iteration,
+)
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
-
-def _require_stack(horovod: bool = True) -> str:
-    """mpirun's path; with ``horovod``, Horovod must import too (the pinned stack), else mpi4py (either stack)."""
-    mpirun = shutil.which("mpirun")
-    problems = []
-    if mpirun is None:
-        problems.append("mpirun not on PATH (scripts/setup.sh installs openmpi-bin)")
-    if horovod:
-        try:
-            import horovod.tensorflow
-        except ImportError:
-            problems.append("horovod not installed (scripts/install-horovod.sh)")
-    elif importlib.util.find_spec("mpi4py") is None:  # not imported: MPI initialised here would confuse mpirun
-        problems.append("mpi4py not installed (pip install -e '.[dist]')")
-    if problems:
-        if IN_CI:
-            pytest.fail("; ".join(problems))
-        pytest.skip("; ".join(problems))
-    assert mpirun is not None
-    return mpirun
-
-
-def _environment(emulate: bool, tf_log_level: str | None = "2") -> tuple[dict[str, str], list[str]]:
-    env = dict(os.environ)
-    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
-    if tf_log_level is not None:
-        env["TF_CPP_MIN_LOG_LEVEL"] = tf_log_level
-    # Containers often forbid the cross-memory-attach that Open MPI's shared-memory transport uses.
-    env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-    env.pop("PARDNN_EMULATE_NODES", None)
-    forward = []
-    if emulate:
-        env["PARDNN_EMULATE_NODES"] = "1"
-        forward = ["-x", "PARDNN_EMULATE_NODES"]
-    return env, forward
-
-
-def mpirun_launch(program: list[str], *, ranks: int = 2, emulate: bool = True, timeout: float = 150,
-                  cwd: Path = ROOT, tf_log_level: str | None = "2",
-                  horovod: bool = True) -> tuple[subprocess.CompletedProcess[str], float]:
-    """Run ``program`` on ``ranks`` ranks of this machine; returns the process and its wall seconds.
-
-    ``tf_log_level``: ``TF_CPP_MIN_LOG_LEVEL`` (``None``: unset, TensorFlow's INFO lines are printed);
-    ``horovod``: whether the run needs Horovod (else mpi4py).
-    """
-    mpirun = _require_stack(horovod)
-    env, forward = _environment(emulate, tf_log_level)
-    argv = [mpirun, *MPIRUN_FLAGS, *forward, "-np", str(ranks), *program]
-    started = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
-    return proc, time.monotonic() - started
-
-
-def mpirun_start(program: list[str]) -> subprocess.Popen[str]:
-    """Start ``program`` on two emulated nodes under mpirun, in the background."""
-    mpirun = _require_stack()
-    env, forward = _environment(True)
-    return subprocess.Popen([mpirun, *MPIRUN_FLAGS, *forward, "-np", "2", *program], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for_iteration(out: Path, proc: subprocess.Popen[str], iteration: int, timeout: float = 150) -> Path:
-    """The run folder once both ranks' heartbeats show ``iteration`` done (fails if the run ends first)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        beats = [json.loads(p.read_text() or "{}") for p in out.glob("*/heartbeat-*.json")]
-        if len(beats) == 2 and all((b.get("iteration") or 0) >= iteration for b in beats):
-            return next(out.glob("*/heartbeat-0.json")).parent
-        time.sleep(0.5)
-    proc.kill()
-    pytest.fail(f"the run did not reach iteration {iteration}:\n" + "\n".join(proc.communicate()))
-
-
-def heartbeat(run_dir: Path, rank: int) -> dict[str, Any]:
-    return json.loads((run_dir / f"heartbeat-{rank}.json").read_text())
-
-
-def assert_valid_rank_files(run_dir: Path, rank: int) -> list[dict[str, Any]]:
-    """A rank's files are *valid* when each is whole: every line of ``rank-<r>.jsonl`` parses and the last
-    is a status record, ``figures-<r>.json`` and ``heartbeat-<r>.json`` parse and name the rank, and the
-    log exists. (Atomic replacement guarantees it even for a rank killed or stopped mid-run.)"""
-    records = _records(run_dir / f"rank-{rank}.jsonl")
-    assert records[-1]["event"] == "status" and records[-1]["rank"] == rank
-    figures = json.loads((run_dir / f"figures-{rank}.json").read_text())
-    assert figures["rank"] == rank and figures["figures"]["iterations_run"] > 0
-    assert heartbeat(run_dir, rank)["rank"] == rank
-    assert (run_dir / f"rank-{rank}.log").exists()
-    return records
-
-
-def _output(proc: subprocess.CompletedProcess[str]) -> str:
-    return f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
-
-
-def _records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-LAUNCH = [sys.executable, "-m", "launcher.cli"]
-STANDIN = [sys.executable, "-m", "tests.launcher.standin"]
 
 
 def test_two_nodes_train_a_tiny_job_in_lockstep(tmp_path):
     # As the README runs it: TensorFlow's own log level, so its INFO lines are printed (into the logs only).
     proc, seconds = mpirun_launch([*LAUNCH, TINY_JOB, "--iterations", "160", "--window", "100:150",
                                    "--devices-per-node", "2", "--out", str(tmp_path)], tf_log_level=None)
-    assert proc.returncode == 0, _output(proc)
+    assert proc.returncode == 0, output(proc)
     [run_dir] = [p for p in tmp_path.iterdir() if p.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
 
@@ -181,7 +84,7 @@ def test_two_nodes_train_a_tiny_job_in_lockstep(tmp_path):
     assert (row["nodes"], row["devices_per_node"], row["status"]) == ("2", "2", "complete")
     # The console: rank 0's progress once, no TensorFlow INFO line, nothing from rank 1 (it only warns or fails).
     console = proc.stdout + proc.stderr
-    assert not [line for line in console.splitlines() if ": I " in line], _output(proc)
+    assert not [line for line in console.splitlines() if ": I " in line], output(proc)
     assert console.count("profiled 3 steps") == 1 and "iteration 160/160" in console
     print(f"\ntwo-node run: {seconds:.1f} s wall, {throughput['samples_per_s']:.1f} samples/s, "
           f"{throughput['tokens_per_s']:.1f} tokens/s over iterations 100-150")
@@ -191,13 +94,13 @@ def test_an_error_on_one_rank_ends_the_run_with_its_message(tmp_path):
     settings = json.dumps({"iterations": 160, "progress": False})
     # A hang (the healthy rank waiting in its allreduce) would end in TimeoutExpired; no wall time is asserted.
     proc, _ = mpirun_launch([*STANDIN, "--out", str(tmp_path), "--fail-at", "60", "--settings", settings])
-    assert proc.returncode != 0, _output(proc)
+    assert proc.returncode != 0, output(proc)
     errors = [line for line in proc.stderr.splitlines() if "pardnn-launch: error" in line]
-    assert len(errors) == 1, _output(proc)
+    assert len(errors) == 1, output(proc)
     assert ("pardnn-launch: error on rank 1 (node " in errors[0]
-            and "InjectedFailure: injected failure while feeding iteration 60" in errors[0]), _output(proc)
+            and "InjectedFailure: injected failure while feeding iteration 60" in errors[0]), output(proc)
     [run_dir] = [p for p in tmp_path.iterdir() if p.is_dir()]
-    failed = _records(run_dir / "rank-1.jsonl")[-1]
+    failed = read_records(run_dir / "rank-1.jsonl")[-1]
     assert failed["status"] == "failed" and "injected failure" in failed["message"]
     status = json.loads((run_dir / "status.json").read_text())
     assert (status["status"], status["rank"], status["exit_code"]) == ("failed", 1, 1)
@@ -209,7 +112,7 @@ def test_two_ranks_on_one_node_are_refused_with_the_fix(tmp_path):
     proc, _ = mpirun_launch([*LAUNCH, TINY_JOB, "--out", str(tmp_path)], emulate=False)
     assert proc.returncode != 0
     errors = [line for line in proc.stderr.splitlines() if "pardnn-launch: error" in line]
-    assert len(errors) == 1, _output(proc)  # rank 0 speaks for both
+    assert len(errors) == 1, output(proc)  # rank 0 speaks for both
     assert "--ntasks-per-node=1" in errors[0] and "mpirun --map-by ppr:1:node" in errors[0]
     assert "Traceback" not in proc.stderr
 
@@ -222,7 +125,7 @@ def test_an_error_every_rank_finds_is_printed_once(tmp_path, problem):
     proc, _ = mpirun_launch([*LAUNCH, *args])
     assert proc.returncode == 1
     errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "error" in line]
-    assert len(errors) == 1 and errors[0].startswith("pardnn-launch: error: "), _output(proc)
+    assert len(errors) == 1 and errors[0].startswith("pardnn-launch: error: "), output(proc)
     assert ("missing.toml: no such job file" if problem == "job" else "cannot create the folder") in errors[0]
 
 
@@ -294,9 +197,9 @@ def test_a_stopped_rank_is_named_and_every_live_rank_ends(tmp_path):
 def test_replicas_that_drift_apart_fail_the_run_naming_the_first_variable(tmp_path):
     settings = json.dumps({"iterations": 30, "window": "10:20", "progress": False})
     proc, _ = mpirun_launch([*STANDIN, "--out", str(tmp_path), "--skew-rank", "1", "--settings", settings])
-    assert proc.returncode == 1, _output(proc)
+    assert proc.returncode == 1, output(proc)
     errors = [line for line in proc.stderr.splitlines() if "pardnn-launch: error" in line]
-    assert len(errors) == 1, _output(proc)
+    assert len(errors) == 1, output(proc)
     assert "the replicas differ after training" in errors[0] and "first differing variable 'dense0/bias:0'" in errors[0]
     [run_dir] = [p for p in tmp_path.iterdir() if p.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -307,7 +210,7 @@ def test_replicas_that_drift_apart_fail_the_run_naming_the_first_variable(tmp_pa
 
 
 def _losses(run_dir: Path) -> dict[int, float]:
-    return {r["index"]: r["loss"] for r in _records(run_dir / "rank-0.jsonl") if r["event"] == "iteration"}
+    return {r["index"]: r["loss"] for r in read_records(run_dir / "rank-0.jsonl") if r["event"] == "iteration"}
 
 
 def test_a_run_stopped_by_a_time_limit_resumes_with_the_same_losses(tmp_path):
@@ -335,7 +238,7 @@ def test_a_run_stopped_by_a_time_limit_resumes_with_the_same_losses(tmp_path):
 
     resumed, _ = mpirun_launch([*LAUNCH, TINY_JOB, "--iterations", str(point + 5), "--window", "2:8",
                                 "--resume", str(run_dir), "--out", str(resumed_out), *common])
-    assert resumed.returncode == 0, _output(resumed)
+    assert resumed.returncode == 0, output(resumed)
     [resumed_dir] = [p for p in resumed_out.iterdir() if p.is_dir()]
     summary = json.loads((resumed_dir / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["consistency"]["variables_sha256_equal"]
@@ -343,7 +246,7 @@ def test_a_run_stopped_by_a_time_limit_resumes_with_the_same_losses(tmp_path):
 
     whole, _ = mpirun_launch([*LAUNCH, TINY_JOB, "--iterations", str(point + 5), "--window", "2:8",
                               "--out", str(whole_out), *common])
-    assert whole.returncode == 0, _output(whole)
+    assert whole.returncode == 0, output(whole)
     [whole_dir] = [p for p in whole_out.iterdir() if p.is_dir()]
     expected, got = _losses(whole_dir), _losses(resumed_dir)
     assert sorted(got) == list(range(point, point + 5))

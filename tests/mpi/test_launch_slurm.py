@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.mpi.test_launch import _require_stack
+from tests.helpers.mpi import require_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 SLURM = ROOT / "slurm"
@@ -63,7 +63,7 @@ def _wait(job_id: str, env: dict[str, str], timeout: float) -> tuple[str, str]:
         time.sleep(0.5)
 
 
-def _environment(slurm_conf: Path) -> dict[str, str]:
+def mpi_environment(slurm_conf: Path) -> dict[str, str]:
     return {**os.environ, "SLURM_CONF": str(slurm_conf), "PARDNN_EMULATE_NODES": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
            "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
@@ -84,9 +84,9 @@ def _submit(script: str, env: dict[str, str], log: Path, cwd: Path, *options: st
 
 @pytest.mark.parametrize("script", ["pardnn.sbatch", "pardnn-mpirun.sbatch"])
 def test_sbatch_runs_a_tiny_job_on_two_emulated_nodes(slurm_conf, tmp_path, script):
-    _require_stack()
+    require_stack()
     out = tmp_path / "runs"
-    env = _environment(slurm_conf)
+    env = mpi_environment(slurm_conf)
     log = tmp_path / "slurm.out"
     started = time.monotonic()
     job_id = _submit(script, env, log, tmp_path, "--iterations", "30", "--window", "10:30", "--out", str(out))
@@ -108,9 +108,9 @@ def test_sbatch_runs_a_tiny_job_on_two_emulated_nodes(slurm_conf, tmp_path, scri
 def test_the_time_limit_signal_reaches_every_rank_and_the_job_exits_143(slurm_conf, tmp_path, script):
     """What --signal=B:TERM@120 does before the time limit, sent at once: SIGTERM to the batch shell only
     (scancel --batch). Its trap passes it on; both ranks write their files; the job exits 143."""
-    _require_stack()
+    require_stack()
     out = tmp_path / "runs"
-    env = _environment(slurm_conf)
+    env = mpi_environment(slurm_conf)
     log = tmp_path / "slurm.out"
     job_id = _submit(script, env, log, tmp_path, "--iterations", "1000000", "--window", "10:2000", "--out", str(out))
     deadline = time.monotonic() + 150
@@ -138,9 +138,9 @@ def test_a_requeued_job_resumes_from_its_newest_checkpoint(slurm_conf, tmp_path)
     """sbatch --requeue, then scontrol requeue once the job has saved a checkpoint: Slurm kills it and
     starts it again with SLURM_RESTART_COUNT=1; the batch script adds --resume to the same command line,
     and the second run goes on from the first one's newest checkpoint with its placement, to the end."""
-    _require_stack()
+    require_stack()
     out = tmp_path / "runs"
-    env = _environment(slurm_conf)
+    env = mpi_environment(slurm_conf)
     log = tmp_path / "slurm.out"
     job_id = _submit("pardnn.sbatch", env, log, tmp_path, "--iterations", "3000", "--window", "2900:2950",
                      "--checkpoint-every", "5", "--out", str(out), sbatch=("--requeue",))

@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from tests.mpi.test_launch import LAUNCH, TINY_JOB, _output, mpirun_launch
+from tests.helpers.mpi import LAUNCH, TINY_JOB, mpirun_launch, output
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
 
 def test_two_nodes_train_a_micro_batched_job(tmp_path):
     proc, seconds = mpirun_launch([*LAUNCH, TINY_JOB, "--micro-batches", "4", "--out", str(tmp_path)])
-    assert proc.returncode == 0, _output(proc)
+    assert proc.returncode == 0, output(proc)
     assert "4 micro-batches of 4" in proc.stdout + proc.stderr
     [run_dir] = [p for p in tmp_path.iterdir() if p.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -33,7 +33,7 @@ def test_two_nodes_choose_the_same_m_with_auto_and_train_it(tmp_path):
     both ranks; both choose the same M and train identical placements of its graph."""
     proc, seconds = mpirun_launch([*LAUNCH, TINY_JOB, "--micro-batches", "auto", "--batch-size", "8",
                                    "--out", str(tmp_path)], timeout=600)
-    assert proc.returncode == 0, _output(proc)
+    assert proc.returncode == 0, output(proc)
     [run_dir] = [p for p in tmp_path.iterdir() if p.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["nodes"] == 2
@@ -59,6 +59,6 @@ def test_two_nodes_choose_the_same_m_with_auto_and_train_it(tmp_path):
 def test_auto_with_compare_is_refused_in_one_line(tmp_path):
     proc, _ = mpirun_launch([*LAUNCH, TINY_JOB, "--micro-batches", "auto", "--compare", "pardnn,critical_path",
                              "--out", str(tmp_path)])
-    assert proc.returncode == 1, _output(proc)  # a bad setting, found by every rank, said once
+    assert proc.returncode == 1, output(proc)  # a bad setting, found by every rank, said once
     assert proc.stderr.count("--micro-batches auto chooses M for one placement") == 1
     assert "--micro-batches auto chooses M for one placement; --compare trains several" in proc.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.losses import run_losses
-from tests.mpi.test_launch import LAUNCH, TINY_JOB, _output, heartbeat, mpirun_launch, mpirun_start, wait_for_iteration
+from tests.helpers.mpi import LAUNCH, TINY_JOB, heartbeat, mpirun_launch, mpirun_start, output, wait_for_iteration
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
@@ -41,7 +41,7 @@ def test_a_killed_rank_resumes_with_the_first_command_line_and_the_uninterrupted
     assert not list((run_dir / "checkpoint").glob("*.tmp"))
 
     resumed, _ = mpirun_launch([*FIRST, "--out", str(out), "--resume"], timeout=300)
-    assert resumed.returncode == 0, _output(resumed)
+    assert resumed.returncode == 0, output(resumed)
     assert f"resuming {run_dir / 'checkpoint' / f'ckpt-{saved[-1]:08d}.json'}" in resumed.stderr
     [resumed_dir] = [p for p in out.iterdir() if p.is_dir() and p != run_dir]
     summary = json.loads((resumed_dir / "summary.json").read_text())
@@ -54,7 +54,7 @@ def test_a_killed_rank_resumes_with_the_first_command_line_and_the_uninterrupted
     assert (resumed_dir / "placement.txt").read_text() == (run_dir / "placement.txt").read_text()
 
     whole, _ = mpirun_launch([*FIRST, "--out", str(whole_out)], timeout=300)
-    assert whole.returncode == 0, _output(whole)
+    assert whole.returncode == 0, output(whole)
     [whole_dir] = [p for p in whole_out.iterdir() if p.is_dir()]
     got = run_losses(resumed_dir, 2)
     expected = run_losses(whole_dir, 2)[saved[-1]:]
@@ -66,7 +66,7 @@ def test_a_changed_cluster_shape_is_one_line_and_overwrites_nothing(tmp_path):
     out = tmp_path / "runs"
     first, _ = mpirun_launch([*FIRST, "--iterations", "10", "--window", "2:8", "--costs", "estimate",
                               "--out", str(out)])
-    assert first.returncode == 0, _output(first)
+    assert first.returncode == 0, output(first)
     [run_dir] = [p for p in out.iterdir() if p.is_dir()]
     before = {p.name: p.read_bytes() for p in (run_dir / "checkpoint").iterdir()}
     again, _ = mpirun_launch([*FIRST, "--iterations", "20", "--window", "2:8", "--costs", "estimate",
@@ -81,7 +81,7 @@ def test_a_changed_cluster_shape_is_one_line_and_overwrites_nothing(tmp_path):
     replaced, _ = mpirun_launch([*FIRST, "--iterations", "20", "--window", "12:18", "--costs", "estimate",
                                  "--devices-per-node", "3", "--out", str(out), "--resume", str(run_dir),
                                  "--replace"])
-    assert replaced.returncode == 0, _output(replaced)
+    assert replaced.returncode == 0, output(replaced)
     [new_dir] = [p for p in out.iterdir() if p.is_dir() and p != run_dir and (p / "summary.json").exists()
                  and json.loads((p / "summary.json").read_text())["status"] == "complete"]
     assert sorted(run_losses(new_dir, 2).shape) == [10]  # iterations 10..19, from the saved weights

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from tests.mpi.test_launch import LAUNCH, ROOT, _output, _records, mpirun_launch
+from tests.helpers.mpi import LAUNCH, ROOT, mpirun_launch, output, read_records
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
@@ -28,8 +28,8 @@ def test_two_nodes_train_a_users_keras_model(tmp_path, example):
     job = ROOT / "examples" / example / "job.toml"
     out = tmp_path / "runs"
     proc, seconds = mpirun_launch([*LAUNCH, str(job), "--out", str(out), "--no-progress"], timeout=400, cwd=work)
-    assert proc.returncode == 0, _output(proc)
-    assert "Traceback" not in proc.stderr, _output(proc)
+    assert proc.returncode == 0, output(proc)
+    assert "Traceback" not in proc.stderr, output(proc)
     [run_dir] = [p for p in out.iterdir() if p.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
 
@@ -46,7 +46,7 @@ def test_two_nodes_train_a_users_keras_model(tmp_path, example):
     assert summary["consistency"]["placement_sha256_equal"] is True
     assert summary["consistency"]["variables_sha256_equal"] is True
     for rank in (0, 1):
-        records = _records(run_dir / f"rank-{rank}.jsonl")
+        records = read_records(run_dir / f"rank-{rank}.jsonl")
         assert records[-1]["status"] == "complete"
         losses = [r["loss"] for r in records if r["event"] == "iteration"]
         assert len(losses) == 30 and all(loss == loss for loss in losses)  # no NaN
@@ -72,7 +72,7 @@ ISSUE_JOBS = {
 
 @pytest.mark.parametrize("name", list(ISSUE_JOBS))
 def test_two_nodes_train_issue_29s_models_from_their_entry_points(tmp_path, name):
-    from tests.jobs.test_keras_forms import MODELS
+    from tests.helpers.usermodels import MODELS
 
     model, data, train, logged = ISSUE_JOBS[name]
     (tmp_path / "usernet.py").write_text(MODELS + "\ndef compiled():\n    return heads('adam')\n")
@@ -82,7 +82,7 @@ def test_two_nodes_train_issue_29s_models_from_their_entry_points(tmp_path, name
     out = tmp_path / "runs"
     settings = ["--iterations", "12", "--window", "4:12", "--devices-per-node", "2"]
     proc, seconds = mpirun_launch([*LAUNCH, str(job), *settings, "--out", str(out), "--no-progress"], timeout=300)
-    assert proc.returncode == 0, _output(proc)
+    assert proc.returncode == 0, output(proc)
     [run_dir] = [p for p in out.iterdir() if p.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["nodes"] == 2
@@ -90,7 +90,7 @@ def test_two_nodes_train_issue_29s_models_from_their_entry_points(tmp_path, name
     assert nodes[0]["placement_sha256"] == nodes[1]["placement_sha256"]
     assert nodes[0]["variables_sha256"] == nodes[1]["variables_sha256"]
     for rank in (0, 1):
-        losses = [r["loss"] for r in _records(run_dir / f"rank-{rank}.jsonl") if r["event"] == "iteration"]
+        losses = [r["loss"] for r in read_records(run_dir / f"rank-{rank}.jsonl") if r["event"] == "iteration"]
         assert len(losses) == 12 and all(loss == loss for loss in losses)  # no NaN
     assert logged in (run_dir / "rank-0.log").read_text()  # where the loss and the optimizer came from
     print(f"\n{name}: {seconds:.1f} s wall")

@@ -16,7 +16,7 @@ from pardnn.costs.synthetic import dnn_graph
 from pardnn.errors import InvalidGraphError
 from pardnn.io import read_any_graph, read_binary_graph, read_graph, write_binary_graph, write_graph
 from pardnn.io.binary import MAGIC
-from tests.pardnn.test_io import small_graph
+from tests.helpers.graphs import small_graph
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mlp-train.json"
 HAS_COPIES = "micro_batch" in CostGraph._REPLACEABLE  # graph format version 2's metadata, where the graph has it

@@ -27,7 +27,7 @@ from pardnn.partitioner import PAPER, THREADS_VARIABLE, available_cores
 from pardnn.polish.guard import Prepared, candidates, first_fold, fold_communicating_devices, guard, prepare_candidates
 from pardnn.registry import PLACERS
 from tests.conftest import most_reach, random_dags, reached
-from tests.pardnn.test_guard_candidates import CHEAP
+from tests.helpers.graphs import CHEAP
 
 GIB = 1 << 30
 MACHINE = dict(bandwidth="150GB/s", latency="25us")

@@ -28,10 +28,10 @@ from pardnn.polish.candidates import makespan_bound as compiled_bound
 from pardnn.polish.guard import GuardDetails, guard
 from pardnn.registry import PLACERS
 from tests.conftest import random_dags
+from tests.helpers.graphs import CHEAP
 
 # The cheap placers, written out here (not read from the guard, nor from the registry's ``cheap`` flags:
 # the oracle must not be the code's own list); each is run through the registry.
-CHEAP = ("single", "topological", "round_robin", "critical_path", "linear_clustering", "metis", "etf", "pipeline")
 MEMORY_AWARE = ("critical_path", "etf", "pipeline")  # under a limit the guard also tries them blind to it
 PRUNED = re.compile(r"^pruned: its makespan is at least (?P<bound>[0-9.]+) us$")
 RESIDUAL = "does not fit the memory limits: its residual state alone overflows device "

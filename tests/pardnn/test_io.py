@@ -35,6 +35,7 @@ from pardnn.io import (
     write_reference,
 )
 from pardnn.io.reference import reference_colocation
+from tests.helpers.graphs import small_graph
 
 # ---------------------------------------------------------------------------------------- helpers
 TF_NAME = st.from_regex(r"[A-Za-z0-9.][A-Za-z0-9_./\-]{0,14}", fullmatch=True)
@@ -47,27 +48,6 @@ COSTS = st.one_of(
 BYTES = st.one_of(st.just(0), st.integers(0, 2**62))
 
 
-def small_graph() -> CostGraph:
-    """A variable, its read and update, an optimizer slot and two compute ops; every field set."""
-    return CostGraph.from_named_edges(
-        ["w", "w/read", "dense/MatMul", "dense/BiasAdd", "w/Adam", "w/ApplyAdam"],
-        [0.0, 1.5, 812.0, 3.25, 0.0, 40.0],
-        [4096, 4096, 33554432, 33554432, 4096, 0],
-        [
-            ("w", "w/read"),
-            ("w/read", "dense/MatMul"),
-            ("dense/MatMul", "dense/BiasAdd", 1000),
-            ("w", "w/ApplyAdam"),
-            ("w/Adam", "w/ApplyAdam"),
-            ("dense/BiasAdd", "w/ApplyAdam", 0),
-        ],
-        kind=["residual", "normal", "normal", "normal", "residual", "reference"],
-        colocation=["w", None, None, None, "w", "w"],
-        ops=["VariableV2", "Identity", "MatMul", "BiasAdd", "VariableV2", "ApplyAdam"],
-        param_bytes=[4096, 0, 0, 0, 0, 0],
-        name="small",
-        memory_limit_bytes=2**30,
-    )
 
 
 def write_text(path: Path, text: str) -> Path:

@@ -20,16 +20,7 @@ from pardnn.steps.fenwick import (
     fenwick_ranges,
 )
 from tests.conftest import random_dags
-
-
-def g1() -> tuple[CostGraph, np.ndarray]:
-    """a(1) -> b(3) -> d(1); a -> c(1) -> d; c -> e(2). Edge weights: c->e 5, the others 1.
-
-        tl: a 0, b 2, c 2, d 6, e 8      bl: a 10, b 5, c 8, d 1, e 2      w_lvl: a 10, b 7, c 10, d 7, e 10
-    """
-    g = CostGraph(list("abcde"), [1, 3, 1, 1, 2], [0] * 5, [0, 0, 1, 2, 2], [1, 2, 3, 3, 4])
-    weight = np.array([1.0, 1.0, 1.0, 1.0, 5.0])  # edges sorted (a,b) (a,c) (b,d) (c,d) (c,e)
-    return g, weight
+from tests.helpers.graphs import g1
 
 
 def test_levels_by_hand():

@@ -16,7 +16,7 @@ from pardnn.errors import InvalidPlacementError
 from pardnn.polish.order import order_placement, positions
 from pardnn.registry import PLACERS
 from tests.conftest import most_reach, random_dags, reached
-from tests.pardnn.test_guard_candidates import CHEAP
+from tests.helpers.graphs import CHEAP
 
 
 def fork() -> CostGraph:

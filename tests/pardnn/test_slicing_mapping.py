@@ -14,7 +14,7 @@ from pardnn.costs.levels import bottom_levels_sweep, top_levels, top_levels_swee
 from pardnn.steps.mapping import _spans, map_clusters
 from pardnn.steps.slicing import Clusters, _update_levels, slice_graph
 from tests.conftest import most_reach, random_dags, reached
-from tests.pardnn.test_levels_fenwick import g1
+from tests.helpers.graphs import g1
 
 
 def clusters_as_names(g: CostGraph, c: Clusters) -> list[list[str]]:
