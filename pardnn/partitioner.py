@@ -7,6 +7,19 @@ Each stage is a module with one public entry (Step 1: :mod:`~pardnn.steps.slicin
 colocation: :mod:`~pardnn.steps.colocation`; Step 2: :mod:`~pardnn.steps.overflow`, :mod:`~pardnn.steps.balance`;
 polishing: :data:`POLISH`, each of the one shape of :mod:`pardnn.polish.stages`); this module only chains
 them and measures.
+
+Example: a chain of four ops whose 1 MiB outputs live the whole step (residual, as variables are), on two
+devices of 3 MiB each: one device cannot hold all four, so the chain is split, and the device
+after the cut holds its two outputs and the 1 MiB it receives.
+
+>>> from pardnn import CostGraph, Kind, Machine
+>>> chain = CostGraph(["w", "x", "y", "z"], [5.0] * 4, [2**20] * 4, src=[0, 1, 2], dst=[1, 2, 3],
+...                   kind=[Kind.RESIDUAL] * 4)
+>>> result = partition(chain, Machine(2, memory="3MiB", reserve=0))
+>>> result.report.evaluation.memory_fits, len(set(result.placement.tolist()))
+(True, 2)
+>>> sorted(peak // 2**20 for peak in result.report.evaluation.peak_memory_bytes)  # MiB
+[2, 3]
 """
 
 from __future__ import annotations
@@ -242,21 +255,7 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
     (:func:`available_cores`; ``PARDNN_THREADS=1`` turns it off) the guard's candidates are made and
     emulated in a second thread during Steps 1 and 2; the placement is the same either way. A graph
     whose ops all cost 0 µs is placed all the same, with one logged warning (it was never costed).
-
-    Examples
-    --------
-    A chain of four ops whose 1 MiB outputs live the whole step (residual, as variables are), on two
-    devices of 3 MiB each: one device cannot hold all four, so the chain is split, and the device
-    after the cut holds its two outputs and the 1 MiB it receives.
-
-    >>> from pardnn import CostGraph, Kind, Machine
-    >>> chain = CostGraph(["w", "x", "y", "z"], [5.0] * 4, [2**20] * 4, src=[0, 1, 2], dst=[1, 2, 3],
-    ...                   kind=[Kind.RESIDUAL] * 4)
-    >>> result = partition(chain, Machine(2, memory="3MiB", reserve=0))
-    >>> result.report.evaluation.memory_fits, len(set(result.placement.tolist()))
-    (True, 2)
-    >>> sorted(peak // 2**20 for peak in result.report.evaluation.peak_memory_bytes)  # MiB
-    [2, 3]
+    Examples: the module docstring (a chain split to fit) and :mod:`pardnn`'s.
     """
     heuristic = resolve_heuristic(memory_heuristic, machine)
     warn_if_uncosted(graph)  # placed all the same: legal, but almost surely never costed
