@@ -46,12 +46,12 @@ from launcher.reporting.summary import results_row
 from launcher.run.failure import exit_code, one_line, status_of
 from launcher.run.signals import StopGuard
 from launcher.run.state import RunState
-from launcher.runner import Runner
+from launcher.runner import SharedByVariants
 from launcher.settings import Settings
 from launcher.variants import Variant, variants_of
 from pardnn.costs.machine import format_bytes
 
-__all__ = ["TABLE_FILE", "Where", "compare", "table"]
+__all__ = ["TABLE_FILE", "RunningVariant", "compare", "table"]
 
 logger = logging.getLogger("launcher")
 
@@ -60,15 +60,15 @@ ROWS_FILE = "comparison.json"
 
 
 @dataclasses.dataclass
-class Where:
-    """Where the run is, for its error handling: the topology and state of the variant running now."""
+class RunningVariant:
+    """The variant running now, for the run's error handling: its topology and its state."""
 
     topology: Topology | None = None
     state: RunState | None = None
 
 
-def _one(job: Any, settings: Settings, topology: Topology, variant: Variant, runner: Runner,
-         where: Where) -> dict[str, Any] | None:
+def _one(job: Any, settings: Settings, topology: Topology, variant: Variant, runner: SharedByVariants,
+         where: RunningVariant) -> dict[str, Any] | None:
     """Train ``variant`` on ``topology``; its summary on rank 0. An untrained end is its outcome."""
     where.topology, where.state = topology, None
     state, _ = open_run(job, settings, topology, variant, log=False)
@@ -86,7 +86,8 @@ def _one(job: Any, settings: Settings, topology: Topology, variant: Variant, run
     return state.summary
 
 
-def compare(job: Any, settings: Settings, world: Topology, runner: Runner, where: Where) -> dict[str, Any]:
+def compare(job: Any, settings: Settings, world: Topology, runner: SharedByVariants,
+            where: RunningVariant) -> dict[str, Any]:
     """Train every variant of ``settings.compare`` in turn and print the table (collective over ``world``).
 
     Returns the summaries by variant on rank 0 (``{}`` on the other ranks).

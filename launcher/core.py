@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.cluster.topology import Topology, discover
-from launcher.compare import Where, compare
+from launcher.compare import RunningVariant, compare
 from launcher.env import launch_size
 from launcher.errors import LaunchError
 from launcher.files import check_output_folder
@@ -39,7 +39,7 @@ from launcher.run.agreement import agree
 from launcher.run.failure import exit_code
 from launcher.run.signals import StopGuard
 from launcher.run.state import RESULTS_FILE, SUMMARY_FILE
-from launcher.runner import Runner
+from launcher.runner import BuildFn, SharedByVariants
 from launcher.settings import Settings, resolve
 from launcher.training.recompute import check_wrappable
 from launcher.variants import ranks_per_node, variants_of
@@ -49,7 +49,6 @@ __all__ = ["RESULTS_FILE", "SUMMARY_FILE", "load_job", "run"]
 
 logger = logging.getLogger("launcher")
 
-BuildFn = Callable[..., Any]
 
 
 def _zoo(name: str) -> Callable[..., Any]:
@@ -115,7 +114,7 @@ def run(job: Any, *, build: BuildFn | None = None, **overrides: Any) -> dict[str
         ``MPI_Abort`` instead.
     """
     world: Topology | None = None
-    where = Where()  # the topology and state of what runs now (a comparison's variant)
+    where = RunningVariant()  # the topology and state of what runs now (a comparison's variant)
     handler: logging.Handler | None = None
     try:
         job, settings, error = _read_settings(job, overrides)
@@ -125,7 +124,7 @@ def run(job: Any, *, build: BuildFn | None = None, **overrides: Any) -> dict[str
         agree(world, "setting up", error)  # an error every rank finds is raised everywhere, printed once
         assert settings is not None
         world.check()
-        runner = Runner(build or _zoo("build"))
+        runner = SharedByVariants(build or _zoo("build"))
         if settings.compare:
             return compare(job, settings, world, runner, where)
         [variant] = variants_of(settings)

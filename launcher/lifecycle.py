@@ -21,11 +21,11 @@ from launcher.errors import AgreedError, Stalled, Stopped
 from launcher.files import check_output_folder
 from launcher.reporting import console
 from launcher.reporting.collector import Collector
-from launcher.run.agreement import check_agreement, together
+from launcher.run.agreement import check_agreement, raise_everywhere
 from launcher.run.failure import exit_code, fail, one_line, shared, status_of
 from launcher.run.signals import StopGuard
 from launcher.run.state import RunState
-from launcher.runner import Runner
+from launcher.runner import SharedByVariants
 from launcher.settings import Settings
 from launcher.training.dataparallel import HorovodBackend, Mpi4pyBackend, pick_backend
 from launcher.variants import Variant
@@ -62,7 +62,7 @@ def make_folder(topology: Topology, settings: Settings, job_name: str, label: st
     if problem is not None:
         raise AgreedError(problem)
     directory = settings.out / name
-    together(topology, "making the run folder", lambda: check_output_folder(directory))
+    raise_everywhere(topology, "making the run folder", lambda: check_output_folder(directory))
     return directory
 
 
@@ -95,11 +95,11 @@ def open_run(job: Any, settings: Settings, topology: Topology, variant: Variant,
     return state, handler
 
 
-def start_allreduce(runner: Runner, topology: Topology, choice: str = "auto") -> None:
+def start_allreduce(runner: SharedByVariants, topology: Topology, choice: str = "auto") -> None:
     """Choose and start the allreduce backend when several ranks run (collective;
     :mod:`launcher.training.dataparallel`); with several ranks per node and several nodes, the node leaders
     get a group of their own (their model-parallel runs). The log names the backend."""
-    name = together(topology, "choosing the allreduce", lambda: pick_backend(choice, topology.size))
+    name = raise_everywhere(topology, "choosing the allreduce", lambda: pick_backend(choice, topology.size))
     if name is None:
         return
     # Ranks that chose differently would wait in different collectives (hvd.init against MPI_Comm_dup).
@@ -108,14 +108,14 @@ def start_allreduce(runner: Runner, topology: Topology, choice: str = "auto") ->
                     "--allreduce mpi4py")
     backend = HorovodBackend() if name == "horovod" else Mpi4pyBackend()
     leaders = topology.leader_ranks() if 1 < len(topology.leader_ranks()) < topology.size else None
-    runner.leaders_set = together(topology, f"starting {name}", lambda: backend.start(topology, leaders))
+    runner.leaders_set = raise_everywhere(topology, f"starting {name}", lambda: backend.start(topology, leaders))
     runner.allreduce = backend
     if topology.is_root:
         logger.info("gradients averaged across %d ranks by %s%s", topology.size, name,
                     "" if choice == name else f" (--allreduce {choice})")
 
 
-def run_variant(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, Any]:
+def run_variant(state: RunState, runner: SharedByVariants, guard: StopGuard) -> dict[str, Any]:
     """Train ``state.variant``: a placer's model parallelism or data parallelism."""
     state.allreduce = runner.allreduce.name if runner.allreduce is not None and state.topology.size > 1 else None
     if state.variant.placer is None:

@@ -104,7 +104,7 @@ def available_cores() -> int:
     return min(cores, cap)
 
 
-class _Ahead:
+class _CandidatesInBackground:
     """The guard's candidates (:mod:`pardnn.polish.candidates`), made by a worker thread while Steps 1 and 2 run
     on the caller's; the caller joins in their emulations once it waits for them (:meth:`result`). A
     daemon, so an error in the caller's stages never waits for it."""
@@ -267,7 +267,7 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
     weight = machine.edge_comm_us(graph.edge_bytes)
     # On two or more cores the guard's candidates are made alongside Steps 1 and 2 (same answer).
     parallel = guarded and machine.devices >= 2 and available_cores() >= 2
-    ahead = _Ahead(graph, machine, weight, ordered) if parallel else None
+    ahead = _CandidatesInBackground(graph, machine, weight, ordered) if parallel else None
     ccr = communication_ratio(graph, machine)
     groups = _step1(graph, machine, heuristic, weight, ccr, seconds, details, progress, started)
     current, failure = _step2(graph, machine, heuristic, groups, seconds, details, progress)

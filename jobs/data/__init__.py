@@ -17,6 +17,7 @@ import numpy as np
 
 from jobs.config import Job, JobError
 from jobs.data import images, synthetic, text
+from jobs.data.sampling import DataError
 
 __all__ = ["Batches", "batches"]
 
@@ -58,6 +59,6 @@ def batches(job: Job, batch_size: int | None = None, *, shard: tuple[int, int] =
             return images.cifar_batches(images.read_cifar100(path), params, batch, job.seed, shard)
         if source == "moving_mnist":
             return images.video_batches(images.read_moving_mnist(path), params, batch, job.seed, shard)
-    except (text.DataError, images.DataError) as error:
+    except DataError as error:
         raise JobError(f"{where}: {error}") from None
     raise AssertionError(f"unhandled data source {source!r}")

@@ -18,15 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from jobs.data.sampling import sample_indices, scheduled_sampling_flags
+from jobs.data.sampling import DataError, sample_indices, scheduled_sampling_flags
 
 Batch = dict[str, np.ndarray]
 CIFAR_MEAN = np.array([0.5071, 0.4865, 0.4409], np.float32)
 CIFAR_STD = np.array([0.2673, 0.2564, 0.2762], np.float32)
-
-
-class DataError(ValueError):
-    """A dataset file that is missing or not in the expected format."""
 
 
 def read_cifar100(path: Path) -> tuple[np.ndarray, np.ndarray]:

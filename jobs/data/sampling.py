@@ -7,6 +7,10 @@ from functools import lru_cache
 import numpy as np
 
 
+class DataError(ValueError):
+    """A dataset file that is missing or not in the expected format."""
+
+
 def generator(seed: int, *keys: int) -> np.random.Generator:
     """A generator that depends only on ``seed`` and ``keys`` (iteration, shard, purpose...)."""
     return np.random.default_rng([seed, *keys])

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from jobs.data.sampling import sample_indices
+from jobs.data.sampling import DataError, sample_indices
 
 logger = logging.getLogger(__name__)
 
@@ -31,10 +31,6 @@ Batch = dict[str, np.ndarray]
 WORD_UNK = 0
 CHAR_PAD, CHAR_START, CHAR_END, CHAR_UNK = 0, 1, 2, 3
 PAD, UNK, EOS = 0, 1, 2
-
-
-class DataError(ValueError):
-    """A dataset file that is missing or not in the expected format."""
 
 
 def _read_text(path: Path) -> str:

@@ -31,14 +31,14 @@ from launcher.errors import UNTRAINED, AgreedError, DoesNotFit, LaunchError, Not
 from launcher.files import write_text
 from launcher.placing.microsearch import AUTO, Measured, NoMicroBatchFits, failed, report, search
 from launcher.reporting.timeline import EMULATED_FILE, write_emulated
-from launcher.run.agreement import average_costs, check_agreement, placement_digest, together
+from launcher.run.agreement import average_costs, check_agreement, placement_digest, raise_everywhere
 from launcher.run.checkpoint import graph_ops_digest, make_checkpointer
 from launcher.run.failure import status_of
 from launcher.run.outcome import end_untrained, finish
 from launcher.run.resume import graph_change, locate, parse_placement_text, resume_point, saved_placement
 from launcher.run.signals import StopGuard
 from launcher.run.state import RunState
-from launcher.runner import Runner
+from launcher.runner import SharedByVariants
 from launcher.training.dataparallel import local_costs
 from launcher.training.loop import train
 from launcher.variants import check_fits, place
@@ -64,7 +64,7 @@ class Costed:
     ordered: bool = False  # a placement's run order is in the graph: build it again before the next
 
 
-def _build(state: RunState, runner: Runner, micro: int) -> tuple[Any, Any, Any]:
+def _build(state: RunState, runner: SharedByVariants, micro: int) -> tuple[Any, Any, Any]:
     """The job's graph in ``micro`` micro-batches with the allreduce hook (several nodes), and the initial
     broadcast."""
     backend, among = runner.allreduce if state.topology.size > 1 else None, runner.leaders_set
@@ -81,7 +81,8 @@ def _count_samples(state: RunState, trained: Any) -> None:
     state.tokens_per_step = None if trained.tokens_per_step is None else int(trained.tokens_per_step)
 
 
-def _costed(state: RunState, runner: Runner, devices: Any, guard: StopGuard, micro: int | None = None) -> Costed:
+def _costed(state: RunState, runner: SharedByVariants, devices: Any, guard: StopGuard,
+            micro: int | None = None) -> Costed:
     """Build and cost the graph, or take the comparison's (built again when a run order is in it);
     ``micro`` (``--micro-batches auto`` trying an M) builds and costs that M's graph afresh."""
     from jobs.costing import cost_graph
@@ -106,7 +107,7 @@ def _costed(state: RunState, runner: Runner, devices: Any, guard: StopGuard, mic
                               unknown_dim=settings.batch_size)
             cost = average_costs(topology, local_costs(cost))
         guard.check()
-        machine = together(topology, "describing the machine", lambda: node_machine(settings, devices))
+        machine = raise_everywhere(topology, "describing the machine", lambda: node_machine(settings, devices))
         # A memory heuristic needs a memory size: on a machine without one it is "auto" (none).
         heuristic = resolve_heuristic(settings.memory_heuristic if machine.bounded else "auto", machine)
         costed = Costed(trained, hook, broadcast, cost, machine, heuristic)
@@ -128,7 +129,7 @@ def _placed(state: RunState, costed: Costed) -> Any:
         except PardnnError as error:
             raise NotPlaced(f"{label}: {error}") from None
 
-    return together(state.topology, "placing", placed)
+    return raise_everywhere(state.topology, "placing", placed)
 
 
 def _place(state: RunState, costed: Costed) -> Any:
@@ -141,7 +142,7 @@ def _place(state: RunState, costed: Costed) -> Any:
         raise
 
 
-def _costed_and_placed(state: RunState, runner: Runner, devices: Any, guard: StopGuard,
+def _costed_and_placed(state: RunState, runner: SharedByVariants, devices: Any, guard: StopGuard,
                        warm_up: Any) -> tuple[Costed, Any]:
     """The graph built and costed, and its placement; with ``--micro-batches auto`` those of the M chosen."""
     collector = state.collector
@@ -156,7 +157,8 @@ def _costed_and_placed(state: RunState, runner: Runner, devices: Any, guard: Sto
         return costed, _place(state, costed)
 
 
-def _auto_micro_batches(state: RunState, runner: Runner, devices: Any, guard: StopGuard) -> tuple[Costed, Any]:
+def _auto_micro_batches(state: RunState, runner: SharedByVariants, devices: Any,
+                        guard: StopGuard) -> tuple[Costed, Any]:
     """``--micro-batches auto`` (:mod:`launcher.placing.microsearch`): each M's graph built, costed and placed in
     turn (collective); the graph and placement of the fastest M that fits are kept, the others dropped."""
     latest: dict[int, tuple[Costed, Any]] = {}
@@ -197,7 +199,7 @@ def _auto_micro_batches(state: RunState, runner: Runner, devices: Any, guard: St
     return costed, result
 
 
-def run_model(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, Any]:
+def run_model(state: RunState, runner: SharedByVariants, guard: StopGuard) -> dict[str, Any]:
     """Place the node's replica with ``state.variant.placer`` and train it (module docstring); a resumed
     run takes its checkpoint's placement instead (:func:`_resumed`)."""
     settings, topology, collector = state.settings, state.topology, state.collector
@@ -212,12 +214,12 @@ def run_model(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, An
     logger.info("%d node(s) × %d %s device(s); job %s, batch %d per node; placer %s", topology.size, devices.count,
                 devices.kind, getattr(state.job, "name", "?"), settings.batch_size, state.variant.label)
     locate(state)  # --resume: one checkpoint for every rank
-    saved = together(topology, "reading the checkpoint", lambda: saved_placement(state))
+    saved = raise_everywhere(topology, "reading the checkpoint", lambda: saved_placement(state))
     if saved is not None:
         placed = _resumed(state, runner, saved)
     else:
         placed = _placed_anew(state, runner, devices, guard, warm_up)
-    resume = together(topology, "resuming", lambda: resume_point(state, None if saved is not None or
+    resume = raise_everywhere(topology, "resuming", lambda: resume_point(state, None if saved is not None or
                                                                   settings.replace else placed.digest))
 
     trained, hook = placed.trained, placed.hook
@@ -256,7 +258,7 @@ class _Placed:
     micro_batches: int
 
 
-def _placed_anew(state: RunState, runner: Runner, devices: Any, guard: StopGuard, warm_up: Any) -> _Placed:
+def _placed_anew(state: RunState, runner: SharedByVariants, devices: Any, guard: StopGuard, warm_up: Any) -> _Placed:
     """Build, cost and place the replica (every node the same), write the placement and the emulated step."""
     from pardnn.io import format_placement
 
@@ -292,7 +294,7 @@ def _placed_anew(state: RunState, runner: Runner, devices: Any, guard: StopGuard
                    dict(zip(cost.names, result.placement.tolist(), strict=True)), order, chosen)
 
 
-def _resumed(state: RunState, runner: Runner, saved: tuple[Path, dict[str, Any], str]) -> _Placed:
+def _resumed(state: RunState, runner: SharedByVariants, saved: tuple[Path, dict[str, Any], str]) -> _Placed:
     """The checkpoint's replica: the graph of its M built (with the hook), checked to be the saved graph,
     and its placement; no profiling, no placing (:mod:`launcher.run.checkpoint`)."""
     path, meta, text = saved
@@ -307,7 +309,7 @@ def _resumed(state: RunState, runner: Runner, saved: tuple[Path, dict[str, Any],
         if change is not None:
             raise LaunchError(change)
 
-    together(topology, "checking the graph", check)  # a change on any node stops every node
+    raise_everywhere(topology, "checking the graph", check)  # a change on any node stops every node
     digest = str(meta["placement_sha256"])
     check_agreement(topology.nodes, topology.allgather(digest), "placements",
                     "every node read the same checkpoint, so check that they see the same files")

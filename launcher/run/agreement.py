@@ -15,7 +15,7 @@ Batch-norm moving statistics and other non-trainable state follow each node's ow
 differ between nodes by design. A mismatch (:func:`check_variables`) names the nodes on each side
 and the first variable, in name order, whose values differ.
 
-:func:`together` runs a step on every node and, if it fails on any, raises it on all (:func:`agree`),
+:func:`raise_everywhere` runs a step on every node and, if it fails on any, raises it on all (:func:`agree`),
 keeping its exit code and status (a placement that does not fit stays ``does_not_fit``).
 """
 
@@ -34,8 +34,18 @@ from launcher.run.failure import exit_code, status_of
 from pardnn.costs.graph import CostGraph
 from pardnn.errors import PardnnError
 
-__all__ = ["agree", "agreed_variables", "average_costs", "check_agreement", "check_variables", "graph_digest",
-           "placement_digest", "together", "variable_digests", "variables_digest"]
+__all__ = [
+    "agree",
+    "agreed_variables",
+    "average_costs",
+    "check_agreement",
+    "check_variables",
+    "graph_digest",
+    "placement_digest",
+    "raise_everywhere",
+    "variable_digests",
+    "variables_digest",
+]
 
 # The optimizers' update kernels: ApplyAdam, ResourceApplyAdam, ResourceSparseApplyMomentum, ...
 _APPLY = re.compile(r"(Resource)?(Sparse)?Apply[A-Z]\w*")
@@ -166,7 +176,7 @@ def agree(topology: Topology, what: str, error: PardnnError | None) -> None:
                                                        for message, nodes in messages.items()), code)
 
 
-def together(topology: Topology, what: str, action: Callable[[], Any]) -> Any:
+def raise_everywhere(topology: Topology, what: str, action: Callable[[], Any]) -> Any:
     """Run ``action`` on every node; if it raises a PardnnError anywhere, raise it everywhere (collective)."""
     try:
         result, error = action(), None

@@ -111,13 +111,13 @@ def shape_change(path: Path, saved: dict[str, Any] | None, now: dict[str, Any]) 
 def locate(state: Any) -> None:
     """``--resume``: the checkpoint every rank resumes from, chosen once by rank 0 and sent to the others
     (collective), kept in ``state.resume_from`` (``None`` with ``--resume auto`` and no checkpoint)."""
-    from launcher.run.agreement import together
+    from launcher.run.agreement import raise_everywhere
 
     settings, topology = state.settings, state.topology
     if settings.resume is None:
         return
     job = str(getattr(state.job, "name", "job"))
-    found = together(topology, "finding the checkpoint", lambda: find(
+    found = raise_everywhere(topology, "finding the checkpoint", lambda: find(
         str(settings.resume), settings.out, job, folder=settings.checkpoint_dir,
         slurm_job=os.environ.get("SLURM_JOB_ID")) if topology.is_root else None)
     chosen = topology.bcast(None if found is None else str(found))

@@ -25,13 +25,13 @@ import numpy as np
 
 from launcher.errors import DoesNotFit
 from launcher.reporting.timeline import EMULATED_FILE, write_emulated
-from launcher.run.agreement import average_costs, graph_digest, together
+from launcher.run.agreement import average_costs, graph_digest, raise_everywhere
 from launcher.run.checkpoint import make_checkpointer
 from launcher.run.outcome import end_untrained, finish
 from launcher.run.resume import locate, resume_point
 from launcher.run.signals import StopGuard
 from launcher.run.state import RunState
-from launcher.runner import Runner
+from launcher.runner import SharedByVariants
 from launcher.training.dataparallel import local_costs
 from launcher.training.loop import train
 from launcher.training.recompute import check_blocks, check_wrappable, recomputed
@@ -43,7 +43,7 @@ __all__ = ["run_data"]
 logger = logging.getLogger("launcher")
 
 
-def run_data(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, Any]:
+def run_data(state: RunState, runner: SharedByVariants, guard: StopGuard) -> dict[str, Any]:
     """Train the job with one replica per device (module docstring)."""
     settings, topology, collector, variant = state.settings, state.topology, state.collector, state.variant
     with collector.phase("import"):
@@ -53,9 +53,10 @@ def run_data(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, Any
         from jobs.costing import cost_graph
         from launcher.training.devices import node_machine, replica_devices
         from pardnn.emulation.simulate import evaluate
-    devices = together(topology, "choosing the devices", lambda: replica_devices(topology.local_rank, topology.node))
+    devices = raise_everywhere(topology, "choosing the devices",
+                               lambda: replica_devices(topology.local_rank, topology.node))
     state.devices = {"kind": devices.kind, "count": devices.count, "names": list(devices.names)}
-    batch = together(topology, "splitting the batch",
+    batch = raise_everywhere(topology, "splitting the batch",
                      lambda: replica_batch(settings, variant, topology.ranks_per_node))
     state.batch_size = batch
     logger.info("%d node(s) × %d %s device(s), one replica each; job %s, batch %d per replica (%d in all); %s",
@@ -69,7 +70,7 @@ def run_data(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, Any
             trained = runner.build(state.job, batch_size=batch, gradient_hook=hook)
         broadcast = backend.broadcast(trained.graph, trained.variables) if backend is not None else None
     if variant.recompute:
-        blocks = together(topology, "recomputing", lambda: check_blocks(state.job, trained.graph))
+        blocks = raise_everywhere(topology, "recomputing", lambda: check_blocks(state.job, trained.graph))
         logger.info("%s: %d blocks recomputed in the backward pass (%s)", variant.label, blocks,
                     check_wrappable(state.job))
     state.samples_per_step = int(trained.samples_per_step)
@@ -82,7 +83,7 @@ def run_data(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, Any
         cost = average_costs(topology, local_costs(cost))
     guard.check()
 
-    machine = together(topology, "describing the machine", lambda: node_machine(settings, devices))
+    machine = raise_everywhere(topology, "describing the machine", lambda: node_machine(settings, devices))
     placement = np.zeros(cost.n, dtype=np.int64)
     evaluation = evaluate(cost, machine, placement)
     digest = graph_digest(cost)  # what every replica shares: the graph (there is no placement to compare)
@@ -98,7 +99,7 @@ def run_data(state: RunState, runner: Runner, guard: StopGuard) -> dict[str, Any
     except DoesNotFit as error:
         end_untrained(state, error)
     locate(state)  # --resume: one checkpoint for every rank
-    resume = together(topology, "resuming", lambda: resume_point(state, digest))
+    resume = raise_everywhere(topology, "resuming", lambda: resume_point(state, digest))
 
     with collector.phase("apply"):
         applied = ptf.apply(trained.graph, dict.fromkeys(cost.names, 0), devices.names)

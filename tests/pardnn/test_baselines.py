@@ -394,7 +394,7 @@ def test_metis_one_device_or_few_vertices_needs_no_metis():
 
 
 def test_metis_contracts_groups():
-    """Both triangles share group 'g' (x0 and y0): they must land together, one vertex for METIS."""
+    """Both triangles share group 'g' (x0 and y0): they must land raise_everywhere, one vertex for METIS."""
     g = CostGraph.from_named_edges([f"x{i}" for i in range(3)] + [f"y{i}" for i in range(3)], [1.0] * 6, [64] * 6,
                                    [("x0", "x1"), ("x1", "x2"), ("x0", "x2"), ("y0", "y1"), ("y1", "y2"),
                                     ("y0", "y2")], colocation=["g", None, None, "g", None, None])
