@@ -38,7 +38,7 @@ from pardnn.costs.graph import CostGraph
 from pardnn.costs.machine import Machine
 from pardnn.emulation.emulated import Emulated, emulate_and_track
 from pardnn.emulation.memory import MemoryProfile, track_memory
-from pardnn.emulation.simulate import evaluate
+from pardnn.emulation.simulate import evaluate, evaluate_step
 from pardnn.errors import NoPlacementFoundError, PardnnError
 from pardnn.heap import release_free_memory, reusing_freed_memory
 from pardnn.placement.result import PartitionReport, Progress, Result, communication_ratio, warn_if_uncosted
@@ -363,8 +363,8 @@ def _evaluated(graph: CostGraph, machine: Machine, answer: Emulated, heuristic: 
     started = time.perf_counter()
     if progress is not None:
         progress("evaluation", 0, 1)
-    evaluation = evaluate(graph, machine, answer.placement, schedule=answer.schedule, memory=answer.memory,
-                          order=answer.order)
+    evaluation, schedule, memory = evaluate_step(graph, machine, answer.placement, schedule=answer.schedule,
+                                                 memory=answer.memory, order=answer.order)
     seconds["evaluation"] = time.perf_counter() - started
     if heuristic is not None and not evaluation.memory_fits:
         limits = machine.limits_bytes
@@ -381,7 +381,7 @@ def _evaluated(graph: CostGraph, machine: Machine, answer: Emulated, heuristic: 
     if answer.order is not None:
         order = np.array(answer.order, dtype=np.int64)
         order.flags.writeable = False
-    return Result(placement, report, order)
+    return Result(placement, report, order, schedule, memory)
 
 
 def _within(progress: Progress | None, stage: str) -> Callable[[int, int], None] | None:

@@ -278,8 +278,9 @@ def _placed_anew(state: RunState, runner: SharedByVariants, devices: Any, guard:
                        "run_order": result.order is not None, "report": result.report.to_dict()}
     if topology.is_root:
         write_text(state.directory / PLACEMENT_FILE, text)
-        state.placement["emulated_makespan_us"] = write_emulated(state.directory / EMULATED_FILE, cost, machine,
-                                                                 result.placement, result.order)
+        state.placement["emulated_makespan_us"] = write_emulated(
+            state.directory / EMULATED_FILE, cost, machine, result.placement, result.order,
+            schedule=result.schedule, memory=result.memory)  # the placer's own emulation, not a second one
     logger.info("placement %s by %s: %d ops on %d devices, simulated step %.0f us%s", digest[:12], state.variant.label,
                 cost.n, devices.count, evaluation.makespan_us,
                 "" if result.order is None else " with each device in its run order (enforced)")

@@ -21,6 +21,9 @@ from typing import Any
 import numpy as np
 
 from launcher.files import write_text
+from pardnn.emulation.emulator import emulate
+from pardnn.emulation.memory import track_memory
+from pardnn.emulation.trace import chrome_trace, write_trace
 
 __all__ = ["EMULATED_FILE", "TIMELINE_FILE", "step_ms", "traced_iteration", "write_emulated", "write_measured"]
 
@@ -48,17 +51,19 @@ def write_measured(path: Path, run_metadata: Any) -> None:
     write_text(path, timeline.Timeline(run_metadata.step_stats).generate_chrome_trace_format())
 
 
-def write_emulated(path: Path, graph: Any, machine: Any, placement: np.ndarray,
-                   order: np.ndarray | None = None) -> float:
+def write_emulated(path: Path, graph: Any, machine: Any, placement: np.ndarray, order: np.ndarray | None = None,
+                   *, schedule: Any = None, memory: Any = None) -> float:
     """The emulated step of ``placement`` (in its run ``order``, if any) as a Chrome trace; returns its
-    makespan in µs."""
-    from pardnn.emulation.emulator import emulate
-    from pardnn.emulation.memory import track_memory
-    from pardnn.emulation.trace import chrome_trace, write_trace
+    makespan in µs.
 
+    ``schedule``, ``memory``: the step as the placer emulated it (:attr:`pardnn.placement.result.Result.schedule`
+    and ``.memory``), drawn as they are; only a placement without them (read back from a file, as a
+    resumed run's is) is emulated here.
+    """
     place = np.asarray(placement, dtype=np.int64)
-    schedule = emulate(graph, machine, place, order=order)
-    memory = track_memory(graph, machine, place, schedule)
+    if schedule is None or memory is None:
+        schedule = emulate(graph, machine, place, order=order)
+        memory = track_memory(graph, machine, place, schedule)
     write_trace(path, chrome_trace(graph, machine, place, schedule, memory))
     return float(schedule.makespan_us)
 

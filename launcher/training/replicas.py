@@ -52,7 +52,7 @@ def run_data(state: RunState, runner: SharedByVariants, guard: StopGuard) -> dic
         import pardnn.tf as ptf
         from jobs.costing import cost_graph
         from launcher.training.devices import node_machine, replica_devices
-        from pardnn.emulation.simulate import evaluate
+        from pardnn.emulation.simulate import evaluate_step
     devices = raise_everywhere(topology, "choosing the devices",
                                lambda: replica_devices(topology.local_rank, topology.node))
     state.devices = {"kind": devices.kind, "count": devices.count, "names": list(devices.names)}
@@ -85,13 +85,13 @@ def run_data(state: RunState, runner: SharedByVariants, guard: StopGuard) -> dic
 
     machine = raise_everywhere(topology, "describing the machine", lambda: node_machine(settings, devices))
     placement = np.zeros(cost.n, dtype=np.int64)
-    evaluation = evaluate(cost, machine, placement)
+    evaluation, schedule, memory = evaluate_step(cost, machine, placement)
     digest = graph_digest(cost)  # what every replica shares: the graph (there is no placement to compare)
     state.placement = {"sha256": digest, "placer": None, "ops": cost.n, "machine": machine.describe(),
                        "recompute": variant.recompute, "report": {"evaluation": evaluation.to_dict()}}
     if topology.is_root:
         state.placement["emulated_makespan_us"] = write_emulated(state.directory / EMULATED_FILE, cost, machine,
-                                                                 placement)
+                                                                 placement, schedule=schedule, memory=memory)
     logger.info("%s: %d ops on one device per replica, simulated step %.0f us, peak memory %s", variant.label, cost.n,
                 evaluation.makespan_us, format_bytes(max(evaluation.peak_memory_bytes)))
     try:

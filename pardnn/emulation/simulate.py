@@ -22,7 +22,7 @@ from pardnn.emulation.emulated import emulate_and_track
 from pardnn.emulation.emulator import Schedule, emulate
 from pardnn.emulation.memory import MemoryProfile
 
-__all__ = ["Evaluation", "evaluate", "lower_bound_us"]
+__all__ = ["Evaluation", "evaluate", "evaluate_step", "lower_bound_us"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,14 @@ def evaluate(graph: CostGraph, machine: Machine, placement: np.ndarray, *,
     >>> evaluate(g, Machine(2), np.array([0, 1])).makespan_us
     5.0
     """
+    return evaluate_step(graph, machine, placement, schedule=schedule, memory=memory, order=order)[0]
+
+
+def evaluate_step(graph: CostGraph, machine: Machine, placement: np.ndarray, *,
+                  schedule: Schedule | None = None, memory: MemoryProfile | None = None,
+                  order: np.ndarray | None = None) -> tuple[Evaluation, Schedule, MemoryProfile]:
+    """:func:`evaluate`, and the schedule and memory profile it read the figures from (a caller that
+    draws the step, as the launcher's ``emulated-step.json`` does, need not emulate it again)."""
     place = check_placement(graph, machine, placement)
     if memory is None:
         answer = emulate_and_track(graph, machine, place, order=order, schedule=schedule, track=True)
@@ -105,7 +113,7 @@ def evaluate(graph: CostGraph, machine: Machine, placement: np.ndarray, *,
     bound, critical = lower_bound_us(graph, machine.devices)
     cut = place[graph.edge_src] != place[graph.edge_dst]
     limits = machine.limits_bytes if machine.bounded else None
-    return Evaluation(
+    evaluation = Evaluation(
         makespan_us=schedule.makespan_us,
         lower_bound_us=bound,
         critical_path_us=critical,
@@ -122,3 +130,4 @@ def evaluate(graph: CostGraph, machine: Machine, placement: np.ndarray, *,
         colocation_violations=len(colocation_violations(graph, place)),
         ops_per_device=np.bincount(place, minlength=machine.devices).tolist(),
     )
+    return evaluation, schedule, memory

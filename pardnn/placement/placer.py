@@ -25,7 +25,7 @@ import numpy as np
 
 from pardnn.costs.graph import CostGraph
 from pardnn.costs.machine import Machine
-from pardnn.emulation.simulate import evaluate
+from pardnn.emulation.simulate import evaluate_step
 from pardnn.placement.result import PartitionReport, Progress, Result, communication_ratio, warn_if_uncosted
 
 __all__ = ["Placed", "Placer", "finish"]
@@ -87,7 +87,7 @@ class Placer:
         if self.complete:  # its own report, under the registry's name
             result = self.place(graph, machine, memory_heuristic=memory_heuristic, progress=progress,
                                 **{**self.options, **options})
-            return Result(result.placement, replace(result.report, algorithm=self.name), result.order)
+            return replace(result, report=replace(result.report, algorithm=self.name))
         if memory_heuristic not in (None, "auto") and not self.memory_heuristics:
             raise ValueError(f"the {self.name} placer has no memory heuristic: memory_heuristic={memory_heuristic!r}, "
                              "expected None")
@@ -120,7 +120,7 @@ def finish(graph: CostGraph, machine: Machine, placement: np.ndarray, *, algorit
         progress("evaluation", 0, 1)
     place = np.ascontiguousarray(placement, dtype=np.int64)
     started = time.perf_counter()
-    evaluation = evaluate(graph, machine, place, order=order)
+    evaluation, schedule, memory = evaluate_step(graph, machine, place, order=order)
     seconds = {"placement": placement_seconds, "evaluation": time.perf_counter() - started}
     report = PartitionReport(algorithm, machine.devices, graph.n, graph.m, communication_ratio(graph, machine),
                              seconds, evaluation, details)
@@ -128,4 +128,4 @@ def finish(graph: CostGraph, machine: Machine, placement: np.ndarray, *, algorit
     if order is not None:
         order = np.array(order, dtype=np.int64)
         order.flags.writeable = False
-    return Result(place, report, order)
+    return Result(place, report, order, schedule, memory)

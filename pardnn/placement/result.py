@@ -15,6 +15,8 @@ import numpy as np
 
 from pardnn.costs.graph import CostGraph
 from pardnn.costs.machine import Machine
+from pardnn.emulation.emulator import Schedule
+from pardnn.emulation.memory import MemoryProfile
 from pardnn.emulation.simulate import Evaluation
 
 __all__ = ["PartitionReport", "Progress", "Result", "communication_ratio", "warn_if_uncosted"]
@@ -55,11 +57,16 @@ class Result:
 
     ``order``: ``None``, or each op's position in its device's run sequence (int64, 0 first), to be
     enforced (:mod:`pardnn.polish.order`, :func:`pardnn.tf.apply`); the report's makespan assumes it.
+    ``schedule``, ``memory``: the emulated step and its memory profile that the report's figures come
+    from (``None`` only for a result built by hand), so that whoever draws the step
+    (:func:`pardnn.emulation.trace.chrome_trace`) need not emulate it again.
     """
 
     placement: np.ndarray
     report: PartitionReport
     order: np.ndarray | None = None
+    schedule: Schedule | None = field(default=None, repr=False, compare=False)
+    memory: MemoryProfile | None = field(default=None, repr=False, compare=False)
 
 
 def communication_ratio(graph: CostGraph, machine: Machine) -> float | None:
