@@ -18,7 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.report import output_paths, write_outputs
-from benchmarks.suite import BASELINES, FULL, LABELS, MODEL_GRAPHS, QUICK, Progress, SuiteConfig, graph_paths, run_suite
+from benchmarks.suite import (
+    BASELINES,
+    FULL,
+    LABELS,
+    MODEL_GRAPHS,
+    QUICK,
+    LinePrinter,
+    SuiteConfig,
+    graph_paths,
+    run_suite,
+)
 from pardnn.errors import MissingDependencyError, PardnnError
 
 __all__ = ["add_bench_arguments", "command_line", "config_from_args", "main", "register", "run_bench"]
@@ -138,7 +148,7 @@ def command_line(prog: str, args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
-def run_bench(args: argparse.Namespace, prog: str = "pardnn bench", progress: Progress = print) -> list[Path]:
+def run_bench(args: argparse.Namespace, prog: str = "pardnn bench", progress: LinePrinter = print) -> list[Path]:
     """Run the suite the parsed ``args`` describe, write its outputs, return the files written.
 
     ``prog`` is the command as the report records it. Raises :class:`PardnnError` for bad input (a

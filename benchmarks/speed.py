@@ -30,9 +30,9 @@ from pardnn.costs.synthetic import dnn_graph
 from pardnn.errors import PardnnError
 from pardnn.io import write_graph
 
-__all__ = ["FIRST_RUN_DEVICES", "FIRST_RUN_OPS", "Progress", "SpeedRow", "first_run", "speed"]
+__all__ = ["FIRST_RUN_DEVICES", "FIRST_RUN_OPS", "LinePrinter", "SpeedRow", "first_run", "speed"]
 
-Progress = Callable[[str], None]  # one line of progress (the suite's too)
+LinePrinter = Callable[[str], None]  # one line of progress (the suite's too)
 
 # The speed targets, in seconds, for 200,000 ops on K = 16.
 TARGET_OPS, TARGET_DEVICES = 200_000, 16
@@ -64,7 +64,7 @@ class SpeedRow:
     paired_ratio: float | None = None  # twins: median over rounds of the command's time / this one's
 
 
-def speed(ops: int, k: int, repeats: int, seed: int = 0, progress: Progress = print) -> tuple[list[SpeedRow], str]:
+def speed(ops: int, k: int, repeats: int, seed: int = 0, progress: LinePrinter = print) -> tuple[list[SpeedRow], str]:
     """Median wall time of the ``pardnn`` commands on one synthetic graph of ``ops`` ops at K = ``k`` (the
     suite's ``speed_*`` settings), each in a fresh interpreter, then of the first run (:func:`first_run`)."""
     at_target = ops == TARGET_OPS and k == TARGET_DEVICES
@@ -117,7 +117,7 @@ def speed(ops: int, k: int, repeats: int, seed: int = 0, progress: Progress = pr
     return rows, f"{graph.name}: {graph.n:,} ops, {graph.m:,} edges, K = {k}"
 
 
-def first_run(repeats: int = 1, seed: int = 0, progress: Progress = print, work: Path | None = None) -> SpeedRow:
+def first_run(repeats: int = 1, seed: int = 0, progress: LinePrinter = print, work: Path | None = None) -> SpeedRow:
     """Median wall time of a cold ``pardnn place``: a ``FIRST_RUN_OPS``-op synthetic graph on
     K = ``FIRST_RUN_DEVICES`` in a fresh interpreter whose ``NUMBA_CACHE_DIR`` is a new, empty
     directory (one per repeat), so it compiles every sweep it runs.

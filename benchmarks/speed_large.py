@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.report import machine_line, write_section
-from benchmarks.speed import CLI, Progress
+from benchmarks.speed import CLI, LinePrinter
 from pardnn.errors import PardnnError
 
 __all__ = ["LargeRun", "main", "measure", "render"]
@@ -77,7 +77,7 @@ def _run(argv: Sequence[str]) -> str:
     return done.stdout
 
 
-def measure(ops: int, devices: int, repeats: int, seed: int = 0, progress: Progress = print,
+def measure(ops: int, devices: int, repeats: int, seed: int = 0, progress: LinePrinter = print,
             work: Path | None = None) -> tuple[list[LargeRun], dict[str, int], str]:
     """Every run (``repeats`` rounds of the forms in :data:`FORMS`), each form's file size and a line
     naming the graph. Raises :class:`PardnnError` when the forms' placements differ."""

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.speed import TARGET_DEVICES, TARGET_OPS, Progress, SpeedRow, speed
+from benchmarks.speed import TARGET_DEVICES, TARGET_OPS, LinePrinter, SpeedRow, speed
 from pardnn.baselines.exact import DEFAULT_MAX_OPS as EXACT_MAX_OPS
 from pardnn.costs.graph import CostGraph
 from pardnn.costs.machine import Machine
@@ -45,7 +45,7 @@ from pardnn.io import read_any_graph
 from pardnn.registry import PLACERS
 from pardnn.warmup import warm_up
 
-__all__ = ["FULL", "PAPER", "QUICK", "BenchResults", "Progress", "Run", "SuiteConfig", "bench_graph", "graph_paths",
+__all__ = ["FULL", "PAPER", "QUICK", "BenchResults", "LinePrinter", "Run", "SuiteConfig", "bench_graph", "graph_paths",
            "run_suite"]
 
 BASELINES = tuple(name for name, placer in PLACERS.items() if not placer.complete)  # not ParDNN's own
@@ -191,7 +191,7 @@ def _from_result(base: Run, result: Any, seconds: float, step1_makespan: float |
         budget_seconds=sum(report.stage_seconds.get(stage, 0.0) for stage in BUDGET_STAGES))
 
 
-def _run_baseline(base: Run, graph: CostGraph, machine: Machine, config: SuiteConfig, progress: Progress) -> Run:
+def _run_baseline(base: Run, graph: CostGraph, machine: Machine, config: SuiteConfig, progress: LinePrinter) -> Run:
     placer = PLACERS[base.placer]
     # The suite's limits by placer (data, not branches): time budgets and the largest graph each is run on.
     budgets = {"linear_clustering": config.lc_budget_s, "exact": config.exact_time_limit_s}
@@ -223,7 +223,7 @@ def _run_pardnn(base: Run, graph: CostGraph, machine: Machine, step1_makespan: f
     return _from_result(base, result, time.perf_counter() - start, step1_makespan), result
 
 
-def bench_graph(suite: str, graph: CostGraph, config: SuiteConfig, progress: Progress = print) -> list[Run]:
+def bench_graph(suite: str, graph: CostGraph, config: SuiteConfig, progress: LinePrinter = print) -> list[Run]:
     """Every placer on ``graph`` for every K, without and under every memory limit of ``config``."""
     runs: list[Run] = []
     for k in config.devices:
@@ -273,7 +273,7 @@ def graph_paths(items: Iterable[str | Path]) -> tuple[Path, ...]:
     return tuple(found.values())
 
 
-def run_suite(config: SuiteConfig, progress: Progress = print) -> BenchResults:
+def run_suite(config: SuiteConfig, progress: LinePrinter = print) -> BenchResults:
     """Run ``config``: graph files are read first, so a bad one fails before minutes of work; the
     command-line timings come next, the placers last."""
     started = time.perf_counter()

@@ -27,8 +27,8 @@ from jobs.schema import (
     DATASETS,
     ENTRY,
     MODEL_PARAMS,
-    PLACEMENT,
-    RUN,
+    PLACEMENT_TABLE,
+    RUN_TABLE,
     TOP,
     TRAIN,
     BadOutput,
@@ -45,8 +45,8 @@ __all__ = [
     "DATASETS",
     "JOBS_DIR",
     "MODEL_PARAMS",
-    "PLACEMENT",
-    "RUN",
+    "PLACEMENT_TABLE",
+    "RUN_TABLE",
     "TRAIN",
     "Job",
     "JobError",
@@ -89,18 +89,18 @@ class Job:
     micro_batches: int | str = TRAIN["micro_batches"].default  # or "auto" (pardnn-launch, max-batch)
     loss: str | dict[str, str] = TRAIN["loss"].default
     loss_weights: dict[str, float] | None = TRAIN["loss_weights"].default
-    iterations: int = RUN["iterations"].default
-    window: tuple[int, int] = RUN["window"].default
-    stall_timeout: float | None = RUN["stall_timeout"].default
-    devices_per_node: int = PLACEMENT["devices_per_node"].default
-    memory: str | None = PLACEMENT["memory"].default
-    reserve: float = PLACEMENT["reserve"].default
-    memory_heuristic: str = PLACEMENT["memory_heuristic"].default
-    run_order: bool = PLACEMENT["run_order"].default
-    costs: str = PLACEMENT["costs"].default
-    device_preset: str = PLACEMENT["device_preset"].default
-    profile_steps: int = PLACEMENT["profile_steps"].default
-    placer: str = PLACEMENT["placer"].default
+    iterations: int = RUN_TABLE["iterations"].default
+    window: tuple[int, int] = RUN_TABLE["window"].default
+    stall_timeout: float | None = RUN_TABLE["stall_timeout"].default
+    devices_per_node: int = PLACEMENT_TABLE["devices_per_node"].default
+    memory: str | None = PLACEMENT_TABLE["memory"].default
+    reserve: float = PLACEMENT_TABLE["reserve"].default
+    memory_heuristic: str = PLACEMENT_TABLE["memory_heuristic"].default
+    run_order: bool = PLACEMENT_TABLE["run_order"].default
+    costs: str = PLACEMENT_TABLE["costs"].default
+    device_preset: str = PLACEMENT_TABLE["device_preset"].default
+    profile_steps: int = PLACEMENT_TABLE["profile_steps"].default
+    placer: str = PLACEMENT_TABLE["placer"].default
     data: dict[str, Any] = field(default_factory=lambda: {"source": "synthetic", "path": None})
     given: tuple[str, ...] = ()
 
@@ -258,13 +258,13 @@ def job_from_dict(data: Mapping[str, Any], *, path: Path | None = None, name: st
         if ":" not in model_type and key in raw.get("train", {}):
             check.fail(f"train.{key}", raw["train"][key], f"no train.{key}: the zoo model {model_type!r} has its own "
                        f"loss (train.{key} is for a [model] entry returning a tf.keras.Model)")
-    run = check.table(raw, "run", RUN)
+    run = check.table(raw, "run", RUN_TABLE)
     start, end = run["window"]
     if not window_fits(run["window"], run["iterations"]):
         default = "" if "window" in raw.get("run", {}) else " (the default)"
         raise JobError(f"{source}: run.window = [{start}, {end}]{default} does not fit run.iterations = "
                        f"{run['iterations']}: expected 0 <= start < end <= {run['iterations']}")
-    placement = check.table(raw, "placement", PLACEMENT)
+    placement = check.table(raw, "placement", PLACEMENT_TABLE)
     data_section = _data(raw.get("data", {}), model_type, check)
     given = tuple(f"{table}.{key}" for table in sorted(sections) if isinstance(raw.get(table), dict)
                   for key in raw[table])

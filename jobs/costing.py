@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.schema import PLACEMENT
+from jobs.schema import PLACEMENT_TABLE
 from pardnn.costs.graph import CostGraph
 
 __all__ = ["COSTS", "FROM_JOB", "cost_graph"]
@@ -78,7 +78,7 @@ def cost_graph(train: Any, costs: str = "estimate", *, device_preset: str | None
     def setting(value: Any, key: str) -> Any:
         if value is not None:
             return value
-        return getattr(job, key) if job is not None else PLACEMENT[key].default
+        return getattr(job, key) if job is not None else PLACEMENT_TABLE[key].default
 
     name = name or (str(job.name) if job is not None else "tf-step")
     if unknown_dim is None:

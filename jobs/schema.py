@@ -1,8 +1,9 @@
 """The keys of a job file: one :class:`~pardnn.settings.Param` per key, by table.
 
-``TOP`` (the top level), ``TRAIN``, ``RUN``, ``PLACEMENT`` (taken from the shared schema
-:data:`pardnn.settings.PLACEMENT`, so job files, ``pardnn-launch`` and ``pardnn`` agree on defaults,
-ranges and choices), ``DATASETS`` (the ``[data]`` sources), ``MODEL_PARAMS`` (each zoo model's
+``TOP`` (the top level), ``TRAIN``, ``RUN_TABLE``, ``PLACEMENT_TABLE`` (the ``[run]`` and
+``[placement]`` tables: keys of the library's one settings schema, :data:`pardnn.settings.PLACEMENT`
+and :data:`pardnn.settings.RUN`, read from there and never defined twice, so job files,
+``pardnn-launch`` and ``pardnn`` agree on defaults, ranges and choices), ``DATASETS`` (the ``[data]`` sources), ``MODEL_PARAMS`` (each zoo model's
 hyperparameters) and ``ENTRY`` (the ``[model] entry`` / ``[data] entry`` of the user's own code,
 checked in form only by :func:`is_entry`), plus :func:`check_model` for the rules between keys of
 one model and :func:`normalise` for the other spellings a key accepts. :mod:`jobs.config` reads job files with
@@ -25,10 +26,32 @@ from pardnn.settings import PLACEMENT as SHARED_PLACEMENT
 from pardnn.settings import REQUIRED, Param
 from pardnn.settings import RUN as SHARED_RUN
 
-__all__ = ["AUTO", "COMMAND_LINE", "DATASETS", "DEFAULT", "ENTRY", "JOB_FILE", "KERAS_LOSSES", "MODEL_PARAMS",
-           "PLACEMENT", "PLACEMENT_KEYS", "RUN", "TOP", "TRAIN", "BadOutput", "IntOrAuto", "Param", "PerOutput",
-           "check_model", "is_entry", "micro_batches_arg", "micro_batches_number", "normalise", "positive_int",
-           "window_fits"]
+__all__ = [
+    "AUTO",
+    "COMMAND_LINE",
+    "DATASETS",
+    "DEFAULT",
+    "ENTRY",
+    "JOB_FILE",
+    "KERAS_LOSSES",
+    "MODEL_PARAMS",
+    "PLACEMENT_KEYS",
+    "PLACEMENT_TABLE",
+    "RUN_TABLE",
+    "TOP",
+    "TRAIN",
+    "BadOutput",
+    "IntOrAuto",
+    "Param",
+    "PerOutput",
+    "check_model",
+    "is_entry",
+    "micro_batches_arg",
+    "micro_batches_number",
+    "normalise",
+    "positive_int",
+    "window_fits",
+]
 
 _DERIVED = None  # default of a key whose value follows from others (documented per key)
 
@@ -172,7 +195,7 @@ def is_entry(value: object) -> bool:
     """Whether ``value`` has the form of an entry point: ``"package.module:function"``."""
     return isinstance(value, str) and _ENTRY.fullmatch(value) is not None
 
-RUN: dict[str, Param] = {
+RUN_TABLE: dict[str, Param] = {
     "iterations": _int(150, 1, help="training iterations"),
     "window": Param("int_pair", (100, 150), help="measured iterations [start, end): inclusive start, exclusive end"),
     **SHARED_RUN,
@@ -182,7 +205,7 @@ RUN: dict[str, Param] = {
 # ``placer`` is pardnn-launch's (``pardnn place`` calls it ``--algorithm``).
 PLACEMENT_KEYS = ("devices_per_node", "memory", "reserve", "memory_heuristic", "run_order", "costs", "device_preset",
                   "profile_steps", "placer")
-PLACEMENT: dict[str, Param] = {key: SHARED_PLACEMENT[key] for key in PLACEMENT_KEYS}
+PLACEMENT_TABLE: dict[str, Param] = {key: SHARED_PLACEMENT[key] for key in PLACEMENT_KEYS}
 
 # dataset name -> (models it feeds, extra [data] keys besides ``source`` and ``path``)
 DATASETS: dict[str, tuple[tuple[str, ...], dict[str, Param]]] = {

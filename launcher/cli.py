@@ -28,7 +28,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from jobs.schema import PLACEMENT, RUN, TRAIN, micro_batches_arg
+from jobs.schema import PLACEMENT_TABLE, RUN_TABLE, TRAIN, micro_batches_arg
 from launcher.cluster import hosts
 from launcher.core import run
 from launcher.env import EMULATE_NODES, launch_rank
@@ -59,7 +59,8 @@ def _window(text: str) -> str:
     return text
 
 
-_TABLE = {**dict.fromkeys(TRAIN, "train"), **dict.fromkeys(RUN, "run"), **dict.fromkeys(PLACEMENT, "placement")}
+_TABLE = {**dict.fromkeys(TRAIN, "train"), **dict.fromkeys(RUN_TABLE, "run"),
+          **dict.fromkeys(PLACEMENT_TABLE, "placement")}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -42,14 +42,14 @@ from launcher.reporting.summary import RESULTS_COLUMNS
 from launcher.run.ending import FIGURES_FILE, merge_figures
 from launcher.variants import DATA, RECOMPUTE, slug
 
-__all__ = ["Result", "main", "read_results", "recover_rows", "tables"]
+__all__ = ["RunRow", "main", "read_results", "recover_rows", "tables"]
 
 RESULTS_FILE = "results.csv"
 _NEEDED = ("job", "status", "nodes", "devices_per_node", "batch_size", "samples_per_s")
 
 
 @dataclass(frozen=True)
-class Result:
+class RunRow:
     """One run's row (the columns the report uses). ``batch``: samples per step on one node (all its
     replicas). ``variant``: the placer, ``data`` or ``data+recompute`` (``pardnn`` in results files
     from before placers could be chosen)."""
@@ -76,7 +76,7 @@ def _float(text: str | None) -> float | None:
     return float(text) if text else None
 
 
-def read_results(lines: Iterable[str], source: str = "results.csv") -> list[Result]:
+def read_results(lines: Iterable[str], source: str = "results.csv") -> list[RunRow]:
     """Runs whose window is complete, from the lines of a ``results.csv``; a bad row raises naming ``source``
     and the line."""
     reader = csv.DictReader(lines)
@@ -91,7 +91,7 @@ def read_results(lines: Iterable[str], source: str = "results.csv") -> list[Resu
             nodes, per_replica = int(row["nodes"]), int(row["batch_size"])
             # batch per node: a data-parallel replica's batch is a device's, its node trains K of them
             batch = int(row["global_batch_size"]) // nodes if row.get("global_batch_size") else per_replica
-            rows.append(Result(row["job"], nodes, int(row["devices_per_node"]), batch,
+            rows.append(RunRow(row["job"], nodes, int(row["devices_per_node"]), batch,
                                float(row["samples_per_s"]), _float(row.get("tokens_per_s")),
                                row.get("device_kind") or "?", _variant(row), _float(row.get("emulated_step_ms")),
                                _float(row.get("step_ms_median"))))
@@ -145,7 +145,7 @@ def _as_lines(rows: list[dict[str, object]]) -> list[str]:
     return out.getvalue().splitlines()
 
 
-def _median(results: Sequence[Result], key: tuple[int, int, int]) -> float | None:
+def _median(results: Sequence[RunRow], key: tuple[int, int, int]) -> float | None:
     values = [r.samples_per_s for r in results if (r.nodes, r.devices, r.batch) == key]
     return statistics.median(values) if values else None
 
@@ -158,7 +158,7 @@ def _table(title: str, corner: str, rows: list[int], columns: list[int], cell: d
     return "\n".join([f"### {title}", "", head, rule, *body, ""])
 
 
-def _groups(results: Sequence[Result]) -> list[tuple[str, str, list[Result]]]:
+def _groups(results: Sequence[RunRow]) -> list[tuple[str, str, list[RunRow]]]:
     """``(title, file stem, runs)`` per job and variant: ``trn`` for ParDNN's runs, else ``trn, metis``
     (``trn-metis``)."""
     out = []
@@ -169,7 +169,7 @@ def _groups(results: Sequence[Result]) -> list[tuple[str, str, list[Result]]]:
     return out
 
 
-def tables(results: Sequence[Result]) -> str:
+def tables(results: Sequence[RunRow]) -> str:
     """Markdown tables per job and variant: samples/s by devices × batch (per node count), and by nodes."""
     out = []
     for title, _, mine in _groups(results):
@@ -195,7 +195,7 @@ def tables(results: Sequence[Result]) -> str:
     return "\n".join(out)
 
 
-def plots(results: Sequence[Result], directory: Path) -> list[Path]:
+def plots(results: Sequence[RunRow], directory: Path) -> list[Path]:
     """Write the PNG plots of the module docstring; returns their paths."""
     written = []
     for job, stem, mine in _groups(results):
@@ -235,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="where report.md and the plots go (default DIR/report)")
     parser.add_argument("--no-plots", action="store_true", help="tables only")
     args = parser.parse_args(argv)
-    results: list[Result] = []
+    results: list[RunRow] = []
     try:
         for directory in args.dirs:
             path = _results_file(directory)

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs.schema import AUTO, COMMAND_LINE, DEFAULT, JOB_FILE, PLACEMENT, RUN, TRAIN, normalise, window_fits
+from jobs.schema import AUTO, COMMAND_LINE, DEFAULT, JOB_FILE, PLACEMENT_TABLE, RUN_TABLE, TRAIN, normalise, window_fits
 from launcher.cluster.gpus import adapt, detect_gpus
 from launcher.errors import LaunchError
 from launcher.variants import variant_settings
@@ -31,7 +31,7 @@ __all__ = ["ALLREDUCE_CHOICES", "DEFAULTS", "OVERRIDABLE", "SCHEMA", "Settings",
 
 # Settings a job file has (the Job field of the same name), checked by the job schema's Param.
 SCHEMA: dict[str, Param] = {"batch_size": TRAIN["batch_size"], "micro_batches": TRAIN["micro_batches"], **SHARED_RUN,
-                             **RUN, **PLACEMENT}
+                             **RUN_TABLE, **PLACEMENT_TABLE}
 # Settings of the launcher only (command line or keyword arguments).
 LAUNCHER_DEFAULTS: dict[str, Any] = {"out": Path("runs"), "progress": True}
 # Checkpoints (launcher.run.checkpoint): every N iterations (0: none periodic), the folder (default

@@ -12,12 +12,12 @@ import logging
 import sys
 from typing import Any
 
-__all__ = ["Progress", "on_a_terminal", "progress"]
+__all__ = ["IterationProgress", "on_a_terminal", "progress"]
 
 logger = logging.getLogger(__name__)
 
 
-class Progress:
+class IterationProgress:
     """Plain progress: logs ``iteration i/N`` at every tenth of the run."""
 
     def __init__(self, total: int, description: str) -> None:
@@ -36,7 +36,7 @@ class Progress:
         """Nothing to release."""
 
 
-class _Silent(Progress):
+class _Silent(IterationProgress):
     def update(self, count: int = 1) -> None:
         """Shows nothing."""
 
@@ -46,12 +46,12 @@ def progress(total: int, description: str, enabled: bool) -> Any:
     if not enabled:
         return _Silent(total, description)
     if not on_a_terminal():
-        return Progress(total, description)
+        return IterationProgress(total, description)
     try:
         from tqdm import tqdm
     except ImportError:
         logger.info("tqdm is not installed (pip install -e \".[dist]\" brings it): progress as a log line every 10 %%")
-        return Progress(total, description)
+        return IterationProgress(total, description)
     return tqdm(total=total, desc=description, unit="it", mininterval=1.0, dynamic_ncols=True)
 
 

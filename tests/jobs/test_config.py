@@ -70,14 +70,15 @@ def test_minimal_job_gets_the_contracts_defaults(tmp_path):
 
 def test_placement_table_is_the_shared_schema(tmp_path):
     """[placement] takes its keys, defaults, ranges and choices from pardnn.settings.PLACEMENT."""
-    from jobs.config import PLACEMENT
+    from jobs.config import PLACEMENT_TABLE
     from pardnn import settings
 
-    assert PLACEMENT == {key: settings.PLACEMENT[key] for key in PLACEMENT}
-    assert set(PLACEMENT) == {"devices_per_node", "memory", "reserve", "memory_heuristic", "run_order", "costs",
+    assert PLACEMENT_TABLE == {key: settings.PLACEMENT[key] for key in PLACEMENT_TABLE}
+    assert set(PLACEMENT_TABLE) == {"devices_per_node", "memory", "reserve", "memory_heuristic", "run_order", "costs",
                               "device_preset", "profile_steps", "placer"}
     defaults = Job("x", None, "wrn", {}, 1)
-    assert {key: getattr(defaults, key) for key in PLACEMENT} == {key: p.default for key, p in PLACEMENT.items()}
+    table = PLACEMENT_TABLE
+    assert {key: getattr(defaults, key) for key in table} == {key: p.default for key, p in table.items()}
     job = load_job(write(tmp_path, MINIMAL + "[placement]\nreserve = 0.995\nmemory = 'unlimited'\n"))
     assert (job.reserve, job.memory, job.memory_bytes) == (0.995, None, None)  # reserve in [0, 1), as the Machine's
 

@@ -68,15 +68,16 @@ def test_values_from_the_job_file_are_checked_and_named_as_such():
 
 def test_settings_use_the_job_schemas_params():
     """One owner per rule: the launcher's defaults, ranges and choices are the job schema's (pardnn.settings)."""
-    from jobs.schema import PLACEMENT, RUN, TRAIN
+    from jobs.schema import PLACEMENT_TABLE, RUN_TABLE, TRAIN
     from launcher.settings import SCHEMA
     from pardnn import settings
 
     assert SCHEMA == {"batch_size": TRAIN["batch_size"], "micro_batches": TRAIN["micro_batches"], **settings.RUN,
-                      **RUN, **PLACEMENT}
-    assert all(SCHEMA[key] is settings.PLACEMENT[key] for key in PLACEMENT)
+                      **RUN_TABLE, **PLACEMENT_TABLE}
+    assert all(SCHEMA[key] is settings.PLACEMENT[key] for key in PLACEMENT_TABLE)
     assert SCHEMA["stall_timeout"] is settings.RUN["stall_timeout"]
-    assert {key: DEFAULTS[key] for key in PLACEMENT} == {key: param.default for key, param in PLACEMENT.items()}
+    table = PLACEMENT_TABLE
+    assert {key: DEFAULTS[key] for key in table} == {key: param.default for key, param in table.items()}
     assert resolve(Job(), {"reserve": 0.995}).reserve == 0.995  # [0, 1), as job files and the Machine
 
 
