@@ -291,3 +291,12 @@ def test_no_test_module_imports_another() -> None:
             bad += [f"{path.relative_to(ROOT)}:{node.lineno} imports {name}" for name in names
                     if name.startswith("tests.") and name.rpartition(".")[2].startswith("test_")]
     assert not bad, "test modules imported by others (move what they share to tests/helpers):\n" + "\n".join(bad)
+
+
+def test_the_tests_mirror_the_packages() -> None:
+    """``tests/pardnn/steps/`` tests ``pardnn/steps/``, and so on: every folder of tests under
+    ``tests/pardnn`` and ``tests/launcher`` names a package of the same path."""
+    strays = [str(folder.relative_to(ROOT)) for top in ("pardnn", "launcher")
+              for folder in sorted((ROOT / "tests" / top).rglob("*")) if folder.is_dir()
+              and folder.name != "__pycache__" and not (ROOT / folder.relative_to(ROOT / "tests")).is_dir()]
+    assert not strays, "test folders with no package of the same path:\n" + "\n".join(strays)

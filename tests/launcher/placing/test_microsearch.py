@@ -26,7 +26,7 @@ from launcher.run.failure import exit_code, status_of
 from launcher.settings import check_auto, resolve
 from tests.launcher.standin import Job
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MIB = 1 << 20
 
 

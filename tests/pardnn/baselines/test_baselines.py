@@ -25,7 +25,7 @@ from pardnn.registry import PLACERS, get_placer
 from tests.conftest import random_dags
 
 BASELINES = [name for name, placer in PLACERS.items() if not placer.memory_heuristics]
-# The exact placer refuses graphs above its max_ops (tests/pardnn/test_exact.py checks that and its answers).
+# The exact placer refuses graphs above its max_ops (tests/pardnn/baselines/test_exact.py checks that and its answers).
 SCALABLE = [name for name in PLACERS if name != "exact"]
 FREE_COMM = {"bandwidth": 1e30, "latency": 0.0}  # with 0-byte edges every transfer costs exactly 0
 

@@ -20,7 +20,7 @@ from launcher.run.failure import EXIT_TERMINATED, exit_code, fail, one_line, sta
 from launcher.run.signals import StopGuard
 from pardnn.errors import InfeasibleError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize(("error", "code"), [

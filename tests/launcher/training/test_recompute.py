@@ -9,7 +9,7 @@ import pytest
 
 from launcher.errors import LaunchError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 

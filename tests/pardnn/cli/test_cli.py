@@ -15,7 +15,7 @@ from pardnn.costs.graph import CostGraph
 from pardnn.costs.synthetic import dnn_graph
 from pardnn.io import read_placement, write_graph, write_placement
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mlp-train.json"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "mlp-train.json"
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from launcher.cli import build_parser, main
 from launcher.cluster.hosts import forwarded, inner_argv, mpirun_argv, parse_hosts, read_hostfile, run_on_hosts
 from launcher.errors import LaunchError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 OPTIONS = [option for action in build_parser()._actions for option in action.option_strings]
 
 

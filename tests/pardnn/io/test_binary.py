@@ -18,7 +18,7 @@ from pardnn.io import read_any_graph, read_binary_graph, read_graph, write_binar
 from pardnn.io.binary import MAGIC
 from tests.helpers.graphs import small_graph
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mlp-train.json"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "mlp-train.json"
 HAS_COPIES = "micro_batch" in CostGraph._REPLACEABLE  # graph format version 2's metadata, where the graph has it
 
 

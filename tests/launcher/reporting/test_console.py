@@ -11,7 +11,7 @@ import pytest
 
 from launcher.reporting.console import Console, classify
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TF_INFO = "2024-01-01 12:00:00.123456: I tensorflow/core/util/port.cc:113] oneDNN custom operations are on."
 TF_WARNING = "2024-01-01 12:00:00.123456: W tensorflow/core/x.cc:1] something to know"
 HOROVOD_WARNING = "[2024-01-01 12:00:00.123456: W /horovod/common/stall_inspector.cc:107] One or more tensors"
