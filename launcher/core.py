@@ -34,9 +34,9 @@ from launcher.compare import RunningVariant, compare
 from launcher.env import launch_size
 from launcher.errors import LaunchError
 from launcher.files import check_output_folder
-from launcher.lifecycle import detach_log, end, open_run, run_variant, start_allreduce
+from launcher.lifecycle import detach_log, open_run, run_variant, start_allreduce
 from launcher.run.agreement import agree
-from launcher.run.failure import exit_code
+from launcher.run.failure import end, exit_code
 from launcher.run.signals import StopGuard
 from launcher.run.state import RESULTS_FILE, SUMMARY_FILE
 from launcher.runner import BuildFn, SharedByVariants

@@ -4,7 +4,7 @@
 the variant being the placer, ``data`` or ``data-recompute``), attaches this rank's log, starts its
 collector, status and stall watch; :func:`run_variant` trains the variant
 (:mod:`launcher.placing.model` for a placer, :mod:`launcher.training.replicas` for data parallelism);
-:func:`end` reports an error once and writes what the run has (:func:`launcher.run.failure.fail`).
+:func:`launcher.run.failure.end` reports an error once and writes what the run has.
 A standalone run (:func:`launcher.core.run`) opens one; ``--compare`` (:mod:`launcher.compare`)
 one per variant.
 """
@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from launcher.cluster.topology import Topology
-from launcher.errors import AgreedError, Stalled, Stopped
+from launcher.errors import AgreedError
 from launcher.files import check_output_folder
 from launcher.reporting import console
 from launcher.reporting.collector import Collector
 from launcher.run.agreement import check_agreement, raise_everywhere
-from launcher.run.failure import exit_code, fail, one_line, shared, status_of
 from launcher.run.signals import StopGuard
 from launcher.run.state import RunState
 from launcher.runner import SharedByVariants
@@ -30,8 +29,7 @@ from launcher.settings import Settings
 from launcher.training.dataparallel import HorovodBackend, Mpi4pyBackend, pick_backend
 from launcher.variants import Variant
 
-__all__ = ["LOG_FILE", "attach_log", "detach_log", "end", "make_folder", "open_run", "run_variant",
-           "start_allreduce"]
+__all__ = ["LOG_FILE", "attach_log", "detach_log", "make_folder", "open_run", "run_variant", "start_allreduce"]
 
 LOG_FILE = "rank-{rank}.log"
 
@@ -125,20 +123,3 @@ def run_variant(state: RunState, runner: SharedByVariants, guard: StopGuard) -> 
     from launcher.placing.model import run_model
 
     return run_model(state, runner, guard)
-
-
-def end(error: BaseException, topology: Topology | None, state: RunState | None) -> None:
-    """Report ``error`` once, write the files, and end the other ranks as the error requires."""
-    multi = topology is not None and topology.size > 1
-    speaker = not (multi and shared(error)) or topology.is_root  # type: ignore[union-attr]
-    flush = None
-    if state is not None:
-        if state.finisher is not None and isinstance(error, Stopped) and not isinstance(error, Stalled):
-            # A stop signal: its watcher may be writing the files, or may not have begun (or never will,
-            # once the stop guard closed); the finisher does it once, whoever comes first.
-            state.end_stopped(status_of(error), one_line(error))
-        def flush(status: str, message: str) -> None:
-            state.flush(status, message, speaker=speaker, exit_code=exit_code(error))
-    fail(error, topology, flush, reported=state is not None and not state.claim_report())
-    if multi and isinstance(error, Stopped):
-        RunState.exit_now(exit_code(error))  # peers may be gone: MPI's and Horovod's shutdown would wait

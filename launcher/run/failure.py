@@ -11,6 +11,9 @@
   :mod:`launcher.run.heartbeat`): every live rank writes its files without a collective
   (:mod:`launcher.run.ending`); the leader prints the one line.
 
+:func:`end` is where every one of these ends: ``pardnn-launch`` calls it with the error, the
+topology and the run's state it has.
+
 Exit codes: 1 error, 3 infeasible placement, 4 stalled, 130 interrupted (SIGINT), 143 stopped by
 SIGTERM or SIGUSR1 (a time limit).
 """
@@ -26,13 +29,14 @@ from typing import TYPE_CHECKING
 
 from launcher.errors import AgreedError, Stalled, Stopped, Terminated
 from launcher.reporting import console
+from launcher.run.state import RunState
 from pardnn.errors import InfeasibleError, PardnnError
 
 if TYPE_CHECKING:
     from launcher.cluster.topology import Topology
 
 __all__ = ["EXIT_ERROR", "EXIT_INFEASIBLE", "EXIT_INTERRUPTED", "EXIT_STALLED", "EXIT_TERMINATED", "AgreedError",
-           "exit_code", "fail", "one_line", "shared", "status_of"]
+           "end", "exit_code", "fail", "one_line", "shared", "status_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -115,3 +119,20 @@ def fail(error: BaseException, topology: Topology | None, flush: Callable[[str, 
     console.drain()
     if multi and not shared(error):
         topology.abort(exit_code(error))  # type: ignore[union-attr]
+
+
+def end(error: BaseException, topology: Topology | None, state: RunState | None) -> None:
+    """Report ``error`` once, write the files, and end the other ranks as the error requires."""
+    multi = topology is not None and topology.size > 1
+    speaker = not (multi and shared(error)) or topology.is_root  # type: ignore[union-attr]
+    flush = None
+    if state is not None:
+        if state.finisher is not None and isinstance(error, Stopped) and not isinstance(error, Stalled):
+            # A stop signal: its watcher may be writing the files, or may not have begun (or never will,
+            # once the stop guard closed); the finisher does it once, whoever comes first.
+            state.end_stopped(status_of(error), one_line(error))
+        def flush(status: str, message: str) -> None:
+            state.flush(status, message, speaker=speaker, exit_code=exit_code(error))
+    fail(error, topology, flush, reported=state is not None and not state.claim_report())
+    if multi and isinstance(error, Stopped):
+        RunState.exit_now(exit_code(error))  # peers may be gone: MPI's and Horovod's shutdown would wait
