@@ -37,7 +37,7 @@ from pardnn.baselines.linear_clustering import DEFAULT_TIME_BUDGET_S, linear_clu
 from pardnn.baselines.metis import DEFAULT_SEED, MissingDependencyError, metis_placement
 from pardnn.baselines.pipeline import pipeline_placement
 from pardnn.baselines.round_robin import round_robin_placement
-from pardnn.baselines.single import single_device_placement
+from pardnn.baselines.single import single_placement
 from pardnn.baselines.topological import topological_placement
 from pardnn.placement.placer import Placer
 
@@ -52,12 +52,12 @@ __all__ = [
     "metis",
     "pipeline",
     "round_robin",
-    "single_device",
+    "single",
     "topological",
 ]
 
-single_device = Placer("single", single_device_placement, cheap=True,
-                       summary="everything on device 0 (no communication, no parallelism)")
+single = Placer("single", single_placement, cheap=True,
+                summary="everything on device 0 (no communication, no parallelism)")
 topological = Placer("topological", topological_placement, cheap=True,
                      summary="K contiguous blocks of the topological order, equal in compute (GPipe-style)")
 round_robin = Placer("round_robin", round_robin_placement, cheap=True,
@@ -80,4 +80,4 @@ exact = Placer("exact", exact_placement,
                summary="the CP-SAT optimum of placement and schedule (small graphs; a bound)")
 
 BASELINES: dict[str, Placer] = {placer.name: placer for placer in (
-    single_device, topological, round_robin, critical_path, linear_clustering, metis, etf, pipeline, exact)}
+    single, topological, round_robin, critical_path, linear_clustering, metis, etf, pipeline, exact)}

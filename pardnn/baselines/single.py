@@ -13,11 +13,11 @@ import numpy as np
 from pardnn.costs.graph import CostGraph
 from pardnn.costs.machine import Machine
 
-__all__ = ["single_device_placement"]
+__all__ = ["single_placement"]
 
 
-def single_device_placement(graph: CostGraph, machine: Machine) -> tuple[np.ndarray, dict[str, Any]]:
-    """The placement of :func:`single_device` and its details, without the evaluation (for the guard)."""
+def single_placement(graph: CostGraph, machine: Machine) -> tuple[np.ndarray, dict[str, Any]]:
+    """The placement of the ``single`` placer and its details, without the evaluation (for the guard)."""
     placement = np.zeros(graph.n, np.int64)
     details: dict[str, Any] = {}
     return placement, details
