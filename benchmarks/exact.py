@@ -120,7 +120,8 @@ def _best_placement(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, comm
     best, best_place = np.inf, place.copy()
     while True:
         priority = -upward_rank_sweep(place, succ_ptr, succ, comm, comp, topo_order) if ordered else fifo
-        makespan = emulate_sweep(n, k, succ_ptr, succ, comm, pred_ptr, place, comp, topo_rank, priority, no_chain)[2]
+        makespan = emulate_sweep(n, k, succ_ptr, succ, comm, pred_ptr, place, comp, topo_rank, priority, no_chain,
+                                 np.zeros(0))[2]
         if makespan < best:
             best, best_place = makespan, place.copy()
         i = n - 1

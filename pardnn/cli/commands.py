@@ -24,10 +24,12 @@ from .options import (
     EXIT_USAGE,
     PROGRESS_MIN_OPS,
     StageProgress,
+    add_cluster_options,
     add_interconnect_options,
     add_machine_options,
     add_parser,
     choices_metavar,
+    cluster_from_args,
     machine_from_args,
     param_type,
     print_json,
@@ -35,7 +37,7 @@ from .options import (
     read_graph,
     us,
 )
-from .reports import PARDNN, format_evaluation, format_report
+from .reports import PARDNN, format_allreduce, format_evaluation, format_report
 
 __all__ = ["BUILTIN"]
 
@@ -76,6 +78,7 @@ def add_info(sub: Any) -> None:
 
 # ------------------------------------------------------------------------------------ simulate
 def cmd_simulate(args: argparse.Namespace) -> int:
+    from pardnn.emulation.allreduce import emulate_with_allreduce
     from pardnn.emulation.emulator import emulate
     from pardnn.emulation.memory import track_memory
     from pardnn.emulation.simulate import evaluate
@@ -97,6 +100,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     schedule = emulate(graph, machine, placement, order=order)
     memory = track_memory(graph, machine, placement, schedule)
     evaluation = evaluate(graph, machine, placement, schedule=schedule, memory=memory)
+    cluster = cluster_from_args(args, machine)
+    step = None if cluster is None else emulate_with_allreduce(graph, machine, placement, cluster, order=order,
+                                                               schedule=schedule)
     t2 = time.perf_counter()
     written = []
     if args.trace:
@@ -109,6 +115,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.json:
         payload = evaluation.to_dict()
         payload["ordered"] = order is not None
+        if step is not None:
+            payload["allreduce"] = step.to_dict()
         payload["seconds"] = {"load": t1 - t0, "evaluate": t2 - t1}
         print_json(payload)
     else:
@@ -116,6 +124,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print("order           " + ("the file's run order on each device (enforced)" if order is not None else
                                     "each device in order of readiness (TensorFlow's FIFO)"))
         print(format_evaluation(evaluation))
+        if step is not None:
+            print(format_allreduce(step, cluster))
         print(f"time            load {t1 - t0:.2f} s, emulate + memory {t2 - t1:.2f} s")
     for line in written:
         print(f"wrote           {line}", file=sys.stderr if args.json else sys.stdout)
@@ -136,6 +146,7 @@ def add_simulate(sub: Any) -> None:
                           help="emulate an ordered placement's devices in order of readiness instead, to see what "
                                "its run order buys")
     add_machine_options(simulate, devices_required=False)
+    add_cluster_options(simulate)
     simulate.add_argument("--json", action="store_true", help="print JSON")
     simulate.add_argument("--trace", metavar="FILE.json",
                           help="write the emulated step as a Chrome/Perfetto trace (open in https://ui.perfetto.dev "
@@ -188,13 +199,24 @@ def cmd_place(args: argparse.Namespace) -> int:
         if progress is not None:
             progress.close()
     write_placement(args.output, graph, result.placement, order=result.order)
+    cluster = cluster_from_args(args, machine)
+    step = None
+    if cluster is not None:
+        from pardnn.emulation.allreduce import emulate_with_allreduce
+
+        step = emulate_with_allreduce(graph, machine, result.placement, cluster, order=result.order,
+                                      schedule=result.schedule)
     if args.json:
         payload = result.report.to_dict()
         payload["placement_file"] = str(args.output)
         payload["ordered"] = result.order is not None
+        if step is not None:
+            payload["allreduce"] = step.to_dict()
         print_json(payload)
     else:
         print(format_report(result.report))
+        if step is not None:
+            print(format_allreduce(step, cluster))
         print(f"wrote {args.output}")
     return EXIT_OK
 
@@ -207,6 +229,7 @@ def add_place(sub: Any) -> None:
                                    "emulated makespan against the lower bound, and per-device load and memory.")
     place.add_argument("graph", help="graph file (.json, .json.gz or .pardnn)")
     add_machine_options(place, devices_required=True)
+    add_cluster_options(place)
     placers = "; ".join(f"{name}: {placer.summary}" for name, placer in PLACERS.items())
     budgets = ", ".join(f"{name} {placer.options[placer.time_option]:g} s" for name, placer in PLACERS.items()
                         if placer.time_option)

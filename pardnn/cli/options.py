@@ -12,6 +12,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from pardnn.costs.graph import CostGraph
@@ -163,3 +164,56 @@ class StageProgress:
         if self.stage and self.tty:
             self.stream.write("\n")
             self.stream.flush()
+
+
+def add_cluster_options(parser: argparse.ArgumentParser) -> None:
+    """``--nodes``, ``--replicas-per-node``, ``--node``, ``--network``: the replicas whose gradients are averaged."""
+    group = parser.add_argument_group(
+        "data parallelism", "the replica placed here runs on NODES nodes, REPLICAS per node, and every step averages "
+        "its gradients across all of them (one fused allreduce at a time per replica, as Horovod does): the report "
+        "then gives the step as compute + exposed allreduce")
+    group.add_argument("--nodes", type=_whole_number("--nodes"), default=1, help="nodes (default: 1)")
+    group.add_argument("--replicas-per-node", type=_whole_number("--replicas-per-node"), default=1, metavar="R",
+                       help="replicas on each node (default: 1); a node of G GPUs runs G / K of them")
+    group.add_argument("--node", type=_node_preset, default=PLACEMENT["device_preset"].default,
+                       metavar="PRESET", help="the node's network and allreduce latencies: a device preset or "
+                       "dgx-2, dgx-a100, dgx-h100 (default: %(default)s)")
+    group.add_argument("--network", default=None, metavar="RATE",
+                       help="the node's network, all its NICs together (default: the preset's, e.g. 100GB/s for "
+                            "a DGX-2's 8 x 100 Gb/s InfiniBand)")
+
+
+def _node_preset(text: str) -> str:
+    from pardnn.costs.presets import preset
+    from pardnn.errors import InvalidMachineError
+
+    try:
+        return preset(text).name
+    except InvalidMachineError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a device preset or dgx-2, dgx-a100, dgx-h100") from None
+
+
+def _whole_number(option: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
+        return value
+
+    return parse
+
+
+def cluster_from_args(args: argparse.Namespace, machine: Machine) -> Any:
+    """The :class:`~pardnn.emulation.allreduce.Cluster` the options describe (the node's GPU link: the
+    machine's), or ``None`` for one replica."""
+    from pardnn.costs.machine import parse_bandwidth
+    from pardnn.emulation.allreduce import cluster_for
+
+    if args.nodes * args.replicas_per_node == 1:
+        return None
+    network = None if args.network is None else parse_bandwidth(args.network, "--network")
+    return replace(cluster_for(args.node, args.nodes, args.replicas_per_node, network_Bps=network),
+                   link_Bps=machine.bandwidth_Bps)

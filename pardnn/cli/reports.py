@@ -13,7 +13,7 @@ from pardnn.settings import PLACEMENT
 
 from .options import ratio_text, table, us
 
-__all__ = ["PARDNN", "format_evaluation", "format_guard", "format_order", "format_report"]
+__all__ = ["PARDNN", "format_allreduce", "format_evaluation", "format_guard", "format_order", "format_report"]
 
 PARDNN = PLACEMENT["algorithm"].default  # the paper's placer: the only one with memory heuristics
 
@@ -100,3 +100,14 @@ def format_order(order: OrderDetails) -> str:
     tried = f", {us(order.ordered_us)} in upward-rank order" if order.ordered_us is not None else ""
     runs = "keeps the run order it came with" if order.came_ordered else "runs in order of readiness"
     return f"none kept ({order.why_not}{tried}): each device {runs}"
+
+
+def format_allreduce(step: Any, cluster: Any) -> str:
+    """The step with the gradient allreduce (:class:`pardnn.emulation.allreduce.AllreduceStep`)."""
+    hidden = 1.0 - step.exposed_us / step.busy_us if step.busy_us > 0 else 1.0
+    return "\n".join([
+        f"replicas        {cluster.nodes} node(s) x {cluster.replicas_per_node} = {step.replicas}; each step averages "
+        f"{format_bytes(step.gradient_bytes)} of gradients in {step.buffers} fused allreduce(s)",
+        f"step            compute {us(step.compute_us)} + exposed allreduce {us(step.exposed_us)} = "
+        f"{us(step.step_us)}   (allreduce busy {us(step.busy_us)}, {max(hidden, 0.0):.0%} of it hidden)",
+    ])

@@ -15,6 +15,22 @@ h100-80gb     67 TFLOP/s   3350 GB/s    80 GiB  450 GB/s: NVLink4, 18 links × 2
 cpu-2core     0.14 TFLOP/s 19 GB/s      24 GiB  19 GB/s: logical devices share one memory
 ============  ===========  ===========  ======  ===========================================
 
+The node each GPU comes in, by its alias:
+
+============  ==========  ====  ===================================
+preset        alias       GPUs  network (the node's NICs together)
+============  ==========  ====  ===================================
+v100-32gb     dgx-2       16    8 × 100 Gb/s InfiniBand: 100 GB/s
+a100-80gb     dgx-a100    8     8 × 200 Gb/s InfiniBand: 200 GB/s
+h100-80gb     dgx-h100    8     8 × 400 Gb/s InfiniBand: 400 GB/s
+cpu-2core                 2     MPI between ranks in one memory
+============  ==========  ====  ===================================
+
+The gradient allreduce across nodes uses the network (:mod:`pardnn.emulation.allreduce`). Its latency per
+ring step (``network_latency_us``, 10 µs) and that of a ring step inside the node
+(``step_latency_us``, 5 µs) are model parameters; for ``cpu-2core`` both and its network are fitted to
+Horovod's allreduce between MPI ranks of the test machine (``python -m benchmarks.allreduce_model``).
+
 ``cpu-2core`` is this project's test machine (2 cores of an AMD EPYC, 24 GiB), for comparing
 estimates with profiles where no GPU is: TensorFlow 2.15's FP32 matmul rate and elementwise
 bandwidth on one logical CPU device, measured by ``python -m benchmarks.estimate_vs_profile
@@ -42,6 +58,10 @@ from pardnn.errors import InvalidMachineError
 __all__ = ["PRESETS", "DevicePreset", "machine_for", "preset"]
 
 _GIB = 2**30
+# MPI between ranks of the test machine (shared memory): fitted by `python -m benchmarks.allreduce_model`
+# to Horovod's allreduce under mpirun -np 2 and 4 (benchmarks/RESULTS.md, section allreduce-model).
+CPU_NETWORK_BPS = 5e9
+CPU_STEP_LATENCY_US = 10.0
 
 
 @dataclass(frozen=True)
@@ -56,6 +76,10 @@ class DevicePreset:
     link_bandwidth_Bps: float
     latency_us: float = 25.0
     launch_us: float = 5.0
+    gpus_per_node: int = 8
+    network_Bps: float = 100e9
+    network_latency_us: float = 10.0
+    step_latency_us: float = 5.0
 
     def kernel_us(self, flops: npt.ArrayLike, moved_bytes: npt.ArrayLike) -> Any:
         """Roofline time of kernels in µs: ``max(flops / peak, bytes / bandwidth) × 1e6 + launch``.
@@ -71,19 +95,26 @@ class DevicePreset:
 PRESETS: dict[str, DevicePreset] = {
     p.name: p
     for p in (
-        DevicePreset("v100-32gb", "Tesla V100-SXM3-32GB, NVSwitch (DGX-2)", 15.7e12, 900e9, 32 * _GIB, 150e9),
-        DevicePreset("a100-80gb", "A100-SXM4-80GB, NVLink3 (DGX A100)", 19.5e12, 2039e9, 80 * _GIB, 300e9),
-        DevicePreset("h100-80gb", "H100-SXM5-80GB, NVLink4 (DGX H100)", 67e12, 3350e9, 80 * _GIB, 450e9),
+        DevicePreset("v100-32gb", "Tesla V100-SXM3-32GB, NVSwitch (DGX-2)", 15.7e12, 900e9, 32 * _GIB, 150e9,
+                     gpus_per_node=16, network_Bps=100e9),
+        DevicePreset("a100-80gb", "A100-SXM4-80GB, NVLink3 (DGX A100)", 19.5e12, 2039e9, 80 * _GIB, 300e9,
+                     gpus_per_node=8, network_Bps=200e9),
+        DevicePreset("h100-80gb", "H100-SXM5-80GB, NVLink4 (DGX H100)", 67e12, 3350e9, 80 * _GIB, 450e9,
+                     gpus_per_node=8, network_Bps=400e9),
         DevicePreset("cpu-2core", "2 cores of an AMD EPYC, TensorFlow CPU kernels (this project's test machine)",
-                     1.4e11, 19e9, 24 * _GIB, 19e9, latency_us=5.0, launch_us=1.0),
+                     1.4e11, 19e9, 24 * _GIB, 19e9, latency_us=5.0, launch_us=1.0, gpus_per_node=2,
+                     network_Bps=CPU_NETWORK_BPS, network_latency_us=CPU_STEP_LATENCY_US,
+                     step_latency_us=CPU_STEP_LATENCY_US),
     )
 }
 
-_ALIASES = {"v100": "v100-32gb", "a100": "a100-80gb", "h100": "h100-80gb"}
+_ALIASES = {"v100": "v100-32gb", "a100": "a100-80gb", "h100": "h100-80gb",
+            "dgx-2": "v100-32gb", "dgx-a100": "a100-80gb", "dgx-h100": "h100-80gb"}
 
 
 def preset(name: str | DevicePreset) -> DevicePreset:
-    """The preset called ``name`` (case-insensitive; ``v100``, ``a100``, ``h100`` are aliases)."""
+    """The preset called ``name`` (case-insensitive; ``v100``, ``a100``, ``h100`` are aliases, and
+    ``dgx-2``, ``dgx-a100``, ``dgx-h100`` name the node's GPU)."""
     if isinstance(name, DevicePreset):
         return name
     key = _ALIASES.get(name.lower(), name.lower())

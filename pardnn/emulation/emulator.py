@@ -95,9 +95,12 @@ def heap_pop(time: np.ndarray, key: np.ndarray, item: np.ndarray, base: int, siz
 
 @njit(cache=True, nogil=True)
 def emulate_sweep(n: int, devices: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_comm: np.ndarray,
-             pred_ptr: np.ndarray, placement: np.ndarray, comp: np.ndarray, topo_rank: np.ndarray,
-             priority: np.ndarray, chain_next: np.ndarray):
+                  pred_ptr: np.ndarray, placement: np.ndarray, comp: np.ndarray, topo_rank: np.ndarray,
+                  priority: np.ndarray, chain_next: np.ndarray, release: np.ndarray):
     """The compiled sweep of :class:`Emulator` (arguments in :class:`~pardnn.costs.graph.CostGraph`'s CSR form).
+
+    ``release`` (empty: none): the earliest time each op may start, whatever its inputs (a variable's
+    update waits for its gradient's allreduce, :mod:`pardnn.emulation.allreduce`).
 
     Returns ``(start, finish, makespan, edge_arrival, sequence)``.
     """
@@ -110,11 +113,11 @@ def emulate_sweep(n: int, devices: int, succ_ptr: np.ndarray, succ: np.ndarray, 
     started = 0
     start = np.zeros(n)
     finish = np.zeros(n)
-    ready = np.zeros(n)
+    ready = release.copy() if release.size > 0 else np.zeros(n)
     arrival = np.zeros(succ.size)
     indegree = _indegrees(n, pred_ptr, chain_next)
     qbase, qsize, qtime, qkey, qitem = _device_queues(n, devices, placement)
-    etime, ekey, eitem, esize = _event_heap(n, devices, indegree)
+    etime, ekey, eitem, esize = _event_heap(n, devices, indegree, ready)
     busy = np.zeros(devices, np.bool_)
     # The devices that went idle or got a ready op in this instant: the only ones that may start an op
     # (a scan of every device at each of the 1.2M instants of a 1M-op step took a sixth of the sweep).
@@ -171,8 +174,10 @@ def emulate_sweep(n: int, devices: int, succ_ptr: np.ndarray, succ: np.ndarray, 
 
 
 @njit(cache=True, nogil=True)
-def _event_heap(n: int, devices: int, indegree: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """The emulator's event heap ``(time, key, item)`` and its size, holding the ops without inputs, ready at 0.
+def _event_heap(n: int, devices: int, indegree: np.ndarray,
+                ready: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The emulator's event heap ``(time, key, item)`` and its size, holding the ops without inputs, each
+    ready at its release time (0 without one).
 
     Key 0: an op finishes; key 1: an op becomes ready (its inputs have arrived). An op is pushed
     ready once and finishing while it runs, one at a time per device: n + devices entries.
@@ -181,7 +186,7 @@ def _event_heap(n: int, devices: int, indegree: np.ndarray) -> tuple[np.ndarray,
     esize = 0
     for v in range(n):
         if indegree[v] == 0:
-            heap_push(etime, ekey, eitem, 0, esize, 0.0, 1, v)
+            heap_push(etime, ekey, eitem, 0, esize, ready[v], 1, v)
             esize += 1
     return etime, ekey, eitem, esize
 
@@ -251,7 +256,8 @@ UPWARD_RANK = "upward_rank"
 RunOrder = None | str | np.ndarray
 
 
-def emulate(graph: CostGraph, machine: Machine, placement: np.ndarray, order: RunOrder = None) -> Schedule:
+def emulate(graph: CostGraph, machine: Machine, placement: np.ndarray, order: RunOrder = None,
+            release: np.ndarray | None = None) -> Schedule:
     """Emulate one training step of ``graph`` placed by ``placement`` on ``machine``.
 
     Parameters
@@ -264,6 +270,9 @@ def emulate(graph: CostGraph, machine: Machine, placement: np.ndarray, order: Ru
         How each device picks its next op (:data:`RunOrder`): ``None`` in order of readiness,
         :data:`UPWARD_RANK`, or each op's position in its device's sequence, enforced (validated by
         :func:`pardnn.emulation.checks.check_order`).
+    release:
+        Each op's earliest start in µs (``None``: as soon as its inputs arrive); the allreduce model
+        (:mod:`pardnn.emulation.allreduce`) holds each variable's update until its gradient is averaged.
 
     Returns
     -------
@@ -273,7 +282,11 @@ def emulate(graph: CostGraph, machine: Machine, placement: np.ndarray, order: Ru
     place = check_placement(graph, machine, placement)
     if isinstance(order, np.ndarray) or (order is not None and not isinstance(order, str)):
         order = check_order(graph, place, order)
-    return Emulator(graph, machine, order=order)(place)
+    if release is not None:
+        release = np.asarray(release, dtype=np.float64)
+        if release.shape != (graph.n,) or not np.all(np.isfinite(release)) or (release < 0).any():
+            raise ValueError(f"release: expected {graph.n} finite times >= 0 (one per op of {graph.name!r})")
+    return Emulator(graph, machine, order=order)(place, release)
 
 
 class Emulator:
@@ -300,7 +313,8 @@ class Emulator:
         if self._positions is not None and self._positions.shape != (graph.n,):
             raise ValueError(f"order has {self._positions.size} positions for the {graph.n} ops of {graph.name!r}")
 
-    def __call__(self, placement: np.ndarray) -> Schedule:
+    def __call__(self, placement: np.ndarray, release: np.ndarray | None = None) -> Schedule:
+        """Emulate ``placement``; ``release``: each op's earliest start (µs), or ``None``."""
         graph = self._graph
         priority = _READINESS
         if self._ranked:
@@ -309,13 +323,15 @@ class Emulator:
         chain = _NO_CHAIN if self._positions is None else chain_next(placement, self._positions)
         start, finish, makespan, arrival, sequence = emulate_sweep(
             graph.n, self._devices, graph.succ_ptr, graph.succ, self._edge_comm, graph.pred_ptr, placement,
-            graph.comp_us, graph.topo_rank, priority, chain)
+            graph.comp_us, graph.topo_rank, priority, chain,
+            _NO_RELEASE if release is None else np.ascontiguousarray(release, dtype=np.float64))
         for array in (start, finish, arrival, sequence):
             array.flags.writeable = False
         return Schedule(start, finish, float(makespan), arrival, sequence)
 
 
 _NO_CHAIN = np.zeros(0, np.int64)
+_NO_RELEASE = np.zeros(0)  # no release times: every op may start once its inputs have arrived
 _READINESS = np.zeros(0)  # no priority: each device's queue in order of readiness
 
 

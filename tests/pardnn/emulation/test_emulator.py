@@ -69,7 +69,7 @@ def test_a_priority_replaces_the_order_of_readiness_in_the_sweep():
     machine = Machine(2, **SLOW_LINK)
     start = emulate_sweep(g.n, 2, g.succ_ptr, g.succ, machine.edge_comm_us(g.succ_bytes), g.pred_ptr,
                           np.array([0, 0, 0, 1, 0]), g.comp_us, g.topo_rank, np.array([0, 1, 5, 0, 2.0]),
-                          np.zeros(0, np.int64))[0]
+                          np.zeros(0, np.int64), np.zeros(0))[0]
     assert start.tolist() == [0, 1, 12, 2, 11]
     with pytest.raises(ValueError, match="order has 2 positions for the 5 ops"):
         Emulator(g, Machine(2), order=np.zeros(2, np.int64))
@@ -199,3 +199,17 @@ def test_the_sweep_is_the_executor_written_plainly(g, k, ranked, seed):
     assert s.edge_arrival_us.tolist() == arrival and s.sequence.tolist() == sequence
     assert s.makespan_us == max(finish, default=0.0)
     reached(listed, "devices started at one instant, or an idle device woken")
+
+
+def test_a_release_time_holds_an_op_and_frees_its_device_meanwhile() -> None:
+    """a (1 µs) feeds b (2 µs) and c (3 µs) on one device; b is released at 10 µs. FIFO would run b at 1;
+    held, c runs 1-4 and b 10-12."""
+    g = CostGraph(["a", "b", "c"], [1, 2, 3], [0] * 3, [0, 0], [1, 2])
+    free = emulate(g, Machine(1), np.zeros(3, np.int64))
+    assert free.start_us.tolist() == [0, 1, 3] and free.makespan_us == 6
+    held = emulate(g, Machine(1), np.zeros(3, np.int64), release=np.array([0, 10.0, 0]))
+    assert held.start_us.tolist() == [0, 10, 1] and held.makespan_us == 12
+    source_held = emulate(g, Machine(1), np.zeros(3, np.int64), release=np.array([5.0, 0, 0]))
+    assert source_held.start_us.tolist() == [5, 6, 8]  # an op without inputs waits for its release too
+    with pytest.raises(ValueError, match="release: expected 3 finite times >= 0"):
+        emulate(g, Machine(1), np.zeros(3, np.int64), release=np.array([0, -1.0, 0]))
