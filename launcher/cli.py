@@ -151,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
     variants.add_argument("--compare", metavar="A,B,...",
                           help=f"train each in turn in this allocation and print one table: placers, {DATA}, "
                                f"{RECOMPUTE} (one rank per device when data is listed)")
+    variants.add_argument("--replica-devices", metavar="K", default=None,
+                          help="devices per model-parallel replica: each node runs devices_per_node / K ranks, each "
+                               "placing its replica across its own K devices (the node's batch split over them), "
+                               "all averaging gradients; default: all the node's devices, one replica per node")
     variants.add_argument("--allreduce", choices=ALLREDUCE_CHOICES,
                           help="how ranks average gradients: horovod (hvd.allreduce per gradient on its variable's "
                                "device, overlapping the backward pass), mpi4py (one fused host-side MPI_Allreduce per "

@@ -130,7 +130,7 @@ def run(job: Any, *, build: BuildFn | None = None, **overrides: Any) -> dict[str
         [variant] = variants_of(settings)
         where.state, handler = open_run(job, settings, world, variant)
         with StopGuard(where.state.stop, exit_now=where.state.exit_now) as guard:
-            start_allreduce(runner, world, settings.allreduce)
+            start_allreduce(runner, world, settings.allreduce, leader_group=False)  # every rank trains
             return run_variant(where.state, runner, guard)
     except BaseException as error:
         end(error, where.topology, where.state)

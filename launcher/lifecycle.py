@@ -93,10 +93,13 @@ def open_run(job: Any, settings: Settings, topology: Topology, variant: Variant,
     return state, handler
 
 
-def start_allreduce(runner: SharedByVariants, topology: Topology, choice: str = "auto") -> None:
+def start_allreduce(runner: SharedByVariants, topology: Topology, choice: str = "auto", *,
+                    leader_group: bool = True) -> None:
     """Choose and start the allreduce backend when several ranks run (collective;
-    :mod:`launcher.training.dataparallel`); with several ranks per node and several nodes, the node leaders
-    get a group of their own (their model-parallel runs). The log names the backend."""
+    :mod:`launcher.training.dataparallel`). With ``leader_group``, several ranks per node and several nodes,
+    the node leaders get a group of their own (a comparison's model-parallel runs, where only they
+    train); a run whose every rank trains a replica (``--replica-devices``) needs none. The log names
+    the backend."""
     name = raise_everywhere(topology, "choosing the allreduce", lambda: pick_backend(choice, topology.size))
     if name is None:
         return
@@ -105,7 +108,7 @@ def start_allreduce(runner: SharedByVariants, topology: Topology, choice: str = 
                     "install the same stack on every node (Horovod on all of them or on none), or pass "
                     "--allreduce mpi4py")
     backend = HorovodBackend() if name == "horovod" else Mpi4pyBackend()
-    leaders = topology.leader_ranks() if 1 < len(topology.leader_ranks()) < topology.size else None
+    leaders = topology.leader_ranks() if leader_group and 1 < len(topology.leader_ranks()) < topology.size else None
     runner.leaders_set = raise_everywhere(topology, f"starting {name}", lambda: backend.start(topology, leaders))
     runner.allreduce = backend
     if topology.is_root:

@@ -26,8 +26,8 @@ from pardnn.costs.machine import parse_bytes
 from pardnn.settings import RUN as SHARED_RUN
 from pardnn.settings import Param
 
-__all__ = ["ALLREDUCE_CHOICES", "DEFAULTS", "OVERRIDABLE", "SCHEMA", "Settings", "check_auto", "parse_window",
-           "resolve"]
+__all__ = ["ALLREDUCE_CHOICES", "DEFAULTS", "OVERRIDABLE", "SCHEMA", "Settings", "check_auto", "check_replicas",
+           "parse_window", "resolve"]
 
 # Settings a job file has (the Job field of the same name), checked by the job schema's Param.
 SCHEMA: dict[str, Param] = {"batch_size": TRAIN["batch_size"], "micro_batches": TRAIN["micro_batches"], **SHARED_RUN,
@@ -43,6 +43,8 @@ LAUNCHER_DEFAULTS.update({"checkpoint_every": 0, "checkpoint_dir": None, "resume
 LAUNCHER_DEFAULTS.update({"parallelism": "model", "recompute": False, "compare": None})
 # How gradients are averaged across ranks (launcher.training.dataparallel): auto, horovod or mpi4py.
 LAUNCHER_DEFAULTS.update({"allreduce": "auto"})
+# Devices per model-parallel replica (None: all of the node's, one replica per node); see check_replicas.
+LAUNCHER_DEFAULTS.update({"replica_devices": None})
 # Used when neither the command line nor the job sets a value (the job file's own defaults,
 # applied by jobs.load_job, count as the job's). batch_size has none: the job or --batch-size gives it.
 DEFAULTS: dict[str, Any] = {**{name: None if param.required else param.default for name, param in SCHEMA.items()},
@@ -83,8 +85,14 @@ class Settings:
     recompute: bool = False
     compare: tuple[str, ...] = ()
     allreduce: str = "auto"
+    replica_devices: int | None = None  # k: each node runs devices_per_node / k replicas of k devices each
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     gpus: str | None = None  # "8 × NVIDIA A100-SXM4-80GB" when GPUs were detected (launcher.cluster.gpus)
+
+    @property
+    def replicas_per_node(self) -> int:
+        """Model-parallel replicas on each node: ``devices_per_node / replica_devices`` (1 by default)."""
+        return 1 if self.replica_devices is None else self.devices_per_node // self.replica_devices
 
     @property
     def memory_bytes(self) -> int | None:
@@ -163,11 +171,50 @@ def resolve(job: Any, overrides: dict[str, Any] | None = None) -> Settings:
         raise LaunchError(f"allreduce ({sources['allreduce']}): {values['allreduce']!r}: expected one of "
                           f"{', '.join(ALLREDUCE_CHOICES)}")
     settings = Settings(**checked, out=Path(values["out"]), progress=bool(values["progress"]), sources=sources,
-                        allreduce=values["allreduce"],
+                        allreduce=values["allreduce"], replica_devices=_replica_devices(values["replica_devices"]),
                         **_checkpoint_settings(values), **variant_settings(values, sources))
     check_auto(settings)  # --micro-batches auto: one placer's model-parallel run only
     # The GPUs there set what the user left unpinned (devices_per_node, device_preset, memory).
-    return adapt(settings, job, detect_gpus())
+    settings = adapt(settings, job, detect_gpus())
+    check_replicas(settings)
+    return settings
+
+
+def _replica_devices(value: Any) -> int | None:
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = 0
+    if isinstance(value, bool) or number < 1 or (not isinstance(value, str) and number != value):
+        raise LaunchError(f"--replica-devices {value!r}: expected a whole number >= 1 (devices per replica)")
+    return number
+
+
+def check_replicas(settings: Settings) -> None:
+    """``--replica-devices k``: k divides the node's devices, the node's batch splits into its replicas
+    (and each replica's share into its micro-batches), and the run is one placer's model parallelism."""
+    k, devices = settings.replica_devices, settings.devices_per_node
+    if k is None:
+        return
+    if settings.parallelism == "data" or settings.compare:
+        raise LaunchError("--replica-devices places replicas of k devices each for one placer; it does not combine "
+                          "with --parallelism data (k = 1 of a data-parallel run) or --compare")
+    if k > devices or devices % k:
+        dividers = [d for d in range(1, devices + 1) if devices % d == 0]
+        raise LaunchError(f"--replica-devices {k} does not divide the node's {devices} devices "
+                          f"({settings.sources.get('devices_per_node', DEFAULT)} devices_per_node); "
+                          f"choose one of {', '.join(map(str, dividers))}")
+    replicas, batch = devices // k, settings.batch_size
+    if batch % replicas:
+        raise LaunchError(f"batch_size {batch} per node does not split over its {replicas} replicas of {k} devices "
+                          f"(--replica-devices {k}); pass a batch size divisible by {replicas}")
+    micro = settings.micro_batches
+    if isinstance(micro, int) and (batch // replicas) % micro:
+        raise LaunchError(f"each replica's {batch // replicas} samples (batch_size {batch} over {replicas} replicas) "
+                          f"do not split into --micro-batches {micro}; pass a batch size divisible by "
+                          f"{replicas * micro}")
 
 
 def _checkpoint_settings(values: dict[str, Any]) -> dict[str, Any]:

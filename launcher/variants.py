@@ -125,17 +125,21 @@ def variants_of(settings: Any) -> tuple[Variant, ...]:
 
 
 def ranks_per_node(settings: Any) -> int:
-    """1, or K (one rank per device) when a variant of the run is data parallel."""
-    return settings.devices_per_node if any(v.placer is None for v in variants_of(settings)) else 1
+    """K (one rank per device) when a variant of the run is data parallel; else one per model-parallel
+    replica: K / ``replica_devices`` (1 by default, one replica across all the node's devices)."""
+    if any(v.placer is None for v in variants_of(settings)):
+        return settings.devices_per_node
+    return settings.replicas_per_node
 
 
 def replica_batch(settings: Any, variant: Variant, devices: int) -> int:
-    """Samples per step of one replica: the node's batch for model parallelism; for data parallelism
-    the node's batch split over its ``devices`` (the same global batch), or ``--batch-size`` as given
-    on the command line of a standalone data-parallel run."""
+    """Samples per step of one replica: for model parallelism the node's batch split over its replicas
+    (``--replica-devices``; all of it by default); for data parallelism the node's batch split over its
+    ``devices`` (the same global batch), or ``--batch-size`` as given on the command line of a
+    standalone data-parallel run."""
     batch = int(settings.batch_size)
     if variant.placer is not None:
-        return batch
+        return batch // settings.replicas_per_node  # divisible: launcher.settings.check_replicas
     source = settings.sources.get("batch_size", JOB_FILE)
     if not settings.compare and source == COMMAND_LINE:
         return batch

@@ -41,7 +41,7 @@ from launcher.run.state import RunState
 from launcher.runner import SharedByVariants
 from launcher.training.dataparallel import local_costs
 from launcher.training.loop import train
-from launcher.variants import check_fits, place
+from launcher.variants import check_fits, place, replica_batch
 from pardnn.errors import InfeasibleError, PardnnError
 
 __all__ = ["PLACEMENT_FILE", "Costed", "run_model"]
@@ -70,7 +70,7 @@ def _build(state: RunState, runner: SharedByVariants, micro: int) -> tuple[Any, 
     backend, among = runner.allreduce if state.topology.size > 1 else None, runner.leaders_set
     hook = backend.averager(among) if backend is not None else None
     # micro_batches is passed only when > 1, so builders without micro-batches still serve
-    trained = runner.build(state.job, batch_size=state.settings.batch_size, gradient_hook=hook,
+    trained = runner.build(state.job, batch_size=state.replica_batch, gradient_hook=hook,
                            **({} if micro == 1 else {"micro_batches": micro}))
     broadcast = backend.broadcast(trained.graph, trained.variables, among) if backend is not None else None
     return trained, hook, broadcast
@@ -104,7 +104,7 @@ def _costed(state: RunState, runner: SharedByVariants, devices: Any, guard: Stop
             cost = cost_graph(trained, settings.costs, device_preset=settings.device_preset,
                               profile_steps=settings.profile_steps, memory_bytes=settings.memory_bytes,
                               name=str(state.job.name), devices=devices.count, kind=devices.kind,
-                              unknown_dim=settings.batch_size)
+                              unknown_dim=state.replica_batch)
             cost = average_costs(topology, local_costs(cost))
         guard.check()
         machine = raise_everywhere(topology, "describing the machine", lambda: node_machine(settings, devices))
@@ -187,7 +187,7 @@ def _auto_micro_batches(state: RunState, runner: SharedByVariants, devices: Any,
         kept.update(latest)
 
     try:
-        trials, chosen, why = search(state.settings.batch_size, measure, keep=keep)
+        trials, chosen, why = search(state.replica_batch, measure, keep=keep)
     except NoMicroBatchFits as error:
         state.micro_batches = error.report
         end_untrained(state, error)
@@ -209,10 +209,15 @@ def run_model(state: RunState, runner: SharedByVariants, guard: StopGuard) -> di
         import pardnn.tf as ptf
         from launcher.training.devices import node_devices
         from pardnn.warmup import warm_up
-    devices = node_devices(settings.devices_per_node, topology.node)
+    k = settings.replica_devices
+    first = None if k is None else topology.local_rank * k  # this rank's replica's devices
+    devices = node_devices(k or settings.devices_per_node, topology.node, first)
     state.devices = {"kind": devices.kind, "count": devices.count, "names": list(devices.names)}
-    logger.info("%d node(s) × %d %s device(s); job %s, batch %d per node; placer %s", topology.size, devices.count,
-                devices.kind, getattr(state.job, "name", "?"), settings.batch_size, state.variant.label)
+    state.batch_size = replica_batch(settings, state.variant, devices.count)
+    replicas = "" if k is None else f", {settings.replicas_per_node} replicas of {k} per node"
+    logger.info("%d node(s) × %d %s device(s)%s; job %s, batch %d per replica; placer %s", topology.node_count,
+                devices.count, devices.kind, replicas, getattr(state.job, "name", "?"), state.replica_batch,
+                state.variant.label)
     locate(state)  # --resume: one checkpoint for every rank
     saved = raise_everywhere(topology, "reading the checkpoint", lambda: saved_placement(state))
     if saved is not None:

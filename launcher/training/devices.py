@@ -60,14 +60,32 @@ class NodeDevices:
                     pass
 
 
-def node_devices(count: int, node: str) -> NodeDevices:
-    """The node's first ``count`` GPUs, or ``count`` logical CPU devices when it has no GPU."""
+def node_devices(count: int, node: str, first: int | None = None) -> NodeDevices:
+    """The node's first ``count`` GPUs, or ``count`` logical CPU devices when it has no GPU.
+
+    ``first`` (``--replica-devices``: several replicas share the node): GPUs ``first`` .. ``first + count
+    - 1``, this rank's own, made the process's only visible GPUs (``/device:GPU:0`` .. ``count - 1``), so
+    that no rank allocates memory on another's.
+    """
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
         return NodeDevices("cpu", tuple(device_names(count, "cpu")))
-    if count > len(gpus):
-        raise LaunchError(f"devices_per_node = {count}, but node {node} has {len(gpus)} GPUs; "
-                          f"pass --devices-per-node {len(gpus)} or fewer")
+    exclusive = first is not None
+    first = first or 0
+    if first + count > len(gpus):
+        if not exclusive:
+            raise LaunchError(f"devices_per_node = {count}, but node {node} has {len(gpus)} GPUs; "
+                              f"pass --devices-per-node {len(gpus)} or fewer")
+        raise LaunchError(f"a replica of node {node} would drive GPUs {first}..{first + count - 1}, but the node has "
+                          f"{len(gpus)}: more ranks than replicas fit; launch devices_per_node / --replica-devices "
+                          "tasks per node")
+    if exclusive:
+        try:
+            tf.config.set_visible_devices(gpus[first:first + count], "GPU")
+        except RuntimeError:  # set up already: only a process's first setting counts
+            if first > 0:
+                raise LaunchError(f"node {node}: TensorFlow set up its GPUs before this replica chose GPUs "
+                                  f"{first}..{first + count - 1}") from None
     return NodeDevices("gpu", tuple(device_names(count, "gpu")))
 
 
