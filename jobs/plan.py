@@ -1,0 +1,194 @@
+"""`pardnn plan`: how a job should use each node's GPUs, offline: replicas of k devices × M micro-batches.
+
+For each k dividing the node's G GPUs and each M dividing the replica's batch, the job's replica is
+built in TensorFlow at its real batch (the node's batch B over G/k replicas) and M, costed with the
+device preset (:func:`pardnn.tf.estimate.estimate`), placed by ParDNN on k devices and emulated with
+the gradient allreduce across the cluster's N·G/k replicas (:func:`pardnn.batch.plan.search_plans`).
+The table is what ``pardnn-launch --replica-devices k --micro-batches M`` would train, as the
+emulator sees it; nothing runs on a GPU and no cluster is needed.
+
+Building the graphs dominates the search's time (each (batch, M) is built once; the paper's models
+take 4-30 s a build); placing and emulating take the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from jobs.config import Job, load_job
+from jobs.schema import AUTO, micro_batches_arg
+from jobs.tfimport import quiet
+from pardnn.batch.plan import MICRO_BATCHES, PlanSearch, Trial, replica_options, search_plans
+from pardnn.cli.options import EXIT_OK, add_parser, param_type
+from pardnn.costs.machine import format_bytes, parse_bandwidth
+from pardnn.costs.presets import preset
+from pardnn.emulation.allreduce import cluster_for
+from pardnn.errors import MissingDependencyError, PardnnError
+from pardnn.settings import PLACEMENT
+
+__all__ = ["cmd_plan", "format_search", "job_plan", "register_plan"]
+
+
+def job_plan(job: Job | str, *, nodes: int, node: str | None = None, devices_per_node: int | None = None,
+             batch_size: int | None = None, memory: str | int | None = None, reserve: float | None = None,
+             replica_devices: Sequence[int] | None = None, micro_batches: int | str | None = None,
+             network_Bps: float | None = None, on_note: Callable[[str], None] | None = None,
+             on_trial: Callable[[Trial], None] | None = None) -> tuple[PlanSearch, dict[str, Any]]:
+    """The plans of ``job`` on ``nodes`` nodes of preset ``node`` (default the job's ``device_preset``).
+
+    ``devices_per_node`` defaults to the preset's node (16 for ``dgx-2``), ``batch_size`` (per node) to
+    the job's; ``micro_batches`` an M to try alone, or ``"auto"``/``None`` for 1, 2, 4, 8, 16. Returns the
+    search and a description of what was planned for.
+    """
+    from jobs.maxbatch import job_machine  # imports nothing of TensorFlow
+
+    job = job if isinstance(job, Job) else load_job(job)
+    spec = preset(node or job.device_preset)
+    gpus = devices_per_node or spec.gpus_per_node
+    batch = batch_size or job.batch_size
+    micro = (*MICRO_BATCHES,) if micro_batches in (None, AUTO) else (int(micro_batches),)  # type: ignore[arg-type]
+    ks = list(replica_devices or replica_options(gpus))
+    wrong = [k for k in ks if k < 1 or gpus % k]
+    if wrong:
+        raise PardnnError(f"--replica-devices {','.join(map(str, wrong))} does not divide the node's {gpus} devices; "
+                          f"choose among {', '.join(map(str, replica_options(gpus)))}")
+    from jobs.training import build  # TensorFlow, once the input is known to be good
+    from pardnn.tf.estimate import estimate_parts
+
+    memory = memory if memory is not None else job.memory
+    reserve = job.reserve if reserve is None else reserve
+    note = on_note or (lambda message: None)
+    built: dict[tuple[int, int], Any] = {}
+    build_seconds = [0.0]
+
+    def graph_for(replica_batch: int, m: int) -> Any:
+        if (replica_batch, m) not in built:
+            began = time.perf_counter()
+            trained = build(job, batch_size=replica_batch, micro_batches=m)
+            built[replica_batch, m] = estimate_parts(trained.graph, trained.fetches, spec,
+                                                     name=f"{job.name}-b{replica_batch}-m{m}").graph
+            build_seconds[0] += time.perf_counter() - began
+            note(f"built and costed {job.name} at batch {replica_batch}, M = {m}: {built[replica_batch, m].n:,} ops, "
+                 f"{time.perf_counter() - began:.1f} s")
+        return built[replica_batch, m]
+
+    search = search_plans(graph_for, lambda k: job_machine(spec.name, k, memory, reserve),
+                          lambda r: cluster_for(spec, nodes, r, network_Bps=network_Bps), node_devices=gpus,
+                          nodes=nodes, node_batch=batch, replica_devices=ks, micro_batches=micro, on_trial=on_trial)
+    machine = job_machine(spec.name, 1, memory, reserve)
+    described = {"job": job.name, "nodes": nodes, "devices_per_node": gpus, "preset": spec.name,
+                 "memory_per_device": format_bytes(int(machine.memory_bytes[0])) if machine.bounded else None,
+                 "reserve": reserve, "node_batch": batch, "global_batch": nodes * batch,
+                 "network_Bps": network_Bps or spec.network_Bps, "build_seconds": build_seconds[0],
+                 "graphs_built": len(built)}
+    return search, described
+
+
+def format_search(search: PlanSearch, described: dict[str, Any]) -> str:
+    """The table of every plan tried, the chosen one marked ``*``, and why it won."""
+    lines = [f"{described['job']} on {described['nodes']} node(s) of {described['devices_per_node']} x "
+             f"{described['preset']} ({described['network_Bps'] / 1e9:g} GB/s network), batch "
+             f"{described['node_batch']} per node ({described['global_batch']} per step)",
+             f"{'':1}{'k':>3} {'replicas':>8} {'M':>3} {'batch':>6} {'ops':>8} {'compute':>11} {'exposed':>11} "
+             f"{'step':>11} {'samples/s':>10}  status"]
+    for trial in search.trials:
+        mark = "*" if trial is search.chosen else " "
+        if trial.step_us is None:
+            cells = f"{'':>8} {'':>11} {'':>11} {'':>11} {'over' if trial.status != 'skipped' else '':>10}"
+            if trial.ops:
+                cells = f"{trial.ops:>8,} {'':>11} {'':>11} {'':>11} {'over':>10}"
+        else:
+            cells = (f"{trial.ops:>8,} {trial.compute_us / 1e3:>8.2f} ms {trial.exposed_us / 1e3:>8.2f} ms "
+                     f"{trial.step_us / 1e3:>8.2f} ms {trial.samples_per_s:>10.1f}")
+        status = trial.status + (f": {trial.reason}" if trial.reason else "")
+        lines.append(f"{mark}{trial.plan.replica_devices:>3} {trial.plan.replicas_per_node:>8} "
+                     f"{trial.plan.micro_batches:>3} {trial.replica_batch:>6} {cells}  {status}")
+    lines.append(f"chosen: {search.why}")
+    lines.append(f"search: {search.seconds:.1f} s, of which building and costing {described['graphs_built']} graphs "
+                 f"{described['build_seconds']:.1f} s")
+    return "\n".join(lines)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    quiet()  # no TensorFlow INFO lines on the console
+    job = load_job(args.job)  # a bad job file fails here, before TensorFlow loads
+
+    def on_trial(trial: Trial) -> None:
+        if not args.quiet:
+            what = trial.status if trial.samples_per_s is None else f"{trial.samples_per_s:.1f} samples/s"
+            print(f"pardnn plan: {trial.plan.label}: {what} ({trial.seconds:.1f} s)", file=sys.stderr, flush=True)
+
+    try:
+        search, described = _plan(args, job, on_trial)
+    except ImportError as exc:
+        raise MissingDependencyError(f"pardnn plan needs TensorFlow ({exc}): pip install -e '.[tf]'") from None
+    if args.json:
+        print(json.dumps({**described, **search.to_dict()}, indent=2))
+    else:
+        print(format_search(search, described))
+    return EXIT_OK
+
+
+def _plan(args: argparse.Namespace, job: Job, on_trial: Callable[[Trial], None]) -> tuple[PlanSearch, dict[str, Any]]:
+    return job_plan(
+        job, nodes=args.nodes, node=args.node, devices_per_node=args.devices_per_node, batch_size=args.batch_size,
+        memory=args.memory, reserve=args.reserve, replica_devices=args.replica_devices,
+        micro_batches=args.micro_batches,
+        network_Bps=None if args.network is None else parse_bandwidth(args.network, "--network"),
+        on_note=None if args.quiet else (lambda message: print(f"pardnn plan: {message}", file=sys.stderr, flush=True)),
+        on_trial=on_trial)
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected whole numbers >= 1, comma-separated (e.g. 1,2,4)")
+    return values
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
+    return value
+
+
+def register_plan(sub: Any) -> None:
+    """Add ``pardnn plan`` to the ``pardnn`` sub-parsers ``sub``."""
+    plan = add_parser(
+        sub, "plan", help="how a job should use each node's GPUs: replicas of k devices x M micro-batches",
+        description="For each k dividing the node's GPUs G and each M dividing the replica's batch, build the job's "
+                    "replica at its batch (the node's over G/k replicas) and M, cost it with the preset, place it "
+                    "with ParDNN on k devices and emulate its step with the gradient allreduce across every replica "
+                    "of the cluster; print every plan's samples/s and the one chosen (the fastest that fits, a tie "
+                    "to more replicas, then fewer micro-batches). Offline: no GPU, no cluster. Needs TensorFlow.")
+    plan.add_argument("job", help="job file or preset name (e.g. jobs/word-rnn.toml, word-rnn)")
+    plan.add_argument("--nodes", type=_positive, required=True, help="nodes of the cluster")
+    plan.add_argument("--node", "--preset", dest="node", default=None, metavar="PRESET",
+                      help="the node: dgx-2, dgx-a100, dgx-h100 or a device preset (default: the job's device_preset)")
+    plan.add_argument("--devices-per-node", type=_positive, default=None, metavar="G",
+                      help="GPUs per node (default: the preset's node, e.g. 16 for dgx-2)")
+    plan.add_argument("--batch-size", type=_positive, default=None, help="batch per node (default: the job's)")
+    plan.add_argument("--replica-devices", type=_counts, default=None, metavar="K,K",
+                      help="the k to try (default: every divisor of G)")
+    plan.add_argument("--micro-batches", type=micro_batches_arg, default=None, metavar="M|auto",
+                      help="one M to try, or auto (default): 1, 2, 4, 8, 16")
+    plan.add_argument("--memory", default=None, help="memory per device (default: the job's, else the preset's)")
+    plan.add_argument("--reserve", type=param_type("reserve"), default=None,
+                      help=f"memory kept free: {PLACEMENT['reserve'].expected()} (default: the job's)")
+    plan.add_argument("--network", default=None, metavar="RATE",
+                      help="the node's network, its NICs together (default: the preset's)")
+    plan.add_argument("--json", action="store_true", help="print JSON")
+    plan.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    plan.set_defaults(func=cmd_plan)

@@ -1,0 +1,106 @@
+"""Choosing replicas × devices × micro-batches (pardnn.batch.plan): the search, the tie rule, the reasons."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pardnn import CostGraph, Kind, Machine
+from pardnn.batch.plan import Plan, replica_options, search_plans
+from pardnn.emulation.allreduce import Cluster
+
+MB = 1_000_000
+
+
+def layers(batch: int, micro: int, width: int = 4, tail_us: float = 1.0) -> CostGraph:
+    """``width`` independent layers: each a forward op (10 µs per sample), its gradient (1 MB) and its update;
+    with M micro-batches each op's time is per micro-batch, M times over (a chain of M copies). The
+    gradient and the update take ``tail_us`` each."""
+    names, comp, out, src, dst, kind = [], [], [], [], [], []
+    for layer in range(width):
+        previous = None
+        for m in range(micro):
+            names.append(f"l{layer}/fwd{m}")
+            comp.append(10.0 * batch / micro)
+            out.append(1000)
+            kind.append(Kind.NORMAL)
+            if previous is not None:
+                src.append(previous)
+                dst.append(len(names) - 1)
+            previous = len(names) - 1
+        names += [f"l{layer}/grad", f"l{layer}/update"]
+        comp += [tail_us, tail_us]
+        out += [MB, 0]
+        kind += [Kind.NORMAL, Kind.REFERENCE]
+        src += [previous, len(names) - 2]
+        dst += [len(names) - 2, len(names) - 1]
+    return CostGraph(names, comp, out, src, dst, kind=kind)
+
+
+def test_replica_options_are_the_divisors_most_replicas_first() -> None:
+    assert replica_options(16) == [1, 2, 4, 8, 16] and replica_options(6) == [1, 2, 3, 6]
+    assert Plan(4, 2, 16).replicas_per_node == 4 and Plan(4, 2, 16).label == "k=4 M=2"
+
+
+def test_the_search_reports_every_plan_and_why_some_are_skipped() -> None:
+    search = search_plans(layers, lambda k: Machine(k), lambda r: Cluster(nodes=2, replicas_per_node=r),
+                          node_devices=4, nodes=2, node_batch=6, micro_batches=(1, 2, 4))
+    by_plan = {(t.plan.replica_devices, t.plan.micro_batches): t for t in search.trials}
+    assert sorted(by_plan) == [(k, m) for k in (1, 2, 4) for m in (1, 2, 4)]
+    assert by_plan[1, 1].reason == "the node's batch 6 does not split over 4 replicas"
+    assert by_plan[2, 2].replica_batch == 3 and by_plan[2, 2].reason == ("the replica's batch 3 does not split into "
+                                                                         "2 micro-batches")
+    assert by_plan[4, 2].status == "fits" and by_plan[4, 2].replica_batch == 6
+    assert search.chosen is not None and search.chosen.fits
+
+
+def test_without_communication_more_replicas_win_the_tie() -> None:
+    """A free network and link, gradients and updates of 0 µs: k = 1 runs its 4 layers at batch 2 one after
+    another (4 × 20 µs), k = 2 two at batch 4 on each device (2 × 40), k = 4 one at batch 8 on each (80): a
+    three-way tie, which goes to the most replicas."""
+    free = lambda r: Cluster(nodes=1, replicas_per_node=r, link_Bps=float("inf"), link_latency_us=0, cycle_us=0)  # noqa: E731
+    search = search_plans(lambda b, m: layers(b, m, tail_us=0.0), lambda k: Machine(k, latency="0us"), free,
+                          node_devices=4, nodes=1, node_batch=8, micro_batches=(1,))
+    assert {t.plan.replica_devices: t.step_us for t in search.trials} == {1: 80.0, 2: 80.0, 4: 80.0}
+    assert search.chosen is not None and search.chosen.plan.replica_devices == 1
+    assert search.why.startswith("k=1 M=1: as fast as") and "simpler" in search.why
+
+
+def test_a_slow_network_makes_one_replica_per_node_win() -> None:
+    """1 MB per layer across 2 nodes at 10 MB/s is 100 ms a gradient: data parallelism (4 replicas per node)
+    averages inside the node too; one replica of 4 devices per node averages across nodes only, and the
+    node's link is fast; both pay the network, so the fewer the buffers the better — the search must
+    simply pick the shortest step, whatever it is."""
+    slow = lambda r: Cluster(nodes=2, replicas_per_node=r, link_Bps=1e9, network_Bps=1e7, cycle_us=0)  # noqa: E731
+    search = search_plans(layers, lambda k: Machine(k), slow, node_devices=4, nodes=2, node_batch=8,
+                          micro_batches=(1,))
+    fitting = [t for t in search.trials if t.fits]
+    assert search.chosen is min(fitting, key=lambda t: (t.step_us, t.plan.replica_devices))
+
+
+def test_nothing_fits_says_so() -> None:
+    search = search_plans(layers, lambda k: Machine(k, memory="1KB", reserve=0),
+                          lambda r: Cluster(nodes=1, replicas_per_node=r), node_devices=2, nodes=1, node_batch=2,
+                          micro_batches=(1,))
+    assert search.chosen is None and search.why == "no plan fits every device's memory"
+    assert {t.status for t in search.trials} <= {"infeasible", "does_not_fit"}
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from([2, 4]), st.integers(1, 3), st.sampled_from([4, 8]), st.sampled_from([1e7, 1e9, 1e11]),
+       st.integers(1, 6))
+def test_the_chosen_plan_is_never_slower_than_data_parallelism_or_one_replica(g: int, nodes: int, batch: int,
+                                                                             network: float, width: int) -> None:
+    cluster = lambda r: Cluster(nodes=nodes, replicas_per_node=r, network_Bps=network, cycle_us=100.0)  # noqa: E731
+    search = search_plans(lambda b, m: layers(b, m, width), lambda k: Machine(k), cluster, node_devices=g,
+                          nodes=nodes, node_batch=batch, micro_batches=(1, 2))
+    assert search.chosen is not None
+    for k in (1, g):
+        for trial in search.trials:
+            if trial.plan.replica_devices == k and trial.fits:
+                assert search.chosen.step_us <= trial.step_us * (1 + 1e-9)
+    assert search.chosen.samples_per_s == pytest.approx(nodes * batch / (search.chosen.step_us * 1e-6))
+    assert np.isfinite(search.seconds)
