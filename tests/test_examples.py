@@ -19,6 +19,8 @@ WITH_EXAMPLES = (
     "pardnn.costs.graph",
     "pardnn.costs.machine",
     "pardnn.emulation.simulate",
+    "pardnn.emulation.allreduce",
+    "pardnn.costs.presets",
     "pardnn.registry",
     "pardnn.io",
     "pardnn.io.placement",
