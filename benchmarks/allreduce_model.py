@@ -9,7 +9,8 @@ sets the model beside it with the ``cpu-2core`` preset's network and ring-step l
 
 The preset's two constants (``pardnn.costs.presets.CPU_NETWORK_BPS``, ``CPU_STEP_LATENCY_US``) are
 fitted here, by least squares on the ``-np 2`` single rows only (time = ring bytes / bandwidth + ring
-steps × latency; an idle loop starts a tensor at once, so no cycle wait); every other row is a
+steps × latency + one cycle: the timed tensors are submitted just after the line-up allreduce,
+whose cycle began an instant before, so they wait for the next, 1 ms later); every other row is a
 prediction. The section prints the fit, so a change of machine shows as a fit that no longer
 matches the preset.
 
@@ -34,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from pardnn.costs.presets import CPU_NETWORK_BPS, CPU_STEP_LATENCY_US
-from pardnn.emulation.allreduce import Cluster, fused_channel
+from pardnn.emulation.allreduce import CYCLE_US, Cluster, fused_channel
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = tuple(4 << (10 + 2 * i) for i in range(9))  # 4 KiB, 16 KiB, ..., 256 MiB (x4)
@@ -106,12 +107,12 @@ def run_ranks(ranks: int, sizes: Sequence[int]) -> list[dict]:
 
 def model_us(row: dict, network_Bps: float, latency_us: float) -> float:
     """The model's time for one measured row: the fused buffers of its tensors, all ready at once, on
-    one rank's channel."""
+    one rank's channel, after the wait for the next cycle (module docstring)."""
     cluster = Cluster(nodes=row["ranks"], replicas_per_node=1, network_Bps=network_Bps,
                       network_latency_us=latency_us, cycle_us=0.0)
     per = row["bytes"] // row["tensors"]
     done, _, _ = fused_channel(np.zeros(row["tensors"]), np.full(row["tensors"], per), cluster)
-    return float(done.max())
+    return float(done.max()) + CYCLE_US
 
 
 def fit(rows: list[dict]) -> tuple[float, float]:
@@ -120,7 +121,7 @@ def fit(rows: list[dict]) -> tuple[float, float]:
     if len(chosen) < 2:
         raise SystemExit("the fit needs the -np 2 single rows: run with --ranks 2 ...")
     ring = np.array([[2 * (r["ranks"] - 1) / r["ranks"] * r["bytes"] / 1e6, 2 * (r["ranks"] - 1)] for r in chosen])
-    measured = np.array([r["seconds"] * 1e6 for r in chosen])
+    measured = np.array([r["seconds"] * 1e6 - CYCLE_US for r in chosen])
     # Relative errors: weight each row by 1 / its time, so that 4 KiB counts as much as 256 MiB.
     weight = 1 / np.maximum(measured, 1.0)
     (inverse_rate, latency), *_ = np.linalg.lstsq(ring * weight[:, None], measured * weight, rcond=None)
@@ -169,7 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"(1), or {FUSED_TENSORS} tensors of the same total in one `Session.run` (fused by Horovod); medians of "
         f"{REPEATS} runs on rank 0 after a warm-up, the ranks lined up by a one-float allreduce before each. "
         "*model*: `pardnn.emulation.allreduce` with the `cpu-2core` preset (network "
-        f"{CPU_NETWORK_BPS / 1e9:g} GB/s, {CPU_STEP_LATENCY_US:g} µs per ring step). Fitted to the 2-rank single "
+        f"{CPU_NETWORK_BPS / 1e9:g} GB/s, {CPU_STEP_LATENCY_US:g} µs per ring step), plus the wait for Horovod's next "
+        "cycle (1 ms). Fitted to the 2-rank single "
         f"rows now: {fitted_bps / 1e9:.2f} GB/s, {fitted_latency:.1f} µs per step (the preset's constants come from "
         "such a fit). Over the rows the fit did not see "
         f"({len(predicted)}), model / measured is {min(predicted):.2f} to {max(predicted):.2f} "

@@ -8,11 +8,12 @@ Horovod does it by default:
 - **One background loop per rank.** Each rank (one replica) hands its gradients to one loop, which
   runs one allreduce at a time: the transfers of a rank's channel run one after another, never in
   parallel for free. The channel is not a device: compute goes on while it works.
-- **Tensor fusion.** The loop runs in cycles that begin at least ``cycle_us`` apart
-  (``HOROVOD_CYCLE_TIME``: 1 ms since Horovod 0.21), and never while a cycle still runs. A cycle takes
-  every gradient ready when it begins, in the order they became ready, packs them into buffers of at
-  most ``fusion_bytes`` (``HOROVOD_FUSION_THRESHOLD``: 128 MiB since Horovod 0.21; a gradient larger
-  than that goes alone) and reduces the buffers one after another, one allreduce each.
+- **Tensor fusion.** The loop runs in cycles, idle or not: a cycle begins ``cycle_us``
+  (``HOROVOD_CYCLE_TIME``: 1 ms since Horovod 0.21) after the last one began, or when the last one
+  ends if that is later. A cycle takes every gradient ready when it begins, in the order they became
+  ready, packs them into buffers of at most ``fusion_bytes`` (``HOROVOD_FUSION_THRESHOLD``: 128 MiB
+  since Horovod 0.21; a gradient larger than that goes alone) and reduces the buffers one after
+  another, one allreduce each. A gradient ready between two cycles waits for the next.
 - **Overlap.** A gradient's allreduce starts once it is ready (its last input has reached the
   variable's device: the launcher runs each allreduce there), so it overlaps the rest of the backward
   pass; the variable's update waits for it (:func:`emulate_with_allreduce` gives each update a release
@@ -36,10 +37,8 @@ A ring of p ranks moves ``2 (p - 1) / p * b`` bytes through each rank in ``2 (p 
   (5 µs and 10 µs for GPUs); for the CPU preset they, and its ``B_net``, are fitted to Horovod's
   allreduce measured on this project's test machine (``python -m benchmarks.allreduce_model``).
 
-Choices where Horovod is not a formula: a gradient that finds the loop idle, its last cycle begun
-``cycle_us`` ago or more, starts at once (measured: 4 KiB take 0.07 ms between two ranks here, not
-the half cycle a fixed clock would add); negotiation among the ranks costs nothing beyond the latency
-terms; every replica is
+Choices where Horovod is not a formula: a cycle begins at the step's start (the loop's phase is
+otherwise unknown); negotiation among the ranks costs nothing beyond the latency terms; every replica is
 the same, so one rank's channel stands for all (they wait for each other only at the same instants).
 With one replica nothing is averaged and the step is the replica's own.
 """
@@ -141,10 +140,10 @@ def gradients(graph: CostGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
 def fused_channel(ready_us: np.ndarray, nbytes: np.ndarray, cluster: Cluster) -> tuple[np.ndarray, int, float]:
     """When each gradient's average is done on one rank's channel: ``(done_us, buffers, busy_us)``.
 
-    ``ready_us[i]``: when gradient ``i`` is ready; ``nbytes[i]``: its size. A cycle begins when a gradient
-    is ready, the channel is free and ``cycle_us`` have passed since the last cycle began; it reduces
-    what is ready then (in order of readiness, ties by index), in buffers of at most ``fusion_bytes``,
-    one after another (module docstring).
+    ``ready_us[i]``: when gradient ``i`` is ready; ``nbytes[i]``: its size. Cycles begin at 0 and then
+    ``cycle_us`` after the last began, or when it ends if later; the first cycle at or after a
+    gradient is ready reduces it with whatever else is ready then (in order of readiness, ties by
+    index), in buffers of at most ``fusion_bytes``, one after another (module docstring).
 
     >>> c = Cluster(nodes=2, network_Bps=1e9, network_latency_us=0, cycle_us=0, fusion_bytes=1000)
     >>> # 1 µs per kB: the first two fill one buffer; the third waits for the channel, then goes alone
@@ -155,11 +154,13 @@ def fused_channel(ready_us: np.ndarray, nbytes: np.ndarray, cluster: Cluster) ->
     size = np.asarray(nbytes, dtype=np.int64)
     order = np.lexsort((np.arange(ready.size), ready))
     done = np.empty(ready.size)
-    free, began, i, buffers, busy = 0.0, -math.inf, 0, 0, 0.0
+    tick, cycle, i, buffers, busy = 0.0, cluster.cycle_us, 0, 0, 0.0  # tick: when the next cycle begins
     while i < order.size:
-        began = max(free, ready[order[i]], began + cluster.cycle_us)  # a new cycle
-        t = began
-        while i < order.size and ready[order[i]] <= began:  # its buffers, one after another
+        wanted = ready[order[i]]
+        if wanted > tick:  # idle cycles pass until one begins at or after the gradient is ready
+            tick += math.ceil((wanted - tick) / cycle - 1e-12) * cycle if cycle > 0 else wanted - tick
+        began = t = tick
+        while i < order.size and ready[order[i]] <= began:  # this cycle's buffers, one after another
             j, total = i, 0
             while j < order.size and ready[order[j]] <= began and (
                     j == i or total + size[order[j]] <= cluster.fusion_bytes):
@@ -169,7 +170,7 @@ def fused_channel(ready_us: np.ndarray, nbytes: np.ndarray, cluster: Cluster) ->
             t += took
             done[order[i:j]] = t
             i, buffers, busy = j, buffers + 1, busy + took
-        free = t
+        tick = max(began + cycle, t)
     return done, buffers, busy
 
 

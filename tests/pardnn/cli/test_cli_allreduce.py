@@ -27,14 +27,14 @@ def two_layers(tmp_path: Path) -> Path:
 
 
 def test_simulate_splits_the_step_by_hand(two_layers: Path, capsys) -> None:
-    """2 nodes of the default preset (10 µs a ring step) at 1 GB/s: 1 MB takes 1000 + 20 µs. g1's average
-    starts when it is ready (100), done 1120; g2's is ready at 200, but the channel is busy until 1120,
-    done 2140 (its cycle began 1120, more than 1 ms after the first); u2 ends 2141. Alone: 202 µs."""
+    """2 nodes of the default preset (10 µs a ring step) at 1 GB/s: b bytes take b / 1000 + 20 µs; Horovod's
+    cycles begin every 1 ms from 0. g1 (ready at 100) and g2 (at 200) both wait for the cycle of 1000, which
+    fuses them: 2 MB, 2020 µs, done 3020; u1 and u2 run 3020-3022. Alone: 202 µs."""
     assert main(["simulate", str(two_layers / "g.json"), str(two_layers / "p.txt"), "--nodes", "2",
                  "--network", "1GB/s", "--json"]) == EXIT_OK
     allreduce = json.loads(capsys.readouterr().out)["allreduce"]
-    assert allreduce == {"compute_us": 202.0, "step_us": 2141.0, "exposed_allreduce_us": 1939.0,
-                         "allreduce_busy_us": 2040.0, "allreduce_buffers": 2, "gradient_bytes": 2 * MB,
+    assert allreduce == {"compute_us": 202.0, "step_us": 3022.0, "exposed_allreduce_us": 2820.0,
+                         "allreduce_busy_us": 2020.0, "allreduce_buffers": 1, "gradient_bytes": 2 * MB,
                          "replicas": 2}
 
 
@@ -43,8 +43,8 @@ def test_simulate_prints_compute_exposed_and_step(two_layers: Path, capsys) -> N
                  "--network", "1GB/s"]) == EXIT_OK
     out = capsys.readouterr().out
     assert "replicas        2 node(s) x 1 = 2" in out
-    assert "compute 202.0 us + exposed allreduce 1.939 ms = 2.141 ms" in out
-    assert "(allreduce busy 2.040 ms, 5% of it hidden)" in out  # 101 of 2040 µs overlap g2
+    assert "compute 202.0 us + exposed allreduce 2.820 ms = 3.022 ms" in out
+    assert "(allreduce busy 2.020 ms, 0% of it hidden)" in out  # it starts after the step's compute ends
 
 
 def test_one_replica_reports_no_allreduce(two_layers: Path, capsys) -> None:

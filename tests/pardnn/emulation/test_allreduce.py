@@ -79,12 +79,15 @@ def test_the_channel_runs_one_allreduce_at_a_time() -> None:
     assert done.tolist() == [1000.0, 2000.0]
 
 
-def test_cycles_begin_at_least_a_cycle_apart() -> None:
-    """1 kB takes 1 µs; the second is ready at 10 µs, but the cycle that took the first began at 0, so
-    the next begins at 1000 µs. An idle loop starts a gradient at once."""
+def test_cycles_tick_every_cycle_and_wait_for_a_long_one() -> None:
+    """1 kB takes 1 µs, cycles every 1000 µs from 0: ready at 0 → done 1; at 10 → the cycle of 1000 → 1001;
+    at 5500 → the cycle of 6000 → 6001. 3 MB (3000 µs) ready at 0 make the cycle of 0 end at 3000: the
+    next begins then, not at 1000."""
     cluster = Cluster(nodes=2, network_Bps=1e9, network_latency_us=0.0, cycle_us=1000.0)
-    done, _, _ = fused_channel(np.array([0.0, 10.0, 5000.0]), np.array([1000, 1000, 1000]), cluster)
-    assert done.tolist() == [1.0, 1001.0, 5001.0]
+    done, _, _ = fused_channel(np.array([0.0, 10.0, 5500.0]), np.array([1000, 1000, 1000]), cluster)
+    assert done.tolist() == [1.0, 1001.0, 6001.0]
+    done, _, _ = fused_channel(np.array([0.0, 10.0, 3500.0]), np.array([3 * MB, 1000, 1000]), cluster)
+    assert done.tolist() == [3000.0, 3001.0, 4001.0]  # cycles at 0 (until 3000), 3000, then 4000
 
 
 def test_gradients_are_what_reaches_an_update_from_ordinary_ops() -> None:
@@ -136,7 +139,7 @@ def dags_with_updates(draw: st.DrawFn) -> tuple[CostGraph, np.ndarray, Cluster]:
                       [*drawn.edge_bytes, 8, 1000], kind=[*drawn.kind, Kind.NORMAL, Kind.REFERENCE])
     devices = draw(st.integers(1, 3))
     placement = np.array(draw(st.lists(st.integers(0, devices - 1), min_size=graph.n, max_size=graph.n)), np.int64)
-    cluster = Cluster(nodes=draw(st.integers(1, 4)), replicas_per_node=draw(st.integers(1, 3)),
+    cluster = Cluster(nodes=draw(st.integers(2, 4)), replicas_per_node=draw(st.integers(1, 3)),
                       network_Bps=draw(st.sampled_from([1e6, 1e8, 1e10])), network_latency_us=5.0,
                       cycle_us=draw(st.sampled_from([0.0, 10.0, 1000.0])),
                       fusion_bytes=draw(st.sampled_from([0, 4000, FUSION_BYTES])))
