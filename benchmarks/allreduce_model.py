@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pardnn.costs.presets import CPU_NETWORK_BPS, CPU_STEP_LATENCY_US
+from pardnn.costs.presets import CPU_NETWORK_BPS, CPU_STEP_LATENCY_US, preset
 from pardnn.emulation.allreduce import CYCLE_US, Cluster, fused_channel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +109,7 @@ def model_us(row: dict, network_Bps: float, latency_us: float) -> float:
     """The model's time for one measured row: the fused buffers of its tensors, all ready at once, on
     one rank's channel, after the wait for the next cycle (module docstring)."""
     cluster = Cluster(nodes=row["ranks"], replicas_per_node=1, network_Bps=network_Bps,
-                      network_latency_us=latency_us, cycle_us=0.0)
+                      network_latency_us=latency_us, cycle_us=0.0, copy_Bps=preset("cpu-2core").memory_bandwidth_Bps)
     per = row["bytes"] // row["tensors"]
     done, _, _ = fused_channel(np.zeros(row["tensors"]), np.full(row["tensors"], per), cluster)
     return float(done.max()) + CYCLE_US
@@ -122,8 +122,8 @@ def fit(rows: list[dict]) -> tuple[float, float]:
         raise SystemExit("the fit needs the -np 2 single rows: run with --ranks 2 ...")
     ring = np.array([[2 * (r["ranks"] - 1) / r["ranks"] * r["bytes"] / 1e6, 2 * (r["ranks"] - 1)] for r in chosen])
     measured = np.array([r["seconds"] * 1e6 - CYCLE_US for r in chosen])
-    # Relative errors: weight each row by 1 / its time, so that 4 KiB counts as much as 256 MiB.
-    weight = 1 / np.maximum(measured, 1.0)
+    # Relative errors: weight each row by 1 / its whole time, so that 4 KiB counts as much as 256 MiB.
+    weight = 1 / np.array([r["seconds"] * 1e6 for r in chosen])
     (inverse_rate, latency), *_ = np.linalg.lstsq(ring * weight[:, None], measured * weight, rcond=None)
     return 1e12 / max(inverse_rate, 1e-12), max(float(latency), 0.0)  # µs per MB -> bytes/s
 

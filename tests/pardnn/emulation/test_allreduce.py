@@ -68,6 +68,14 @@ def test_ready_gradients_share_one_buffer_up_to_the_threshold() -> None:
     assert (buffers, busy) == (2, 13_000.0)
 
 
+def test_a_fused_buffer_is_copied_in_and_out() -> None:
+    """Two gradients in one buffer also pass through it: 2 · 10 MB at 10 GB/s, 2000 µs more; one alone not."""
+    copying = Cluster(nodes=2, network_Bps=1e9, network_latency_us=0.0, cycle_us=0.0, fusion_bytes=10 * MB,
+                      copy_Bps=10e9)
+    assert fused_channel(np.zeros(2), np.array([6, 4]) * MB, copying)[0].tolist() == [12_000.0, 12_000.0]
+    assert fused_channel(np.zeros(1), np.array([10 * MB]), copying)[0].tolist() == [10_000.0]
+
+
 def test_a_gradient_larger_than_the_buffer_goes_alone() -> None:
     done, buffers, _ = fused_channel(np.zeros(2), np.array([12, 1]) * MB, SIMPLE)
     assert done.tolist() == [12_000.0, 13_000.0] and buffers == 2
