@@ -78,18 +78,19 @@ def worker(sizes: Sequence[int]) -> None:
                               "plain_s": plain}), flush=True)
 
 
-def run_ranks(ranks: int, sizes: Sequence[int]) -> list[dict]:
-    """The worker's rows under ``mpirun -np ranks``."""
+def run_ranks(ranks: int, sizes: Sequence[int], module: str = "benchmarks.allreduce_host",
+              timeout: float = 1800) -> list[dict]:
+    """The JSON rows of ``python -m module --worker --sizes ...`` under ``mpirun -np ranks``."""
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         raise SystemExit("mpirun not on PATH (scripts/setup.sh installs openmpi-bin)")
     env = dict(os.environ)
     env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-    argv = [mpirun, *MPIRUN_FLAGS, "-np", str(ranks), sys.executable, "-m", "benchmarks.allreduce_host", "--worker",
+    argv = [mpirun, *MPIRUN_FLAGS, "-np", str(ranks), sys.executable, "-m", module, "--worker",
             "--sizes", *map(str, sizes)]
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=1800)
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 

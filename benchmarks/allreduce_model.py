@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -34,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import allreduce_host
 from pardnn.costs.presets import CPU_NETWORK_BPS, CPU_STEP_LATENCY_US, preset
 from pardnn.emulation.allreduce import CYCLE_US, Cluster, fused_channel
 
@@ -41,7 +40,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SIZES = tuple(4 << (10 + 2 * i) for i in range(9))  # 4 KiB, 16 KiB, ..., 256 MiB (x4)
 FUSED_TENSORS = 64
 REPEATS = 7
-MPIRUN_FLAGS = ("--allow-run-as-root", "--oversubscribe", "--bind-to", "none")
 SECTION = "allreduce-model"
 
 
@@ -92,17 +90,7 @@ def worker(sizes: Sequence[int]) -> None:
 
 def run_ranks(ranks: int, sizes: Sequence[int]) -> list[dict]:
     """The worker's rows under ``mpirun -np ranks``."""
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        raise SystemExit("mpirun not on PATH (scripts/setup.sh installs openmpi-bin)")
-    env = dict(os.environ)
-    env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-    argv = [mpirun, *MPIRUN_FLAGS, "-np", str(ranks), sys.executable, "-m", "benchmarks.allreduce_model", "--worker",
-            "--sizes", *map(str, sizes)]
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=3000)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return allreduce_host.run_ranks(ranks, sizes, module="benchmarks.allreduce_model", timeout=3000)
 
 
 def model_us(row: dict, network_Bps: float, latency_us: float) -> float:

@@ -24,7 +24,7 @@ from jobs.config import Job, load_job
 from jobs.schema import AUTO, micro_batches_arg
 from jobs.tfimport import quiet
 from pardnn.batch.plan import MICRO_BATCHES, PlanSearch, Trial, replica_options, search_plans
-from pardnn.cli.options import EXIT_OK, add_parser, param_type
+from pardnn.cli.options import EXIT_OK, add_parser, param_type, positive_int
 from pardnn.costs.machine import format_bytes, parse_bandwidth
 from pardnn.costs.presets import preset
 from pardnn.emulation.allreduce import cluster_for
@@ -154,16 +154,6 @@ def _counts(text: str) -> list[int]:
     return values
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
-    return value
-
-
 def register_plan(sub: Any) -> None:
     """Add ``pardnn plan`` to the ``pardnn`` sub-parsers ``sub``."""
     plan = add_parser(
@@ -174,12 +164,12 @@ def register_plan(sub: Any) -> None:
                     "of the cluster; print every plan's samples/s and the one chosen (the fastest that fits, a tie "
                     "to more replicas, then fewer micro-batches). Offline: no GPU, no cluster. Needs TensorFlow.")
     plan.add_argument("job", help="job file or preset name (e.g. jobs/word-rnn.toml, word-rnn)")
-    plan.add_argument("--nodes", type=_positive, required=True, help="nodes of the cluster")
+    plan.add_argument("--nodes", type=positive_int, required=True, help="nodes of the cluster")
     plan.add_argument("--node", "--preset", dest="node", default=None, metavar="PRESET",
                       help="the node: dgx-2, dgx-a100, dgx-h100 or a device preset (default: the job's device_preset)")
-    plan.add_argument("--devices-per-node", type=_positive, default=None, metavar="G",
+    plan.add_argument("--devices-per-node", type=positive_int, default=None, metavar="G",
                       help="GPUs per node (default: the preset's node, e.g. 16 for dgx-2)")
-    plan.add_argument("--batch-size", type=_positive, default=None, help="batch per node (default: the job's)")
+    plan.add_argument("--batch-size", type=positive_int, default=None, help="batch per node (default: the job's)")
     plan.add_argument("--replica-devices", type=_counts, default=None, metavar="K,K",
                       help="the k to try (default: every divisor of G)")
     plan.add_argument("--micro-batches", type=micro_batches_arg, default=None, metavar="M|auto",

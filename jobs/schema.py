@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pardnn.cli.options import positive_int  # also jobs.schema.positive_int, as the zoo's commands import it
 from pardnn.costs.presets import preset
 from pardnn.errors import InvalidMachineError
 from pardnn.settings import PLACEMENT as SHARED_PLACEMENT
@@ -155,17 +156,6 @@ TRAIN: dict[str, Param] = {
     "loss_weights": PerOutput("float", None, 0.0, table_only=True,
                               help="weight of each output's loss in the total, by output name (default 1)"),
 }
-
-
-def positive_int(text: str) -> int:
-    """A command-line whole number >= 1 (``--batch-size``)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
-    return value
 
 
 def micro_batches_arg(text: str) -> int | str:

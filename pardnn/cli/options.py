@@ -172,8 +172,8 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
         "data parallelism", "the replica placed here runs on NODES nodes, REPLICAS per node, and every step averages "
         "its gradients across all of them (one fused allreduce at a time per replica, as Horovod does): the report "
         "then gives the step as compute + exposed allreduce")
-    group.add_argument("--nodes", type=_whole_number("--nodes"), default=1, help="nodes (default: 1)")
-    group.add_argument("--replicas-per-node", type=_whole_number("--replicas-per-node"), default=1, metavar="R",
+    group.add_argument("--nodes", type=positive_int, default=1, help="nodes (default: 1)")
+    group.add_argument("--replicas-per-node", type=positive_int, default=1, metavar="R",
                        help="replicas on each node (default: 1); a node of G GPUs runs G / K of them")
     group.add_argument("--node", type=_node_preset, default=PLACEMENT["device_preset"].default,
                        metavar="PRESET", help="the node's network and allreduce latencies: a device preset or "
@@ -193,17 +193,15 @@ def _node_preset(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a device preset or dgx-2, dgx-a100, dgx-h100") from None
 
 
-def _whole_number(option: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
-        return value
-
-    return parse
+def positive_int(text: str) -> int:
+    """A command-line whole number >= 1 (``--nodes``, ``--batch-size``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
+    return value
 
 
 def cluster_from_args(args: argparse.Namespace, machine: Machine) -> Any:
