@@ -7,8 +7,14 @@ the gradient allreduce across the cluster's N·G/k replicas (:func:`pardnn.batch
 The table is what ``pardnn-launch --replica-devices k --micro-batches M`` would train, as the
 emulator sees it; nothing runs on a GPU and no cluster is needed.
 
-Building the graphs dominates the search's time (each (batch, M) is built once; the paper's models
-take 4-30 s a build); placing and emulating take the rest.
+Each trial costs the replica's own step at its batch and M, never a scaled guess: M = 1 and M = 2
+are built whole; a step of M >= 4 micro-batches of b / M samples is written down from the M = 2 step
+of the same micro-batch (built at 2b / M) by :func:`pardnn.batch.replicate.replicate`, the same graph
+op for op as the one built at M (the tests compare them), because building M copies in TensorFlow
+takes about 0.7 ms per op: minutes per model at M = 16. A model whose copies cannot be written down
+that way (the function names the op) is built whole at M. Building dominates the search's time (the
+paper's models take 4-30 s a build; each (batch, M) is built once, and the M = 2 step of one plan is
+often another plan's template); placing and emulating take the rest.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from pardnn.cli.options import EXIT_OK, add_parser, param_type, positive_int
 from pardnn.costs.machine import format_bytes, parse_bandwidth
 from pardnn.costs.presets import preset
 from pardnn.emulation.allreduce import cluster_for
-from pardnn.errors import MissingDependencyError, PardnnError
+from pardnn.errors import MissingDependencyError, PardnnError, ScalingError
 from pardnn.settings import PLACEMENT
 
 __all__ = ["cmd_plan", "format_search", "job_plan", "register_plan"]
@@ -38,12 +44,15 @@ def job_plan(job: Job | str, *, nodes: int, node: str | None = None, devices_per
              batch_size: int | None = None, memory: str | int | None = None, reserve: float | None = None,
              replica_devices: Sequence[int] | None = None, micro_batches: int | str | None = None,
              network_Bps: float | None = None, on_note: Callable[[str], None] | None = None,
-             on_trial: Callable[[Trial], None] | None = None) -> tuple[PlanSearch, dict[str, Any]]:
+             on_trial: Callable[[Trial], None] | None = None,
+             cache: dict[str, dict[Any, Any]] | None = None) -> tuple[PlanSearch, dict[str, Any]]:
     """The plans of ``job`` on ``nodes`` nodes of preset ``node`` (default the job's ``device_preset``).
 
     ``devices_per_node`` defaults to the preset's node (16 for ``dgx-2``), ``batch_size`` (per node) to
     the job's; ``micro_batches`` an M to try alone, or ``"auto"``/``None`` for 1, 2, 4, 8, 16. Returns the
-    search and a description of what was planned for.
+    search and a description of what was planned for. ``cache`` (a dict the caller keeps, one per job,
+    preset, memory and batch): the graphs built and the placements made, reused when the same node is
+    planned for another number of nodes.
     """
     from jobs.maxbatch import job_machine  # imports nothing of TensorFlow
 
@@ -58,34 +67,52 @@ def job_plan(job: Job | str, *, nodes: int, node: str | None = None, devices_per
         raise PardnnError(f"--replica-devices {','.join(map(str, wrong))} does not divide the node's {gpus} devices; "
                           f"choose among {', '.join(map(str, replica_options(gpus)))}")
     from jobs.training import build  # TensorFlow, once the input is known to be good
+    from pardnn.batch.replicate import replicate
     from pardnn.tf.estimate import estimate_parts
 
     memory = memory if memory is not None else job.memory
     reserve = job.reserve if reserve is None else reserve
     note = on_note or (lambda message: None)
-    built: dict[tuple[int, int], Any] = {}
-    build_seconds = [0.0]
+    cache = {} if cache is None else cache
+    parts: dict[tuple[int, int], Any] = cache.setdefault("parts", {})
+    grown: dict[tuple[int, int], Any] = cache.setdefault("grown", {})
+    build_seconds, builds = [0.0], [0]
 
-    def graph_for(replica_batch: int, m: int) -> Any:
-        if (replica_batch, m) not in built:
+    def built_parts(replica_batch: int, m: int) -> Any:
+        """The step built in TensorFlow and costed, with its parts (cached)."""
+        if (replica_batch, m) not in parts:
             began = time.perf_counter()
             trained = build(job, batch_size=replica_batch, micro_batches=m)
-            built[replica_batch, m] = estimate_parts(trained.graph, trained.fetches, spec,
-                                                     name=f"{job.name}-b{replica_batch}-m{m}").graph
+            parts[replica_batch, m] = estimate_parts(trained.graph, trained.fetches, spec,
+                                                     name=f"{job.name}-b{replica_batch}-m{m}")
             build_seconds[0] += time.perf_counter() - began
-            note(f"built and costed {job.name} at batch {replica_batch}, M = {m}: {built[replica_batch, m].n:,} ops, "
-                 f"{time.perf_counter() - began:.1f} s")
-        return built[replica_batch, m]
+            builds[0] += 1
+            note(f"built and costed {job.name} at batch {replica_batch}, M = {m}: "
+                 f"{parts[replica_batch, m].graph.n:,} ops, {time.perf_counter() - began:.1f} s")
+        return parts[replica_batch, m]
+
+    def graph_for(replica_batch: int, m: int) -> Any:
+        if m <= 2:
+            return built_parts(replica_batch, m).graph
+        if (replica_batch, m) not in grown:  # M copies of the M = 2 step of the same micro-batch
+            template = built_parts(2 * replica_batch // m, 2)
+            try:
+                grown[replica_batch, m] = replicate(template, m, spec, name=f"{job.name}-b{replica_batch}-m{m}")
+            except ScalingError as error:  # a model the copies cannot be written down for: build it whole
+                note(f"{job.name} at M = {m} built whole: {error}")
+                grown[replica_batch, m] = built_parts(replica_batch, m).graph
+        return grown[replica_batch, m]
 
     search = search_plans(graph_for, lambda k: job_machine(spec.name, k, memory, reserve),
                           lambda r: cluster_for(spec, nodes, r, network_Bps=network_Bps), node_devices=gpus,
-                          nodes=nodes, node_batch=batch, replica_devices=ks, micro_batches=micro, on_trial=on_trial)
+                          nodes=nodes, node_batch=batch, replica_devices=ks, micro_batches=micro, on_trial=on_trial,
+                          placements=cache.setdefault("placements", {}))
     machine = job_machine(spec.name, 1, memory, reserve)
     described = {"job": job.name, "nodes": nodes, "devices_per_node": gpus, "preset": spec.name,
                  "memory_per_device": format_bytes(int(machine.memory_bytes[0])) if machine.bounded else None,
                  "reserve": reserve, "node_batch": batch, "global_batch": nodes * batch,
                  "network_Bps": network_Bps or spec.network_Bps, "build_seconds": build_seconds[0],
-                 "graphs_built": len(built)}
+                 "graphs_built": builds[0]}
     return search, described
 
 

@@ -104,18 +104,23 @@ def replica_options(node_devices: int) -> list[int]:
 def search_plans(graph_for: Callable[[int, int], CostGraph], machine_for: Callable[[int], Machine],
                  cluster_for: Callable[[int], Cluster], *, node_devices: int, nodes: int, node_batch: int,
                  replica_devices: Sequence[int] | None = None, micro_batches: Sequence[int] = MICRO_BATCHES,
-                 on_trial: Callable[[Trial], None] | None = None) -> PlanSearch:
+                 on_trial: Callable[[Trial], None] | None = None,
+                 placements: dict[tuple[int, int, int], Any] | None = None) -> PlanSearch:
     """Try each plan and choose (module docstring).
 
     ``graph_for(batch, M)``: the replica's costed step at that batch with M micro-batches;
     ``machine_for(k)``: k devices of the node; ``cluster_for(replicas_per_node)``: the cluster's allreduce.
     ``replica_devices`` (default every divisor of ``node_devices``) and ``micro_batches`` limit the search.
+    ``placements``: a cache of ParDNN's answers by (replica batch, M, k), kept by the caller to plan the
+    same node for several cluster sizes (a placement does not depend on the number of nodes; only the
+    allreduce, emulated again for each, does).
     """
     started = time.perf_counter()
     trials: list[Trial] = []
+    cache = {} if placements is None else placements
     for k in replica_devices or replica_options(node_devices):
         for micro in micro_batches:
-            trial = _try(Plan(k, micro, node_devices), graph_for, machine_for, cluster_for, nodes, node_batch)
+            trial = _try(Plan(k, micro, node_devices), graph_for, machine_for, cluster_for, nodes, node_batch, cache)
             trials.append(trial)
             if on_trial is not None:
                 on_trial(trial)
@@ -124,7 +129,8 @@ def search_plans(graph_for: Callable[[int, int], CostGraph], machine_for: Callab
 
 
 def _try(plan: Plan, graph_for: Callable[[int, int], CostGraph], machine_for: Callable[[int], Machine],
-         cluster_for: Callable[[int], Cluster], nodes: int, node_batch: int) -> Trial:
+         cluster_for: Callable[[int], Cluster], nodes: int, node_batch: int,
+         placements: dict[tuple[int, int, int], Any]) -> Trial:
     replicas = plan.replicas_per_node
     if node_batch % replicas:
         return Trial(plan, 0, "skipped", f"the node's batch {node_batch} does not split over {replicas} replicas")
@@ -135,10 +141,15 @@ def _try(plan: Plan, graph_for: Callable[[int, int], CostGraph], machine_for: Ca
     began = time.perf_counter()
     graph = graph_for(batch, plan.micro_batches)
     machine = machine_for(plan.replica_devices)
-    try:
-        result = partition(graph, machine)
-    except InfeasibleError as error:
-        return Trial(plan, batch, "infeasible", str(error).split(". Options:")[0], graph.n,
+    key = (batch, plan.micro_batches, plan.replica_devices)
+    if key not in placements:
+        try:
+            placements[key] = partition(graph, machine)
+        except InfeasibleError as error:
+            placements[key] = error
+    result = placements[key]
+    if isinstance(result, InfeasibleError):
+        return Trial(plan, batch, "infeasible", str(result).split(". Options:")[0], graph.n,
                      seconds=time.perf_counter() - began)
     evaluation = result.report.evaluation
     step = emulate_with_allreduce(graph, machine, result.placement, cluster_for(replicas), order=result.order,

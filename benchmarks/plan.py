@@ -1,0 +1,189 @@
+"""Cluster plans for the ten paper models: ``pardnn plan`` on N = 1, 4, 16 nodes of DGX-2 and DGX A100.
+
+    python -m benchmarks.plan [--models NAME ...] [--nodes 1 4 16] [--node dgx-2 dgx-a100]
+                              [--json out/plan.json] [--results benchmarks/RESULTS.md] [--no-write]
+
+For each model (its job file: batch per node, memory, reserve), each node preset and each number of
+nodes N, :func:`jobs.plan.job_plan` tries every k dividing the node's G GPUs and every M dividing
+the replica's batch: the replica's real graph at batch B·k/G and M, costed with the preset, placed by
+ParDNN on k devices, emulated with the gradient allreduce across the N·G/k replicas. The table gives,
+per k, the best M's cluster samples/s (``over`` where no M fits, ``-`` where the batch does not split
+over the replicas), the plan chosen, chosen / max(k = 1, k = G) (the target: >= 1 in every cell),
+the chosen plan's exposed allreduce, and the seconds the search took.
+
+The first N of a model and preset pays for the builds and placements; the next N reuse them (a
+placement does not depend on the number of nodes, only the allreduce does, which is emulated again),
+so their seconds are the emulations'. The time of planning one model for one cluster is the first
+N's. Each finished cell is appended to ``--json`` at once, and a rerun skips the cells already
+there, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ("word-rnn", "char-crn", "wrn", "trn", "e3d", "word-rnn-2", "char-crn-2", "wrn-2", "trn-2", "e3d-2")
+NODES = (1, 4, 16)
+PRESETS = ("dgx-2", "dgx-a100")
+SECTION = "plan"
+
+
+def cell(model: str, node: str, nodes: int, search: Any, described: dict[str, Any]) -> dict[str, Any]:
+    """One row: per k the best fitting M's samples/s, the choice, and its ratio to the simple plans."""
+    gpus = described["devices_per_node"]
+    best: dict[int, dict[str, Any]] = {}
+    for trial in search.trials:
+        k = trial.plan.replica_devices
+        entry = best.setdefault(k, {"samples_per_s": None, "micro_batches": None, "tried": False})
+        if trial.status != "skipped":
+            entry["tried"] = True
+        if trial.fits and (entry["samples_per_s"] is None or trial.samples_per_s > entry["samples_per_s"]):
+            entry.update(samples_per_s=trial.samples_per_s, micro_batches=trial.plan.micro_batches)
+    chosen = search.chosen
+    simple = [best[k]["samples_per_s"] for k in (1, gpus) if k in best and best[k]["samples_per_s"] is not None]
+    return {"model": model, "node": node, "nodes": nodes, "devices_per_node": gpus,
+            "node_batch": described["node_batch"], "per_k": {str(k): v for k, v in best.items()},
+            "chosen": None if chosen is None else {"replica_devices": chosen.plan.replica_devices,
+                                                   "micro_batches": chosen.plan.micro_batches,
+                                                   "samples_per_s": chosen.samples_per_s,
+                                                   "exposed_ms": chosen.exposed_us / 1e3,
+                                                   "step_ms": chosen.step_us / 1e3},
+            "over_simple": None if chosen is None or not simple else chosen.samples_per_s / max(simple),
+            "why": search.why, "seconds": search.seconds, "build_seconds": described["build_seconds"],
+            "graphs_built": described["graphs_built"]}
+
+
+def run_model(model: str, node: str, nodes_list: Sequence[int], done: set[tuple[str, str, int]],
+              save: Any) -> None:
+    from jobs.plan import job_plan
+
+    cache: dict[str, dict[Any, Any]] = {}
+    for nodes in nodes_list:
+        if (model, node, nodes) in done:
+            continue
+        began = time.perf_counter()
+        search, described = job_plan(model, nodes=nodes, node=node, cache=cache,
+                                     on_note=lambda message: print(f"  {message}", file=sys.stderr, flush=True))
+        row = cell(model, node, nodes, search, described)
+        save(row)
+        chosen = row["chosen"]
+        print(f"{model} on {nodes} x {node}: {'nothing fits' if chosen is None else search.why} "
+              f"({time.perf_counter() - began:.0f} s)", file=sys.stderr, flush=True)
+    cache.clear()
+    gc.collect()
+
+
+def _rate(value: float | None) -> str:
+    if value is None:
+        return "over"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    ks = sorted({int(k) for row in rows for k in row["per_k"]})
+    head = "| model | node | N | B | " + " | ".join(f"k={k}" for k in ks) + \
+        " | chosen | chosen / max(k=1, k=G) | exposed allreduce ms | search s |"
+    lines = [head, "|---|---|---:|---:|" + "---:|" * len(ks) + "---|---:|---:|---:|"]
+    for row in rows:
+        cells = []
+        for k in ks:
+            entry = row["per_k"].get(str(k))
+            if entry is None:
+                cells.append("")  # k does not divide this node's G
+            elif not entry["tried"]:
+                cells.append("-")
+            else:
+                rate = _rate(entry["samples_per_s"])
+                cells.append(rate if entry["samples_per_s"] is None else f"{rate} (M={entry['micro_batches']})")
+        chosen = row["chosen"]
+        what = "nothing fits" if chosen is None else f"k={chosen['replica_devices']} M={chosen['micro_batches']}"
+        ratio = "" if row["over_simple"] is None else f"{row['over_simple']:.2f}"
+        exposed = "" if chosen is None else f"{chosen['exposed_ms']:.1f}"
+        lines.append(f"| {row['model']} | {row['node']} | {row['nodes']} | {row['node_batch']} | "
+                     + " | ".join(cells) + f" | {what} | {ratio} | {exposed} | {row['seconds']:.0f} |")
+    return "\n".join(lines)
+
+
+def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
+    ratios = [row["over_simple"] for row in rows if row["over_simple"] is not None]
+    below = [row for row in rows if row["over_simple"] is not None and row["over_simple"] < 1 - 1e-9]
+    middle = [row for row in rows if row["chosen"] and 1 < row["chosen"]["replica_devices"] < row["devices_per_node"]]
+    firsts = [row for row in rows if row["graphs_built"]]
+    lines = [f"Cells: {len(rows)}. Chosen below max(k = 1, k = G): {len(below)} (target 0)."
+             + (f" Chosen / max(k = 1, k = G): {min(ratios):.2f} to {max(ratios):.2f}." if ratios else "")]
+    if middle:
+        gains = ", ".join(f"{row['model']} {row['nodes']} x {row['node']}: k={row['chosen']['replica_devices']} "
+                          f"{row['over_simple']:.2f}x" for row in middle if row["over_simple"])
+        lines.append(f"An intermediate k wins in {len(middle)} cells: {gains}.")
+    if firsts:
+        worst = max(firsts, key=lambda row: row["seconds"])
+        share = sum(row["build_seconds"] for row in firsts) / max(sum(row["seconds"] for row in firsts), 1e-9)
+        lines.append(f"Planning one model for one cluster (the first N of each model and node): "
+                     f"{min(row['seconds'] for row in firsts):.0f} to {worst['seconds']:.0f} s "
+                     f"({worst['model']} on {worst['node']}); building and costing the graphs is {share:.0%} of it.")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.plan", description=__doc__.split("\n")[0])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), metavar="NAME",
+                        help="job names (default: the ten paper models)")
+    parser.add_argument("--nodes", type=int, nargs="+", default=list(NODES))
+    parser.add_argument("--node", nargs="+", default=list(PRESETS), help="node presets (default dgx-2 dgx-a100)")
+    parser.add_argument("--json", type=Path, default=ROOT / "out" / "plan.json", help="rows, appended as they finish")
+    parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
+    parser.add_argument("--render", action="store_true", help="write the section from --json only, planning nothing")
+    parser.add_argument("--no-write", action="store_true", help="print the section instead of writing it")
+    args = parser.parse_args(argv)
+    rows: list[dict[str, Any]] = json.loads(args.json.read_text()) if args.json.exists() else []
+    began = time.perf_counter()
+    if not args.render:
+        from jobs.tfimport import quiet
+
+        quiet()
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        done = {(row["model"], row["node"], row["nodes"]) for row in rows}
+
+        def save(row: dict[str, Any]) -> None:
+            rows.append(row)
+            args.json.write_text(json.dumps(rows, indent=1))
+
+        for model in args.models:
+            for node in args.node:
+                run_model(model, node, args.nodes, done, save)
+    from benchmarks.report import machine_line, write_section
+
+    typed = " ".join(sys.argv[1:] if argv is None else argv)
+    order = {name: i for i, name in enumerate(MODELS)}
+    rows.sort(key=lambda row: (order.get(row["model"], 99), row["node"], row["nodes"]))
+    body = [f"## Cluster plans for the paper models ({SECTION})", "",
+            f"Command: `python -m benchmarks.plan {typed}` (finished "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+            f"this invocation {time.perf_counter() - began:.0f} s). "
+            f"Machine: {machine_line()}.", "",
+            "Each cell: `pardnn plan MODEL --nodes N --node PRESET` (the job's batch B per node, memory and reserve). "
+            "Per k: the cluster's samples/s (N·B / the emulated step, gradient allreduce included) of the best M, "
+            "`over` where no M fits, `-` where B does not split over the node's G/k replicas. "
+            "*chosen / max(k=1, k=G)*: against plain data parallelism and one replica per node, whichever is faster "
+            "and fits. *search s*: the "
+            "first N of a model and node builds and places; the next reuse both and only emulate again.", "",
+            table(rows), "", *summary(rows)]
+    text = "\n".join(body) + "\n"
+    if args.no_write:
+        print(text)
+    else:
+        write_section(args.results, SECTION, text, "python -m benchmarks.plan")
+        print(f"wrote section {SECTION} of {args.results}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
