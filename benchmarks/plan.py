@@ -14,7 +14,9 @@ the chosen plan's exposed allreduce, and the seconds the search took.
 The first N of a model and preset pays for the builds and placements; the next N reuse them (a
 placement does not depend on the number of nodes, only the allreduce does, which is emulated again),
 so their seconds are the emulations'. The time of planning one model for one cluster is the first
-N's. Each finished cell is appended to ``--json`` at once, and a rerun skips the cells already
+N's; the second preset costs the steps the first one built without building them again where their
+time is all kernels' (:func:`jobs.plan.job_plan`), so its first N's time is mostly placing.
+Each finished cell is appended to ``--json`` at once, and a rerun skips the cells already
 there, so an interrupted run resumes.
 """
 
@@ -62,10 +64,9 @@ def cell(model: str, node: str, nodes: int, search: Any, described: dict[str, An
 
 
 def run_model(model: str, node: str, nodes_list: Sequence[int], done: set[tuple[str, str, int]],
-              save: Any) -> None:
+              save: Any, cache: dict[Any, Any]) -> None:
     from jobs.plan import job_plan
 
-    cache: dict[str, dict[Any, Any]] = {}
     for nodes in nodes_list:
         if (model, node, nodes) in done:
             continue
@@ -77,8 +78,6 @@ def run_model(model: str, node: str, nodes_list: Sequence[int], done: set[tuple[
         chosen = row["chosen"]
         print(f"{model} on {nodes} x {node}: {'nothing fits' if chosen is None else search.why} "
               f"({time.perf_counter() - began:.0f} s)", file=sys.stderr, flush=True)
-    cache.clear()
-    gc.collect()
 
 
 def _rate(value: float | None) -> str:
@@ -157,8 +156,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.json.write_text(json.dumps(rows, indent=1))
 
         for model in args.models:
+            cache: dict[Any, Any] = {}  # the model's steps, built once for every node preset
             for node in args.node:
-                run_model(model, node, args.nodes, done, save)
+                run_model(model, node, args.nodes, done, save, cache)
+            cache.clear()
+            gc.collect()
     from benchmarks.report import machine_line, write_section
 
     typed = " ".join(sys.argv[1:] if argv is None else argv)

@@ -20,11 +20,14 @@ often another plan's template); placing and emulating take the rest.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from jobs.config import Job, load_job
 from jobs.schema import AUTO, micro_batches_arg
@@ -45,14 +48,15 @@ def job_plan(job: Job | str, *, nodes: int, node: str | None = None, devices_per
              replica_devices: Sequence[int] | None = None, micro_batches: int | str | None = None,
              network_Bps: float | None = None, on_note: Callable[[str], None] | None = None,
              on_trial: Callable[[Trial], None] | None = None,
-             cache: dict[str, dict[Any, Any]] | None = None) -> tuple[PlanSearch, dict[str, Any]]:
+             cache: dict[str, dict[Any, Any]] | None = None,
+             build: Callable[..., Any] | None = None) -> tuple[PlanSearch, dict[str, Any]]:
     """The plans of ``job`` on ``nodes`` nodes of preset ``node`` (default the job's ``device_preset``).
 
     ``devices_per_node`` defaults to the preset's node (16 for ``dgx-2``), ``batch_size`` (per node) to
     the job's; ``micro_batches`` an M to try alone, or ``"auto"``/``None`` for 1, 2, 4, 8, 16. Returns the
     search and a description of what was planned for. ``cache`` (a dict the caller keeps, one per job,
     preset, memory and batch): the graphs built and the placements made, reused when the same node is
-    planned for another number of nodes.
+    planned for another number of nodes. ``build``: the graph builder (default ``jobs.training.build``).
     """
     from jobs.maxbatch import job_machine  # imports nothing of TensorFlow
 
@@ -66,54 +70,88 @@ def job_plan(job: Job | str, *, nodes: int, node: str | None = None, devices_per
     if wrong:
         raise PardnnError(f"--replica-devices {','.join(map(str, wrong))} does not divide the node's {gpus} devices; "
                           f"choose among {', '.join(map(str, replica_options(gpus)))}")
-    from jobs.training import build  # TensorFlow, once the input is known to be good
-    from pardnn.batch.replicate import replicate
-    from pardnn.tf.estimate import estimate_parts
-
+    if build is None:
+        from jobs.training import build  # TensorFlow, once the input is known to be good
     memory = memory if memory is not None else job.memory
     reserve = job.reserve if reserve is None else reserve
     note = on_note or (lambda message: None)
     cache = {} if cache is None else cache
-    parts: dict[tuple[int, int], Any] = cache.setdefault("parts", {})
-    grown: dict[tuple[int, int], Any] = cache.setdefault("grown", {})
-    build_seconds, builds = [0.0], [0]
+    graphs = cache.setdefault(("graphs", spec.name), _Graphs(job, spec, build, cache.setdefault("parts", {})))
+    graphs.note, graphs.seconds, graphs.builds = note, 0.0, 0
 
-    def built_parts(replica_batch: int, m: int) -> Any:
-        """The step built in TensorFlow and costed, with its parts (cached)."""
-        if (replica_batch, m) not in parts:
-            began = time.perf_counter()
-            trained = build(job, batch_size=replica_batch, micro_batches=m)
-            parts[replica_batch, m] = estimate_parts(trained.graph, trained.fetches, spec,
-                                                     name=f"{job.name}-b{replica_batch}-m{m}")
-            build_seconds[0] += time.perf_counter() - began
-            builds[0] += 1
-            note(f"built and costed {job.name} at batch {replica_batch}, M = {m}: "
-                 f"{parts[replica_batch, m].graph.n:,} ops, {time.perf_counter() - began:.1f} s")
-        return parts[replica_batch, m]
-
-    def graph_for(replica_batch: int, m: int) -> Any:
-        if m <= 2:
-            return built_parts(replica_batch, m).graph
-        if (replica_batch, m) not in grown:  # M copies of the M = 2 step of the same micro-batch
-            template = built_parts(2 * replica_batch // m, 2)
-            try:
-                grown[replica_batch, m] = replicate(template, m, spec, name=f"{job.name}-b{replica_batch}-m{m}")
-            except ScalingError as error:  # a model the copies cannot be written down for: build it whole
-                note(f"{job.name} at M = {m} built whole: {error}")
-                grown[replica_batch, m] = built_parts(replica_batch, m).graph
-        return grown[replica_batch, m]
-
-    search = search_plans(graph_for, lambda k: job_machine(spec.name, k, memory, reserve),
+    search = search_plans(graphs.graph_for, lambda k: job_machine(spec.name, k, memory, reserve),
                           lambda r: cluster_for(spec, nodes, r, network_Bps=network_Bps), node_devices=gpus,
                           nodes=nodes, node_batch=batch, replica_devices=ks, micro_batches=micro, on_trial=on_trial,
-                          placements=cache.setdefault("placements", {}))
+                          placements=cache.setdefault(("placements", spec.name), {}))
     machine = job_machine(spec.name, 1, memory, reserve)
     described = {"job": job.name, "nodes": nodes, "devices_per_node": gpus, "preset": spec.name,
                  "memory_per_device": format_bytes(int(machine.memory_bytes[0])) if machine.bounded else None,
                  "reserve": reserve, "node_batch": batch, "global_batch": nodes * batch,
-                 "network_Bps": network_Bps or spec.network_Bps, "build_seconds": build_seconds[0],
-                 "graphs_built": builds[0]}
+                 "network_Bps": network_Bps or spec.network_Bps, "build_seconds": graphs.seconds,
+                 "graphs_built": graphs.builds}
     return search, described
+
+
+class _Graphs:
+    """The replica's costed steps by (batch, M) on one device preset, built once each (module docstring).
+
+    ``parts`` is shared by the presets of one job: a step built and costed for one preset is costed for
+    another without building it again when its time is all kernels' (the roofline of each op's FLOPs and
+    bytes moved, :func:`pardnn.tf.estimate.estimate_parts`'s formula); a step with functional ops, whose
+    bodies' times depend on the preset too, is built again.
+    """
+
+    def __init__(self, job: Job, spec: Any, build: Callable[..., Any], parts: dict[Any, Any]) -> None:
+        self.job, self.spec, self.build, self.parts = job, spec, build, parts
+        self.grown: dict[tuple[int, int], Any] = {}
+        self.note: Callable[[str], None] = lambda message: None
+        self.seconds, self.builds = 0.0, 0
+
+    def built(self, batch: int, m: int) -> Any:
+        """The step at ``batch`` and ``m``, built in TensorFlow and costed on this preset, with its parts."""
+        key = (self.spec.name, batch, m)
+        if key not in self.parts:
+            other = next((value for (name, b, mm), value in self.parts.items() if (b, mm) == (batch, m)), None)
+            recosted = None if other is None else _recost(other, self.spec)
+            if recosted is not None:
+                self.parts[key] = recosted
+                return recosted
+            from pardnn.tf.estimate import estimate_parts
+
+            began = time.perf_counter()
+            trained = self.build(self.job, batch_size=batch, micro_batches=m)
+            self.parts[key] = estimate_parts(trained.graph, trained.fetches, self.spec,
+                                             name=f"{self.job.name}-b{batch}-m{m}")
+            self.seconds += time.perf_counter() - began
+            self.builds += 1
+            self.note(f"built and costed {self.job.name} at batch {batch}, M = {m}: {self.parts[key].graph.n:,} ops, "
+                      f"{time.perf_counter() - began:.1f} s")
+        return self.parts[key]
+
+    def graph_for(self, batch: int, m: int) -> Any:
+        if m <= 2:
+            return self.built(batch, m).graph
+        if (batch, m) not in self.grown:  # M copies of the M = 2 step of the same micro-batch
+            from pardnn.batch.replicate import replicate
+
+            template = self.built(2 * batch // m, 2)
+            try:
+                self.grown[batch, m] = replicate(template, m, self.spec, name=f"{self.job.name}-b{batch}-m{m}")
+            except ScalingError as error:  # a model the copies cannot be written down for: build it whole
+                self.note(f"{self.job.name} at M = {m} built whole: {error}")
+                self.grown[batch, m] = self.built(batch, m).graph
+        return self.grown[batch, m]
+
+
+def _recost(parts: Any, spec: Any) -> Any:
+    """``parts`` with every kernel's time on ``spec`` (the estimator's roofline); ``None`` when an op
+    that launches no kernel has a time of its own (a functional op's body, which depends on the preset)."""
+    graph = parts.graph
+    comp_us = np.asarray(graph.comp_us, np.float64)
+    if np.any(comp_us[~parts.kernel] > 0):
+        return None
+    times = np.where(parts.kernel, spec.kernel_us(parts.flops, parts.moved_bytes), 0.0)
+    return dataclasses.replace(parts, graph=graph.replace(comp_us=times))
 
 
 def format_search(search: PlanSearch, described: dict[str, Any]) -> str:

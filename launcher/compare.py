@@ -86,6 +86,15 @@ def _one(job: Any, settings: Settings, topology: Topology, variant: Variant, run
     return state.summary
 
 
+def _devices_per_replica(variant: Variant, world: Topology) -> int | None:
+    """The k whose every k-th rank per node trains ``variant`` (``None``: every rank): a plan ``k=K``'s K,
+    a placer's one rank per node (K = the ranks per node), data parallelism's every rank."""
+    if variant.placer is None:
+        return None
+    k = variant.replica_devices if variant.replica_devices is not None else world.ranks_per_node
+    return None if k == 1 else k
+
+
 def compare(job: Any, settings: Settings, world: Topology, runner: SharedByVariants,
             where: RunningVariant) -> dict[str, Any]:
     """Train every variant of ``settings.compare`` in turn and print the table (collective over ``world``).
@@ -95,14 +104,20 @@ def compare(job: Any, settings: Settings, world: Topology, runner: SharedByVaria
     folder = make_folder(world, settings, str(getattr(job, "name", "job")), "compare")
     handler = attach_log(folder / LOG_FILE.format(rank=world.rank), world)
     try:
-        start_allreduce(runner, world, settings.allreduce)
-        leaders = world.leaders()
+        variants = variants_of(settings)
+        ks = [_devices_per_replica(variant, world) for variant in variants]
+        start_allreduce(runner, world, settings.allreduce, replica_devices=[k for k in ks if k is not None])
         summaries: dict[str, dict[str, Any] | None] = {}
-        for variant in variants_of(settings):
+        for variant, k in zip(variants, ks, strict=True):
             world.wait_for_all()
-            topology = world if variant.placer is None else leaders
+            topology = world if k is None else world.replicas(k)  # collective; None: this rank waits
+            if runner.training_k != k:  # another batch, devices and group: build and cost anew
+                runner.costed = None
+            runner.train_on(k)
             if topology is not None:
-                summaries[variant.label] = _one(job, settings, topology, variant, runner, where)
+                run_settings = settings if variant.replica_devices is None else dataclasses.replace(
+                    settings, replica_devices=variant.replica_devices)
+                summaries[variant.label] = _one(job, run_settings, topology, variant, runner, where)
             where.topology, where.state = world, None
         world.wait_for_all()
         if not world.is_root:
@@ -124,19 +139,21 @@ def _number(value: Any, digits: int = 1) -> str:
 
 
 def table(labels: list[str], rows: list[dict[str, Any] | None]) -> str:
-    """The comparison as a Markdown table: one line per variant, speed-up over the first one's samples/s."""
-    head = ("| variant | status | samples/s | speed-up | emulated step ms | measured step ms | measured / emulated "
-            "| peak memory | fits |")
-    lines = [head, "|---" * 9 + "|"]
+    """The comparison as a Markdown table: one line per variant, speed-up over the first one's samples/s;
+    *of it allreduce ms*: the gradient allreduce's exposed share of the emulated step (several replicas)."""
+    head = ("| variant | status | samples/s | speed-up | emulated step ms | of it allreduce ms | measured step ms "
+            "| measured / emulated | peak memory | fits |")
+    lines = [head, "|---" * 10 + "|"]
     first = rows[0]["samples_per_s"] if rows and rows[0] else None
     for label, row in zip(labels, rows, strict=True):
         if row is None:
-            lines.append(f"| {label} | missing | | | | | | | |")
+            lines.append(f"| {label} | missing | | | | | | | | |")
             continue
         rate = row["samples_per_s"]
         speedup = f"{rate / first:.2f}×" if rate and first else ""
         peak = "" if row["peak_memory_bytes"] is None else format_bytes(row["peak_memory_bytes"])
         fits = {"true": "yes", "false": "no"}.get(row["fits"], "")
-        steps = " | ".join(_number(row[key], 2) for key in ("emulated_step_ms", "step_ms_median", "step_ratio"))
+        steps = " | ".join(_number(row.get(key), 2) for key in ("emulated_step_ms", "emulated_allreduce_ms",
+                                                                 "step_ms_median", "step_ratio"))
         lines.append(f"| {label} | {row['status']} | {_number(rate)} | {speedup} | {steps} | {peak} | {fits} |")
     return "\n".join(lines)

@@ -29,14 +29,17 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from jobs.schema import AUTO
 from launcher.cluster.topology import Topology, discover
 from launcher.compare import RunningVariant, compare
 from launcher.env import launch_size
 from launcher.errors import LaunchError
 from launcher.files import check_output_folder
 from launcher.lifecycle import detach_log, open_run, run_variant, start_allreduce
+from launcher.placing.planning import NoPlanFits, choose_plan, hint
 from launcher.run.agreement import agree
 from launcher.run.failure import end, exit_code
+from launcher.run.outcome import end_untrained
 from launcher.run.signals import StopGuard
 from launcher.run.state import RESULTS_FILE, SUMMARY_FILE
 from launcher.runner import BuildFn, SharedByVariants
@@ -83,6 +86,52 @@ def _read_settings(job: Any, overrides: dict[str, Any]) -> tuple[Any, Settings |
     return job, settings, None
 
 
+def _hint(job: Any, settings: Settings, state: Any, runner: SharedByVariants) -> None:
+    """One replica per node on GPUs: log :func:`launcher.placing.planning.hint`'s line, if any (never fails
+    the run: it has trained). On logical CPU devices the device preset does not describe the hardware,
+    so no hint."""
+    if state.devices.get("kind") != "gpu" or settings.devices_per_node < 2:
+        return
+    try:
+        line = hint(job, settings, state.topology.node_count, runner.build)
+    except Exception as error:  # a hint is advice: the run is done
+        logger.warning("no plan hint: %s", error)
+        return
+    if line:
+        logger.warning("%s", line)
+
+
+def _planned(job: Any, settings: Settings, world: Topology, runner: SharedByVariants,
+             where: RunningVariant) -> dict[str, Any]:
+    """``--replica-devices auto`` (:mod:`launcher.placing.planning`): plan, then train the plan on every
+    k-th rank of each node while the others wait; nothing fits: the run ends ``does_not_fit``."""
+    [variant] = variants_of(settings)
+    try:
+        planned, report = choose_plan(job, settings, world, runner.build)
+    except NoPlanFits as error:
+        where.state, _ = open_run(job, settings, world, variant, log=False)
+        where.state.plan = error.report
+        end_untrained(where.state, error)
+    k = int(planned.replica_devices)  # type: ignore[arg-type]
+    start_allreduce(runner, world, planned.allreduce, replica_devices=[k])
+    runner.train_on(k)
+    topology = world.replicas(k)
+    summary: dict[str, Any] = {}
+    if topology is not None:
+        where.topology = topology
+        where.state, handler = open_run(job, planned, topology, variant)
+        where.state.plan = report
+        try:
+            with StopGuard(where.state.stop, exit_now=where.state.exit_now) as guard:
+                summary = run_variant(where.state, runner, guard)
+        finally:
+            detach_log(handler)
+    elif world.is_root:  # not reached: rank 0 is local rank 0 of node 0, which always trains
+        raise AssertionError("rank 0 waits")
+    world.wait_for_all()  # the ranks the plan does not use wait here, asleep, until the replicas are done
+    return summary
+
+
 def run(job: Any, *, build: BuildFn | None = None, **overrides: Any) -> dict[str, Any]:
     """Place the job's training graph on each node's devices and train it across nodes.
 
@@ -127,11 +176,16 @@ def run(job: Any, *, build: BuildFn | None = None, **overrides: Any) -> dict[str
         runner = SharedByVariants(build or _zoo("build"))
         if settings.compare:
             return compare(job, settings, world, runner, where)
+        if settings.replica_devices == AUTO:
+            return _planned(job, settings, world, runner, where)
         [variant] = variants_of(settings)
         where.state, handler = open_run(job, settings, world, variant)
         with StopGuard(where.state.stop, exit_now=where.state.exit_now) as guard:
-            start_allreduce(runner, world, settings.allreduce, leader_group=False)  # every rank trains
-            return run_variant(where.state, runner, guard)
+            start_allreduce(runner, world, settings.allreduce)  # every rank trains
+            summary = run_variant(where.state, runner, guard)
+        if world.is_root and variant.placer is not None and settings.replica_devices is None:
+            _hint(job, settings, where.state, runner)
+        return summary
     except BaseException as error:
         end(error, where.topology, where.state)
         if world is not None and where.topology is not world:

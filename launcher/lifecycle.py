@@ -12,6 +12,7 @@ one per variant.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -94,12 +95,13 @@ def open_run(job: Any, settings: Settings, topology: Topology, variant: Variant,
 
 
 def start_allreduce(runner: SharedByVariants, topology: Topology, choice: str = "auto", *,
-                    leader_group: bool = True) -> None:
+                    replica_devices: Sequence[int] = ()) -> None:
     """Choose and start the allreduce backend when several ranks run (collective;
-    :mod:`launcher.training.dataparallel`). With ``leader_group``, several ranks per node and several nodes,
-    the node leaders get a group of their own (a comparison's model-parallel runs, where only they
-    train); a run whose every rank trains a replica (``--replica-devices``) needs none. The log names
-    the backend."""
+    :mod:`launcher.training.dataparallel`). ``replica_devices``: the k of the model-parallel runs that
+    run on every k-th rank of a node while the others wait (a comparison's placers on the node leaders,
+    k = G; a planned or compared ``--replica-devices k``); each gets a group of its ranks
+    (``runner.groups[k]``), made here because Horovod makes its process sets when it starts. The log
+    names the backend."""
     name = raise_everywhere(topology, "choosing the allreduce", lambda: pick_backend(choice, topology.size))
     if name is None:
         return
@@ -108,8 +110,13 @@ def start_allreduce(runner: SharedByVariants, topology: Topology, choice: str = 
                     "install the same stack on every node (Horovod on all of them or on none), or pass "
                     "--allreduce mpi4py")
     backend = HorovodBackend() if name == "horovod" else Mpi4pyBackend()
-    leaders = topology.leader_ranks() if leader_group and 1 < len(topology.leader_ranks()) < topology.size else None
-    runner.leaders_set = raise_everywhere(topology, f"starting {name}", lambda: backend.start(topology, leaders))
+    groups: dict[int, list[int]] = {}
+    for k in replica_devices:
+        ranks = topology.replica_ranks(k)
+        if 1 < len(ranks) < topology.size and ranks not in groups.values():
+            groups[k] = ranks
+    handles = raise_everywhere(topology, f"starting {name}", lambda: backend.start(topology, list(groups.values())))
+    runner.groups = dict(zip(groups, handles, strict=True))
     runner.allreduce = backend
     if topology.is_root:
         logger.info("gradients averaged across %d ranks by %s%s", topology.size, name,

@@ -64,12 +64,17 @@ class RunRow:
     variant: str = "pardnn"
     emulated_ms: float | None = None
     measured_ms: float | None = None
+    allreduce_ms: float | None = None  # the gradient allreduce's exposed share of ``emulated_ms``
 
 
 def _variant(row: dict[str, str]) -> str:
+    """The placer, ``data`` or ``data+recompute``; a placer's replicas of fewer devices than the node's
+    (``--replica-devices k``, a plan) are ``<placer> k=<k>``."""
     if row.get("parallelism") == "data":
         return RECOMPUTE if row.get("recompute") == "true" else DATA
-    return row.get("placer") or "pardnn"
+    placer = row.get("placer") or "pardnn"
+    k = row.get("replica_devices")
+    return f"{placer} k={k}" if k and k != row.get("devices_per_node") else placer
 
 
 def _float(text: str | None) -> float | None:
@@ -94,7 +99,7 @@ def read_results(lines: Iterable[str], source: str = "results.csv") -> list[RunR
             rows.append(RunRow(row["job"], nodes, int(row["devices_per_node"]), batch,
                                float(row["samples_per_s"]), _float(row.get("tokens_per_s")),
                                row.get("device_kind") or "?", _variant(row), _float(row.get("emulated_step_ms")),
-                               _float(row.get("step_ms_median"))))
+                               _float(row.get("step_ms_median")), _float(row.get("emulated_allreduce_ms"))))
         except (TypeError, ValueError) as error:
             raise LaunchError(f"{source}, line {line}: {error}") from None
     return rows

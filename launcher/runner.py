@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["BuildFn", "SharedByVariants"]
@@ -16,11 +16,19 @@ BuildFn = Callable[..., Any]
 @dataclass
 class SharedByVariants:
     """What the variants of a run share: the graph builder, the allreduce backend
-    (:class:`launcher.training.dataparallel.Backend`, ``None`` for one rank) and the node leaders' group
-    (``None``: every rank), and the model-parallel graph once built and costed
-    (:class:`launcher.placing.model.Costed`)."""
+    (:class:`launcher.training.dataparallel.Backend`, ``None`` for one rank), the groups of ranks that
+    train while others wait, by devices per replica k (:func:`launcher.lifecycle.start_allreduce`), the
+    group of the variant training now (``training_set``; ``None``: every rank), and the model-parallel
+    graph once built and costed (:class:`launcher.placing.model.Costed`)."""
 
     build: BuildFn
     allreduce: Any = None
-    leaders_set: Any = None
+    groups: dict[int, Any] = field(default_factory=dict)
+    training_set: Any = None
+    training_k: int | None = None
     costed: Any = None
+
+    def train_on(self, k: int | None) -> None:
+        """The next variant trains on the group of replicas of ``k`` devices (``None``: every rank)."""
+        self.training_k = k
+        self.training_set = None if k is None else self.groups.get(k)

@@ -21,7 +21,7 @@ from typing import Any
 from jobs.schema import AUTO, COMMAND_LINE, DEFAULT, JOB_FILE, PLACEMENT_TABLE, RUN_TABLE, TRAIN, normalise, window_fits
 from launcher.cluster.gpus import adapt, detect_gpus
 from launcher.errors import LaunchError
-from launcher.variants import variant_settings
+from launcher.variants import plan_entry, variant_settings
 from pardnn.costs.machine import parse_bytes
 from pardnn.settings import RUN as SHARED_RUN
 from pardnn.settings import Param
@@ -85,14 +85,16 @@ class Settings:
     recompute: bool = False
     compare: tuple[str, ...] = ()
     allreduce: str = "auto"
-    replica_devices: int | None = None  # k: each node runs devices_per_node / k replicas of k devices each
+    replica_devices: int | str | None = None  # k: devices_per_node / k replicas of k devices per node; or "auto"
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     gpus: str | None = None  # "8 × NVIDIA A100-SXM4-80GB" when GPUs were detected (launcher.cluster.gpus)
 
     @property
     def replicas_per_node(self) -> int:
         """Model-parallel replicas on each node: ``devices_per_node / replica_devices`` (1 by default)."""
-        return 1 if self.replica_devices is None else self.devices_per_node // self.replica_devices
+        if self.replica_devices == AUTO:
+            raise LaunchError("--replica-devices auto: no plan was chosen yet")  # launcher.placing.planning does
+        return 1 if self.replica_devices is None else self.devices_per_node // int(self.replica_devices)
 
     @property
     def memory_bytes(self) -> int | None:
@@ -180,40 +182,50 @@ def resolve(job: Any, overrides: dict[str, Any] | None = None) -> Settings:
     return settings
 
 
-def _replica_devices(value: Any) -> int | None:
-    if value is None:
-        return None
+def _replica_devices(value: Any) -> int | str | None:
+    if value is None or value == AUTO:
+        return value
     try:
         number = int(value)
     except (TypeError, ValueError):
         number = 0
     if isinstance(value, bool) or number < 1 or (not isinstance(value, str) and number != value):
-        raise LaunchError(f"--replica-devices {value!r}: expected a whole number >= 1 (devices per replica)")
+        raise LaunchError(f"--replica-devices {value!r}: expected a whole number >= 1 (devices per replica) or auto")
     return number
 
 
 def check_replicas(settings: Settings) -> None:
-    """``--replica-devices k``: k divides the node's devices, the node's batch splits into its replicas
-    (and each replica's share into its micro-batches), and the run is one placer's model parallelism."""
-    k, devices = settings.replica_devices, settings.devices_per_node
-    if k is None:
-        return
-    if settings.parallelism == "data" or settings.compare:
-        raise LaunchError("--replica-devices places replicas of k devices each for one placer; it does not combine "
-                          "with --parallelism data (k = 1 of a data-parallel run) or --compare")
+    """``--replica-devices k`` and each ``--compare`` entry ``k=K``: k divides the node's devices, the
+    node's batch splits into its replicas (and each replica's share into its micro-batches); ``k`` and
+    ``auto`` are one placer's model parallelism, not data parallelism or a comparison."""
+    k = settings.replica_devices
+    if k is not None and (settings.parallelism == "data" or settings.compare):
+        raise LaunchError(f"--replica-devices {k} places replicas of k devices each for one placer; it does not "
+                          "combine with --parallelism data (k = 1 of a data-parallel run) or --compare (list plans "
+                          "there: --compare k=1,k=2,...)")
+    if k == AUTO:
+        return  # every k dividing the node's devices is tried: launcher.placing.planning
+    compared = [entry for entry in map(plan_entry, settings.compare) if entry is not None]
+    for value, where in [(k, f"--replica-devices {k}")] + [(entry, f"--compare k={entry}") for entry in compared]:
+        if value is not None:
+            _check_split(settings, int(value), where)
+
+
+def _check_split(settings: Settings, k: int, where: str) -> None:
+    devices = settings.devices_per_node
     if k > devices or devices % k:
         dividers = [d for d in range(1, devices + 1) if devices % d == 0]
-        raise LaunchError(f"--replica-devices {k} does not divide the node's {devices} devices "
+        raise LaunchError(f"{where} does not divide the node's {devices} devices "
                           f"({settings.sources.get('devices_per_node', DEFAULT)} devices_per_node); "
                           f"choose one of {', '.join(map(str, dividers))}")
     replicas, batch = devices // k, settings.batch_size
     if batch % replicas:
         raise LaunchError(f"batch_size {batch} per node does not split over its {replicas} replicas of {k} devices "
-                          f"(--replica-devices {k}); pass a batch size divisible by {replicas}")
+                          f"({where}); pass a batch size divisible by {replicas}")
     micro = settings.micro_batches
     if isinstance(micro, int) and (batch // replicas) % micro:
-        raise LaunchError(f"each replica's {batch // replicas} samples (batch_size {batch} over {replicas} replicas) "
-                          f"do not split into --micro-batches {micro}; pass a batch size divisible by "
+        raise LaunchError(f"each replica's {batch // replicas} samples (batch_size {batch} over {replicas} replicas, "
+                          f"{where}) do not split into --micro-batches {micro}; pass a batch size divisible by "
                           f"{replicas * micro}")
 
 

@@ -13,7 +13,9 @@ A :class:`Variant` is one way to train the job on the allocation:
   checkpointing (:mod:`launcher.training.recompute`).
 
 ``--compare a,b,...`` trains several variants one after the other in one allocation
-(:mod:`launcher.compare`): the entries are placer names, ``data`` and ``data+recompute``.
+(:mod:`launcher.compare`): the entries are placer names, ``data``, ``data+recompute`` and plans
+``k=K``: the run's placer on replicas of K devices each (``--replica-devices K``; ``k=1`` places the
+whole model on each device, ``k=G`` is one replica per node).
 
 Choices made here:
 
@@ -33,15 +35,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.schema import COMMAND_LINE, JOB_FILE
+from jobs.schema import AUTO, COMMAND_LINE, JOB_FILE
 from launcher.errors import DoesNotFit, LaunchError
 from pardnn.costs.machine import Machine, format_bytes
 from pardnn.placement.result import Result
 from pardnn.registry import get_placer
 from pardnn.settings import ALGORITHMS
 
-__all__ = ["DATA", "PARALLELISMS", "RECOMPUTE", "Variant", "check_fits", "place", "ranks_per_node", "replica_batch",
-           "slug", "variant_settings", "variants_of"]
+__all__ = ["DATA", "PARALLELISMS", "RECOMPUTE", "Variant", "check_fits", "place", "plan_entry", "ranks_per_node",
+           "replica_batch", "slug", "variant_settings", "variants_of"]
 
 PARALLELISMS = ("model", "data")
 DATA, RECOMPUTE = "data", "data+recompute"
@@ -49,10 +51,12 @@ DATA, RECOMPUTE = "data", "data+recompute"
 
 @dataclass(frozen=True)
 class Variant:
-    """A placer's model parallelism (``placer`` set) or data parallelism (``placer`` ``None``)."""
+    """A placer's model parallelism (``placer`` set) or data parallelism (``placer`` ``None``);
+    ``replica_devices``: a compared plan's k (``None``: the run's setting)."""
 
     placer: str | None = "pardnn"
     recompute: bool = False
+    replica_devices: int | None = None
 
     @property
     def parallelism(self) -> str:
@@ -60,7 +64,9 @@ class Variant:
 
     @property
     def label(self) -> str:
-        """The name ``--compare`` takes and the tables show: the placer, ``data`` or ``data+recompute``."""
+        """The name ``--compare`` takes and the tables show: the placer, ``data``, ``data+recompute`` or ``k=K``."""
+        if self.replica_devices is not None:
+            return f"k={self.replica_devices}"
         if self.placer is not None:
             return self.placer
         return RECOMPUTE if self.recompute else DATA
@@ -71,25 +77,41 @@ class Variant:
 
 
 def slug(label: str) -> str:
-    """A variant's label as file and folder names have it (``data+recompute`` → ``data-recompute``)."""
-    return label.replace("+", "-")
+    """A variant's label as file and folder names have it (``data+recompute`` → ``data-recompute``,
+    ``k=2`` → ``k2``)."""
+    return label.replace("+", "-").replace("=", "")
 
 
-def _entry(label: str) -> Variant:
+def plan_entry(label: str) -> int | None:
+    """The K of a ``--compare`` entry ``k=K`` (``None`` for any other entry)."""
+    if not label.startswith("k="):
+        return None
+    try:
+        k = int(label[2:])
+    except ValueError:
+        return 0
+    return k if k >= 1 else 0
+
+
+def _entry(label: str, placer: str) -> Variant:
     if label == DATA:
         return Variant(None)
     if label == RECOMPUTE:
         return Variant(None, recompute=True)
+    k = plan_entry(label)
+    if k is not None:
+        return Variant(placer, replica_devices=k)
     return Variant(label)
 
 
 def _compare_entries(value: Any) -> tuple[str, ...]:
     """``"a,b"`` or a list of names → the names, checked: known, none twice."""
     names = [part.strip() for part in value.split(",")] if isinstance(value, str) else [str(v) for v in value]
-    allowed = (*ALGORITHMS, DATA, RECOMPUTE)
-    unknown = [name for name in names if name not in allowed]
+    allowed = (*ALGORITHMS, DATA, RECOMPUTE, "k=K")
+    unknown = [name for name in names if name not in allowed[:-1] and not plan_entry(name)]
     if not names or unknown or "" in names:
-        raise LaunchError(f"compare: {value!r}: expected a comma-separated list of {', '.join(allowed)}"
+        raise LaunchError(f"compare: {value!r}: expected a comma-separated list of {', '.join(allowed)} (K: devices "
+                          "per replica, dividing the node's)"
                           + (f" ({', '.join(map(repr, unknown))} is not one)" if unknown else ""))
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
@@ -118,16 +140,18 @@ def variant_settings(values: Mapping[str, Any], sources: Mapping[str, str]) -> d
 def variants_of(settings: Any) -> tuple[Variant, ...]:
     """The variants a run trains, in order: ``--compare``'s, else the one its settings name."""
     if settings.compare:
-        return tuple(_entry(label) for label in settings.compare)
+        return tuple(_entry(label, settings.placer) for label in settings.compare)
     if settings.parallelism == "data":
         return (Variant(None, recompute=settings.recompute),)
     return (Variant(settings.placer),)
 
 
 def ranks_per_node(settings: Any) -> int:
-    """K (one rank per device) when a variant of the run is data parallel; else one per model-parallel
-    replica: K / ``replica_devices`` (1 by default, one replica across all the node's devices)."""
-    if any(v.placer is None for v in variants_of(settings)):
+    """K (one rank per device) when a variant of the run is data parallel, a compared plan ``k=K`` or
+    ``--replica-devices auto`` (the ranks a plan does not use wait); else one per model-parallel replica:
+    K / ``replica_devices`` (1 by default, one replica across all the node's devices)."""
+    if settings.replica_devices == AUTO or any(v.placer is None or v.replica_devices is not None
+                                               for v in variants_of(settings)):
         return settings.devices_per_node
     return settings.replicas_per_node
 
@@ -139,7 +163,7 @@ def replica_batch(settings: Any, variant: Variant, devices: int) -> int:
     standalone data-parallel run."""
     batch = int(settings.batch_size)
     if variant.placer is not None:
-        return batch // settings.replicas_per_node  # divisible: launcher.settings.check_replicas
+        return batch // settings.replicas_per_node  # divisible: launcher.settings.check_replicas (or the plan)
     source = settings.sources.get("batch_size", JOB_FILE)
     if not settings.compare and source == COMMAND_LINE:
         return batch

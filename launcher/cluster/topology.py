@@ -103,18 +103,31 @@ class Topology:
 
     def leaders(self) -> Topology | None:
         """The node leaders as a topology of one rank per node; ``None`` on the other ranks (collective)."""
-        if self.ranks_per_node == 1:
+        return self.replicas(self.ranks_per_node)
+
+    def replicas(self, k: int) -> Topology | None:
+        """The ranks that drive replicas of ``k`` devices when each node runs one rank per device: every
+        k-th rank of each node (:meth:`replica_ranks`), as a topology of ``ranks_per_node / k`` ranks per
+        node; ``None`` on the other ranks, which wait (collective). ``k = 1`` is every rank, ``k =
+        ranks_per_node`` the node leaders."""
+        if k == 1:
             return self
-        names = tuple(dict.fromkeys(self.nodes))
-        leader = self.local_rank == 0
+        ranks = self.replica_ranks(k)
+        active = self.rank in ranks
         comm = None
         if self.comm is not None:
             from mpi4py import MPI
 
-            comm = self.comm.Split(0 if leader else MPI.UNDEFINED, self.rank)
-        if not leader:
+            comm = self.comm.Split(0 if active else MPI.UNDEFINED, self.rank)
+        if not active:
             return None
-        return Topology(names.index(self.node), len(names), names, self.emulated, comm if len(names) > 1 else None)
+        return Topology(ranks.index(self.rank), len(ranks), tuple(self.nodes[r] for r in ranks), self.emulated,
+                        comm if len(ranks) > 1 else None, self.ranks_per_node // k)
+
+    def replica_ranks(self, k: int) -> list[int]:
+        """The world ranks of every k-th rank of each node (local ranks 0, k, 2k, ...), in rank order."""
+        return [rank for rank, node in enumerate(self.nodes)
+                if [r for r, n in enumerate(self.nodes) if n == node].index(rank) % k == 0]
 
     def leader_ranks(self) -> list[int]:
         """The world rank of every node's leader, by node."""

@@ -30,7 +30,7 @@ from typing import Any
 from launcher.errors import UNTRAINED, AgreedError, DoesNotFit, LaunchError, NotPlaced
 from launcher.files import write_text
 from launcher.placing.microsearch import AUTO, Measured, NoMicroBatchFits, failed, report, search
-from launcher.reporting.timeline import EMULATED_FILE, write_emulated
+from launcher.reporting.timeline import EMULATED_FILE, allreduce_share, write_emulated
 from launcher.run.agreement import average_costs, check_agreement, placement_digest, raise_everywhere
 from launcher.run.checkpoint import graph_ops_digest, make_checkpointer
 from launcher.run.failure import status_of
@@ -67,7 +67,7 @@ class Costed:
 def _build(state: RunState, runner: SharedByVariants, micro: int) -> tuple[Any, Any, Any]:
     """The job's graph in ``micro`` micro-batches with the allreduce hook (several nodes), and the initial
     broadcast."""
-    backend, among = runner.allreduce if state.topology.size > 1 else None, runner.leaders_set
+    backend, among = runner.allreduce if state.topology.size > 1 else None, runner.training_set
     hook = backend.averager(among) if backend is not None else None
     # micro_batches is passed only when > 1, so builders without micro-batches still serve
     trained = runner.build(state.job, batch_size=state.replica_batch, gradient_hook=hook,
@@ -123,7 +123,8 @@ def _placed(state: RunState, costed: Costed) -> Any:
 
     def placed() -> Any:
         try:
-            return place(label, costed.cost, costed.machine, costed.heuristic, ordered=state.settings.run_order)
+            return place(str(state.variant.placer), costed.cost, costed.machine, costed.heuristic,
+                         ordered=state.settings.run_order)
         except InfeasibleError as error:
             raise DoesNotFit(f"{label}: {error}") from None
         except PardnnError as error:
@@ -278,7 +279,7 @@ def _placed_anew(state: RunState, runner: SharedByVariants, devices: Any, guard:
     check_agreement(topology.nodes, topology.allgather(digest), "placements",
                     "the placers are deterministic for identical inputs, so check that the nodes run the same versions")
     evaluation = result.report.evaluation
-    state.placement = {"sha256": digest, "placer": state.variant.label, "ops": cost.n, "machine": machine.describe(),
+    state.placement = {"sha256": digest, "placer": state.variant.placer, "ops": cost.n, "machine": machine.describe(),
                        "file": PLACEMENT_FILE, "memory_heuristic": costed.heuristic or "none",
                        "run_order": result.order is not None, "report": result.report.to_dict()}
     if topology.is_root:
@@ -286,6 +287,8 @@ def _placed_anew(state: RunState, runner: SharedByVariants, devices: Any, guard:
         state.placement["emulated_makespan_us"] = write_emulated(
             state.directory / EMULATED_FILE, cost, machine, result.placement, result.order,
             schedule=result.schedule, memory=result.memory)  # the placer's own emulation, not a second one
+        state.placement["allreduce"] = allreduce_share(topology, state.settings.device_preset, devices.kind, cost,
+                                                       machine, result.placement, result.order, result.schedule)
     logger.info("placement %s by %s: %d ops on %d devices, simulated step %.0f us%s", digest[:12], state.variant.label,
                 cost.n, devices.count, evaluation.makespan_us,
                 "" if result.order is None else " with each device in its run order (enforced)")

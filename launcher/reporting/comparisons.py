@@ -131,12 +131,18 @@ def comparison_tables(results: Sequence[Any]) -> str:
 
 
 def _fidelity_table(ratios: list[tuple[Any, float]]) -> str:
+    """Per variant and K: the runs' measured / emulated step, and the allreduce's share of the emulated
+    step (its exposed part; runs of several replicas)."""
     lines = ["### the emulator's fidelity: measured / emulated step", "",
-             "| variant | K | runs | median | min | max |", "|---|---|---|---|---|---|"]
+             "| variant | K | runs | median | min | max | allreduce share of emulated |",
+             "|---|---|---|---|---|---|---|"]
     for variant, devices in sorted({(r.variant, r.devices) for r, _ in ratios}, key=lambda k: (k[0] != PARDNN, k)):
-        values = [q for r, q in ratios if (r.variant, r.devices) == (variant, devices)]
+        runs = [(r, q) for r, q in ratios if (r.variant, r.devices) == (variant, devices)]
+        values = [q for _, q in runs]
+        shares = [r.allreduce_ms / r.emulated_ms for r, _ in runs if r.allreduce_ms is not None]
+        share = f"{statistics.median(shares):.0%}" if shares else ""
         lines.append(f"| {variant} | {devices} | {len(values)} | {statistics.median(values):.2f} | {min(values):.2f} "
-                     f"| {max(values):.2f} |")
+                     f"| {max(values):.2f} | {share} |")
     return "\n".join([*lines, ""])
 
 

@@ -11,7 +11,11 @@ The row says what ran (``placer``, ``parallelism``, ``recompute``) and how the e
 compares with the measured one (``emulated_step_ms``, ``step_ms_median``: the slowest replica's
 median, ``step_ratio`` = measured / emulated), the largest peak memory measured on a device
 (``peak_memory_bytes``), whether the emulated step fits the devices' memory (``fits``) and the M
-micro-batches trained (``micro_batches``: ``--micro-batches auto``'s choice).
+micro-batches trained (``micro_batches``: ``--micro-batches auto``'s choice), the devices per replica
+(``replica_devices``: 1 for data parallelism) and, for ``--replica-devices auto``, the plan chosen and
+how many were tried (``plan``; ``summary.json`` → ``plan`` has every one and why it won), and with
+several replicas the exposed share of the gradient allreduce in the emulated step
+(``emulated_allreduce_ms``; ``emulated_step_ms`` includes it).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ RESULTS_COLUMNS = (
     "global_batch_size", "iterations", "window", "samples_per_s", "tokens_per_s", "samples_per_s_per_node",
     "step_ms_median", "simulated_makespan_us", "costs", "memory", "placement_sha256", "run_dir", "window_complete",
     "placer", "parallelism", "recompute", "emulated_step_ms", "step_ratio", "peak_memory_bytes", "fits", "message",
-    "micro_batches",
+    "micro_batches", "replica_devices", "plan", "emulated_allreduce_ms",
 )
 
 
@@ -143,7 +147,31 @@ def results_row(summary: Mapping[str, Any], finished_utc: str, run_dir: Path) ->
         "fits": "" if fits is None else str(bool(fits)).lower(),
         "message": summary.get("message"),
         "micro_batches": _micro_batches(summary),
+        "replica_devices": _replica_devices(summary),
+        "plan": _plan(summary.get("plan")),
+        "emulated_allreduce_ms": step.get("emulated_allreduce_exposed"),
     }
+
+
+def _replica_devices(summary: Mapping[str, Any]) -> Any:
+    """Devices per replica: 1 for data parallelism, else the setting or plan (all the node's by default)."""
+    if summary.get("parallelism") == "data":
+        return 1
+    chosen = (summary.get("plan") or {}).get("chosen")
+    if chosen:
+        return chosen["replica_devices"]
+    k = summary["settings"].get("replica_devices")
+    return summary["devices_per_node"] if k in (None, "auto") else k
+
+
+def _plan(report: Mapping[str, Any] | None) -> str | None:
+    """``auto: k=2 M=4 of 12 plans tried`` for a planned run (``--replica-devices auto``), else empty."""
+    if not report:
+        return None
+    chosen = report.get("chosen")
+    tried = sum(trial["status"] != "skipped" for trial in report.get("trials", ()))
+    what = "none fits" if chosen is None else f"k={chosen['replica_devices']} M={chosen['micro_batches']}"
+    return f"{report.get('mode', 'auto')}: {what} of {tried} plans tried"
 
 
 def _micro_batches(summary: Mapping[str, Any]) -> Any:

@@ -8,8 +8,12 @@
   memory per device (:func:`pardnn.emulation.trace.chrome_trace`).
 
 Both open in ``chrome://tracing`` or https://ui.perfetto.dev. ``summary.json`` reports ``step_ms``:
-the emulated makespan, the measured median step time over the window (the slowest node's) and
-their ratio (measured / emulated).
+the emulated step, the measured median step time over the window (the slowest node's) and their
+ratio (measured / emulated). With several replicas the emulated step has the gradient allreduce in
+it (:func:`allreduce_share`: Horovod's model, :mod:`pardnn.emulation.allreduce`, on the run's cluster:
+its nodes and replicas per node, the device preset's link and network, or on logical CPU devices the
+``cpu-2core`` preset's, fitted to Horovod on this project's test machine); ``step_ms`` then also gives
+the compute alone and the allreduce's exposed share, and the trace stays the compute's.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from pardnn.emulation.emulator import emulate
 from pardnn.emulation.memory import track_memory
 from pardnn.emulation.trace import chrome_trace, write_trace
 
-__all__ = ["EMULATED_FILE", "TIMELINE_FILE", "step_ms", "traced_iteration", "write_emulated", "write_measured"]
+__all__ = ["EMULATED_FILE", "TIMELINE_FILE", "allreduce_share", "step_ms", "traced_iteration", "write_emulated",
+           "write_measured"]
 
 TIMELINE_FILE = "timeline-rank{rank}.json"
 EMULATED_FILE = "emulated-step.json"
@@ -68,11 +73,36 @@ def write_emulated(path: Path, graph: Any, machine: Any, placement: np.ndarray, 
     return float(schedule.makespan_us)
 
 
-def step_ms(makespan_us: float | None, medians_ms: Sequence[float | None]) -> dict[str, float | None]:
+def allreduce_share(topology: Any, device_preset: str, kind: str, graph: Any, machine: Any, placement: Any,
+                    order: Any = None, schedule: Any = None) -> dict[str, Any] | None:
+    """The replica's emulated step with its gradients averaged across the run's replicas (``None`` for
+    one replica): compute, exposed allreduce and step in µs, the bytes averaged, the model's network."""
+    if topology.size <= 1:
+        return None
+    from pardnn.emulation.allreduce import cluster_for, emulate_with_allreduce
+
+    preset_name = "cpu-2core" if kind == "cpu" else device_preset
+    cluster = cluster_for(preset_name, topology.node_count, topology.ranks_per_node)
+    step = emulate_with_allreduce(graph, machine, np.asarray(placement, dtype=np.int64), cluster, order=order,
+                                  schedule=schedule)
+    return {"compute_us": step.compute_us, "exposed_us": step.exposed_us, "step_us": step.step_us,
+            "busy_us": step.busy_us, "gradient_bytes": step.gradient_bytes, "buffers": step.buffers,
+            "replicas": step.replicas, "preset": preset_name, "network_Bps": cluster.network_Bps}
+
+
+def step_ms(makespan_us: float | None, medians_ms: Sequence[float | None],
+            allreduce: dict[str, Any] | None = None) -> dict[str, float | None]:
     """``{"emulated", "measured_median", "ratio"}``: the emulated step, the slowest node's median step
-    over the window, and measured / emulated (``None`` when either is missing)."""
+    over the window, and measured / emulated (``None`` when either is missing). With ``allreduce``
+    (:func:`allreduce_share`) the emulated step is its step, and ``emulated_compute`` and
+    ``emulated_allreduce_exposed`` say what it is made of."""
     measured = [m for m in medians_ms if m is not None]
     median = max(measured) if measured else None
+    extra: dict[str, float | None] = {}
+    if allreduce is not None and makespan_us is not None:
+        extra = {"emulated_compute": makespan_us / 1000.0,
+                 "emulated_allreduce_exposed": allreduce["exposed_us"] / 1000.0}
+        makespan_us = makespan_us + allreduce["exposed_us"]
     emulated = None if makespan_us is None else makespan_us / 1000.0
     ratio = median / emulated if median is not None and emulated else None
-    return {"emulated": emulated, "measured_median": median, "ratio": ratio}
+    return {"emulated": emulated, "measured_median": median, "ratio": ratio, **extra}

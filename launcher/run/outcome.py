@@ -50,7 +50,8 @@ def finish(state: RunState, digests: dict[str, str]) -> dict[str, Any]:
         makespan = state.placement.get("emulated_makespan_us")
         medians = [n["throughput"]["step_ms_median"] for n in nodes]
         summary = state.write_summary(status, nodes,
-                                      {"consistency": consistency, "step_ms": step_ms(makespan, medians)})
+                                      {"consistency": consistency,
+                                       "step_ms": step_ms(makespan, medians, state.placement.get("allreduce"))})
         if problem is None:
             state.write_status(status, None, 0)
             throughput = summary["throughput"]
@@ -73,5 +74,6 @@ def end_untrained(state: RunState, error: AgreedError) -> NoReturn:
     if state.topology.is_root:
         assert nodes is not None
         makespan = state.placement.get("emulated_makespan_us")
-        state.write_summary(error.status, nodes, {"message": one_line(error), "step_ms": step_ms(makespan, [])})
+        emulated = step_ms(makespan, [], state.placement.get("allreduce"))
+        state.write_summary(error.status, nodes, {"message": one_line(error), "step_ms": emulated})
     raise error

@@ -63,6 +63,7 @@ class RunState:
     resume_located: bool = False
     allreduce: str | None = None  # the backend averaging gradients (launcher.training.dataparallel); None: one rank
     micro_batches: dict[str, Any] | None = None  # --micro-batches auto: every M tried (microsearch.report)
+    plan: dict[str, Any] | None = None  # --replica-devices auto: every plan tried (launcher.placing.planning)
     samples_per_step: int = 0
     tokens_per_step: int | None = None
     training: bool = False
@@ -130,6 +131,7 @@ class RunState:
                             extra={"run_dir": str(self.directory), "emulated_nodes": self.topology.emulated,
                                    **self.variant_info(), "allreduce": self.allreduce, "slurm": slurm_context(),
                                    **({} if self.micro_batches is None else {"micro_batches": self.micro_batches}),
+                                   **({} if self.plan is None else {"plan": self.plan}),
                                    **extra})
         write_json(self.directory / SUMMARY_FILE, summary)
         self.summary_written = True

@@ -101,14 +101,14 @@ def pick_backend(choice: str, ranks: int) -> str | None:
     return "mpi4py"
 
 
-def init_horovod(hvd: Any, ranks: int, leaders: Sequence[int] | None = None) -> Any:
-    """``hvd.init()`` (collective), checking that Horovod sees every rank; with ``leaders`` (world ranks)
-    a process set of them is made too, and returned (else ``None``: the global set)."""
-    process_set = None if leaders is None else hvd.ProcessSet(list(leaders))
-    hvd.init(process_sets=None if process_set is None else [process_set])
+def init_horovod(hvd: Any, ranks: int, groups: Sequence[Sequence[int]] = ()) -> list[Any]:
+    """``hvd.init()`` (collective), checking that Horovod sees every rank; a process set is made for each
+    of ``groups`` (world ranks; each a proper subset, none twice) and returned in their order."""
+    sets = [hvd.ProcessSet(list(group)) for group in groups]
+    hvd.init(process_sets=sets or None)
     if hvd.size() != ranks:
         raise LaunchError(f"Horovod sees {hvd.size()} processes but the job has {ranks} ranks")
-    return process_set
+    return sets
 
 
 class Backend(Protocol):
@@ -116,8 +116,9 @@ class Backend(Protocol):
 
     name: str
 
-    def start(self, topology: Any, leaders: Sequence[int] | None) -> Any:
-        """Initialise (collective over every rank); the node leaders' group (else ``None``: all ranks)."""
+    def start(self, topology: Any, groups: Sequence[Sequence[int]]) -> list[Any]:
+        """Initialise (collective); a handle per group of ``groups`` (world ranks that train while others
+        wait), in order (``None`` where this rank is not in it, for some backends)."""
 
     def averager(self, among: Any = None) -> Any:
         """A ``gradient_hook`` for ``jobs.build`` averaging over ``among`` (``None``: every rank)."""
@@ -134,10 +135,10 @@ class HorovodBackend:
     def __init__(self, hvd: Any = None) -> None:
         self.hvd = hvd
 
-    def start(self, topology: Any, leaders: Sequence[int] | None) -> Any:
+    def start(self, topology: Any, groups: Sequence[Sequence[int]]) -> list[Any]:
         if self.hvd is None:
             self.hvd = find_horovod(topology.size)
-        return init_horovod(self.hvd, topology.size, leaders)
+        return init_horovod(self.hvd, topology.size, groups)
 
     def averager(self, among: Any = None) -> GradientAverager:
         return GradientAverager(self.hvd, process_set=among)
@@ -154,17 +155,16 @@ class Mpi4pyBackend:
     def __init__(self, comm: Any = None) -> None:
         self.comm = comm
 
-    def start(self, topology: Any, leaders: Sequence[int] | None) -> Any:
+    def start(self, topology: Any, groups: Sequence[Sequence[int]]) -> list[Any]:
         from mpi4py import MPI
 
         world = topology.comm if topology.comm is not None else MPI.COMM_WORLD
         self.comm = world.Dup()  # the gradients' own communicator (collective)
         if world.Get_size() != topology.size:
             raise LaunchError(f"MPI sees {world.Get_size()} processes but the job has {topology.size} ranks")
-        if leaders is None:
-            return None
-        group = self.comm.Split(0 if topology.rank in leaders else MPI.UNDEFINED, topology.rank)  # collective
-        return None if group == MPI.COMM_NULL else group
+        splits = [self.comm.Split(0 if topology.rank in group else MPI.UNDEFINED, topology.rank)  # collective
+                  for group in groups]
+        return [None if split == MPI.COMM_NULL else split for split in splits]
 
     def averager(self, among: Any = None) -> FusedAverager:
         return FusedAverager(self.comm if among is None else among)

@@ -41,9 +41,9 @@ class NodeDevices:
         if self.kind == "gpu":
             def gpu_peaks() -> dict[str, int | None]:
                 peaks: dict[str, int | None] = {}
-                for index, name in enumerate(self.names):
+                for name in self.names:
                     try:
-                        peaks[name] = int(tf.config.experimental.get_memory_info(f"GPU:{index}")["peak"])
+                        peaks[name] = int(tf.config.experimental.get_memory_info(_short(name))["peak"])
                     except (ValueError, RuntimeError):
                         peaks[name] = None
                 return peaks
@@ -53,9 +53,9 @@ class NodeDevices:
     def reset_peaks(self) -> None:
         """Forget the peaks of profiling, so the figures are training's (GPUs only)."""
         if self.kind == "gpu":
-            for index in range(self.count):
+            for name in self.names:
                 try:
-                    tf.config.experimental.reset_memory_stats(f"GPU:{index}")
+                    tf.config.experimental.reset_memory_stats(_short(name))
                 except (ValueError, RuntimeError):
                     pass
 
@@ -79,14 +79,25 @@ def node_devices(count: int, node: str, first: int | None = None) -> NodeDevices
         raise LaunchError(f"a replica of node {node} would drive GPUs {first}..{first + count - 1}, but the node has "
                           f"{len(gpus)}: more ranks than replicas fit; launch devices_per_node / --replica-devices "
                           "tasks per node")
-    if exclusive:
-        try:
-            tf.config.set_visible_devices(gpus[first:first + count], "GPU")
-        except RuntimeError:  # set up already: only a process's first setting counts
-            if first > 0:
-                raise LaunchError(f"node {node}: TensorFlow set up its GPUs before this replica chose GPUs "
-                                  f"{first}..{first + count - 1}") from None
-    return NodeDevices("gpu", tuple(device_names(count, "gpu")))
+    if not exclusive:
+        return NodeDevices("gpu", tuple(device_names(count, "gpu")))
+    wanted = gpus[first:first + count]
+    try:
+        tf.config.set_visible_devices(wanted, "GPU")
+        return NodeDevices("gpu", tuple(device_names(count, "gpu")))
+    except RuntimeError:  # set up already (an earlier variant of a comparison): only a process's first setting counts
+        visible = [gpu.name for gpu in tf.config.get_visible_devices("GPU")]
+    if not all(gpu.name in visible for gpu in wanted):
+        raise LaunchError(f"node {node}: this process set up GPUs {', '.join(visible)} for an earlier variant and "
+                          f"cannot widen them to GPUs {first}..{first + count - 1}; in a comparison on GPUs list the "
+                          "plans from the largest k down (k=8,k=4,k=2,k=1), the placers before them and data last")
+    names = device_names(len(visible), "gpu")
+    return NodeDevices("gpu", tuple(names[visible.index(gpu.name)] for gpu in wanted))
+
+
+def _short(name: str) -> str:
+    """``/device:GPU:3`` → ``GPU:3``, the form ``tf.config.experimental``'s memory functions take."""
+    return name.rsplit("/device:", 1)[-1]
 
 
 def node_machine(settings: Settings, devices: NodeDevices) -> Machine:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from launcher.errors import DoesNotFit
-from launcher.reporting.timeline import EMULATED_FILE, write_emulated
+from launcher.reporting.timeline import EMULATED_FILE, allreduce_share, write_emulated
 from launcher.run.agreement import average_costs, graph_digest, raise_everywhere
 from launcher.run.checkpoint import make_checkpointer
 from launcher.run.outcome import end_untrained, finish
@@ -92,6 +92,8 @@ def run_data(state: RunState, runner: SharedByVariants, guard: StopGuard) -> dic
     if topology.is_root:
         state.placement["emulated_makespan_us"] = write_emulated(state.directory / EMULATED_FILE, cost, machine,
                                                                  placement, schedule=schedule, memory=memory)
+        state.placement["allreduce"] = allreduce_share(topology, settings.device_preset, devices.kind, cost, machine,
+                                                       placement, schedule=schedule)
     logger.info("%s: %d ops on one device per replica, simulated step %.0f us, peak memory %s", variant.label, cost.n,
                 evaluation.makespan_us, format_bytes(max(evaluation.peak_memory_bytes)))
     try:

@@ -44,3 +44,39 @@ def test_a_k_that_does_not_divide_the_node_is_one_line(capsys) -> None:
     err = capsys.readouterr().err
     assert "--replica-devices 3 does not divide the node's 4 devices; choose among 1, 2, 4" in err
     assert "Traceback" not in err
+
+
+def test_the_graphs_planned_are_the_ones_built_whole_and_cached_across_clusters_and_presets() -> None:
+    """M = 4 is written down from the M = 2 step (the same graph op for op as built at M = 4); a second
+    cluster size builds nothing; another preset's costs equal an estimate on that preset."""
+    from jobs.config import load_job
+    from jobs.plan import job_plan
+    from jobs.training import build
+    from pardnn.batch.replicate import difference
+    from pardnn.costs.presets import preset
+    from pardnn.tf.estimate import estimate_parts
+
+    job = load_job("word-rnn-tiny")
+    cache: dict = {}
+    first, described = job_plan(job, nodes=2, node="dgx-a100", devices_per_node=2, micro_batches=4,
+                                replica_devices=[2], cache=cache)
+    assert described["graphs_built"] == 1  # the M = 2 step at batch 8, the template of M = 4 at batch 16
+    [trial] = first.trials
+    assert (trial.replica_batch, trial.plan.micro_batches, trial.status) == (16, 4, "fits")
+    made = cache[("graphs", "a100-80gb")].graph_for(16, 4)
+    whole = build(job, batch_size=16, micro_batches=4)
+    assert difference(estimate_parts(whole.graph, whole.fetches, preset("dgx-a100")).graph, made) is None
+
+    again, described = job_plan(job, nodes=8, node="dgx-a100", devices_per_node=2, micro_batches=4,
+                                replica_devices=[2], cache=cache)
+    assert described["graphs_built"] == 0
+    assert again.trials[0].compute_us == trial.compute_us  # the same placement; only the allreduce differs
+    assert again.trials[0].exposed_us != trial.exposed_us
+
+    other, described = job_plan(job, nodes=2, node="dgx-2", devices_per_node=2, micro_batches=4,
+                                replica_devices=[2], cache=cache)
+    assert described["graphs_built"] == 0  # costed again for the V100, not built again
+    template = build(job, batch_size=8, micro_batches=2)
+    on_v100 = estimate_parts(template.graph, template.fetches, preset("dgx-2")).graph
+    assert difference(on_v100, cache["parts"][("v100-32gb", 8, 2)].graph) is None
+    assert other.trials[0].compute_us != trial.compute_us

@@ -109,3 +109,34 @@ def test_a_step_over_a_devices_limit_does_not_fit_naming_it():
         check_fits("metis", [900_000, 2_000_000], [1_048_576, 1_048_576], machine)
     assert (caught.value.status, caught.value.exit_code) == ("does_not_fit", 3)
     check_fits("metis", [10**12], None, Machine(1))  # unlimited memory: everything fits
+
+
+def test_compare_takes_plans_of_k_devices_per_replica_on_one_rank_per_device():
+    settings = resolve(Job(devices_per_node=4, batch_size=8), {"compare": "k=4,k=2,k=1,metis"})
+    variants = variants_of(settings)
+    assert [v.label for v in variants] == ["k=4", "k=2", "k=1", "metis"]
+    assert [v.replica_devices for v in variants] == [4, 2, 1, None]
+    assert {v.placer for v in variants} == {"pardnn", "metis"}  # a plan trains the run's placer
+    assert [v.slug for v in variants] == ["k4", "k2", "k1", "metis"]
+    assert ranks_per_node(settings) == 4  # a plan's ranks wait where it needs fewer
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"compare": "k=3"}, "--compare k=3 does not divide the node's 4 devices .* choose one of 1, 2, 4"),
+    ({"compare": "k=0"}, r"'k=0' is not one"),
+    ({"compare": "k=1", "batch_size": 6}, "batch_size 6 per node does not split over its 4 replicas"),
+    ({"compare": "k=2", "micro_batches": 3}, r"each replica's 4 samples .* do not split into --micro-batches 3"),
+    ({"replica_devices": "auto", "parallelism": "data"}, "does not combine with --parallelism data"),
+    ({"replica_devices": "auto", "compare": "k=1,k=2"}, "list plans there: --compare k=1,k=2"),
+    ({"replica_devices": "most"}, r"--replica-devices 'most': expected a whole number >= 1 .* or auto"),
+])
+def test_bad_plans_name_the_rule(overrides, message):
+    with pytest.raises(LaunchError, match=message):
+        resolve(Job(devices_per_node=4, batch_size=8), overrides)
+
+
+def test_auto_runs_one_rank_per_device_and_has_no_replicas_until_planned():
+    settings = resolve(Job(devices_per_node=4, batch_size=8), {"replica_devices": "auto"})
+    assert settings.replica_devices == "auto" and ranks_per_node(settings) == 4
+    with pytest.raises(LaunchError, match="no plan was chosen yet"):
+        settings.replicas_per_node  # noqa: B018

@@ -49,7 +49,8 @@ def test_two_replicas_of_two_devices_per_node_train_the_one_device_losses(tmp_pa
 @pytest.mark.parametrize("options, words", [
     (["--replica-devices", "3"], "--replica-devices 3 does not divide the node's 4 devices"),
     (["--replica-devices", "2", "--batch-size", "6", "--micro-batches", "2"],
-     "each replica's 3 samples (batch_size 6 over 2 replicas) do not split into --micro-batches 2"),
+     "each replica's 3 samples (batch_size 6 over 2 replicas, --replica-devices 2) do not split into "
+     "--micro-batches 2"),
 ])
 def test_bad_replica_devices_are_one_line_before_any_tensorflow_work(tmp_path: Path, options: list[str],
                                                                       words: str) -> None:

@@ -39,3 +39,16 @@ def test_single_node_collectives_are_identities():
 def test_emulate_nodes_knob(value, expected):
     assert emulate_nodes({"PARDNN_EMULATE_NODES": value}) is expected
     assert emulate_nodes({}) is False
+
+
+def test_every_kth_rank_of_each_node_trains_a_replica_of_k_devices():
+    from launcher.cluster.topology import Topology
+
+    # 2 nodes of 4 ranks, interleaved in rank order as a launcher may place them.
+    world = Topology(0, 8, ("a", "b", "a", "b", "a", "b", "a", "b"), ranks_per_node=4)
+    assert world.replica_ranks(1) == list(range(8))
+    assert world.replica_ranks(2) == [0, 1, 4, 5]  # local ranks 0 and 2 of each node
+    assert world.replica_ranks(4) == [0, 1] == world.leader_ranks()
+    assert world.replicas(1) is world
+    one = single_node()
+    assert one.replicas(1) is one and one.leaders() is one

@@ -15,7 +15,7 @@ HEADER = ",".join(RESULTS_COLUMNS)
 
 
 def _row(variant: str, nodes: int, devices: int, rate: float, *, batch: int = 8, emulated: float = 10.0,
-         measured: float = 10.0, kind: str = "gpu") -> str:
+         measured: float = 10.0, kind: str = "gpu", **extra: object) -> str:
     """A results.csv line; ``batch`` per node (a data-parallel replica trains batch / devices of it)."""
     data = variant.startswith("data")
     per_replica = batch // devices if data else batch
@@ -23,7 +23,7 @@ def _row(variant: str, nodes: int, devices: int, rate: float, *, batch: int = 8,
               "batch_size": per_replica, "global_batch_size": batch * nodes, "samples_per_s": rate,
               "device_kind": kind, "placer": "" if data else variant, "parallelism": "data" if data else "model",
               "recompute": str(variant == "data+recompute").lower(), "emulated_step_ms": emulated,
-              "step_ms_median": measured}
+              "step_ms_median": measured, **extra}
     return ",".join(str(values.get(column, "")) for column in RESULTS_COLUMNS)
 
 
@@ -36,10 +36,12 @@ def test_the_compare_table_has_a_line_per_variant_and_the_speed_up_over_the_firs
              "step_ratio": None, "peak_memory_bytes": None, "fits": "false"}]
     lines = table(["pardnn", "metis", "single"], [*rows, None][:3]).splitlines()
     assert lines[0].startswith("| variant | status | samples/s | speed-up | emulated step ms |")
-    assert lines[2] == "| pardnn | complete | 200.0 | 1.00× | 10.00 | 12.50 | 1.25 | 3.00 GiB | yes |"
-    assert lines[3] == "| metis | complete | 150.0 | 0.75× | 11.00 | 16.50 | 1.50 | 1.00 GiB | yes |"
-    assert lines[4] == "| single | does_not_fit |  |  | 9.00 |  |  |  | no |"
-    assert table(["pardnn", "data"], [rows[0], None]).splitlines()[3] == "| data | missing | | | | | | | |"
+    rows[1]["emulated_allreduce_ms"] = 1.5
+    lines = table(["pardnn", "metis", "single"], [*rows, None][:3]).splitlines()
+    assert lines[2] == "| pardnn | complete | 200.0 | 1.00× | 10.00 |  | 12.50 | 1.25 | 3.00 GiB | yes |"
+    assert lines[3] == "| metis | complete | 150.0 | 0.75× | 11.00 | 1.50 | 16.50 | 1.50 | 1.00 GiB | yes |"
+    assert lines[4] == "| single | does_not_fit |  |  | 9.00 |  |  |  |  | no |"
+    assert table(["pardnn", "data"], [rows[0], None]).splitlines()[3] == "| data | missing | | | | | | | | |"
 
 
 def test_a_data_parallel_summary_counts_replicas_and_nodes_apart():
@@ -87,6 +89,20 @@ def test_the_fidelity_table_gives_measured_over_emulated_by_variant_and_k():
     text = comparison_tables(read_results(LINES))
     assert "| pardnn | 2 | 1 | 1.20 | 1.20 | 1.20 |" in text
     assert "| pardnn | 4 | 3 | 1.00 | 1.00 | 1.00 |" in text and "| data | 2 | 1 | 1.00 | 1.00 | 1.00 |" in text
+
+
+def test_plans_are_variants_of_their_own_with_the_allreduce_share_of_their_emulated_step():
+    """Two nodes of 4: pardnn on replicas of 2 devices (emulated 10 ms, 2.5 of it the allreduce, measured 11)
+    and of 1 (8 ms, 2 of it; measured 8); one replica per node (k = 4) is plain pardnn."""
+    lines = [HEADER, _row("pardnn", 2, 4, 50.0, emulated=10.0, measured=11.0, replica_devices=2,
+                          emulated_allreduce_ms=2.5),
+             _row("pardnn", 2, 4, 60.0, emulated=8.0, measured=8.0, replica_devices=1, emulated_allreduce_ms=2.0),
+             _row("pardnn", 2, 4, 40.0, replica_devices=4)]
+    assert [r.variant for r in read_results(lines)] == ["pardnn k=2", "pardnn k=1", "pardnn"]
+    text = comparison_tables(read_results(lines))
+    assert "| pardnn k=2 | 4 | 1 | 1.10 | 1.10 | 1.10 | 25% |" in text
+    assert "| pardnn k=1 | 4 | 1 | 1.00 | 1.00 | 1.00 | 25% |" in text
+    assert "| pardnn | 4 | 1 | 1.00 | 1.00 | 1.00 |  |" in text
 
 
 def test_a_warning_only_where_the_ratio_spreads_beyond_what_one_calibration_fixes():

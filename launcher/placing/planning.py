@@ -1,0 +1,124 @@
+"""``--replica-devices auto``: the run chooses how each node's GPUs are used before it places anything.
+
+The job is launched with one rank per device (G per node, as for data parallelism: the most ranks
+any plan needs; ``sbatch --ntasks-per-node=G``, ``mpirun --map-by ppr:G:node``). Rank 0 then plans
+as ``pardnn plan`` does (:func:`jobs.plan.job_plan`): for every k dividing G and every M dividing the
+replica's batch (only the run's M when ``--micro-batches`` is a number), the replica's graph built at
+its batch and M, costed with the run's device preset (estimated: profiling every plan would need every
+plan's devices), placed by ParDNN on k devices and emulated with the gradient allreduce across the
+cluster's N·G/k replicas. The other ranks wait asleep meanwhile; the choice is broadcast, and the run
+goes on as ``--replica-devices k --micro-batches M``: local ranks 0, k, 2k, ... of each node train
+(:meth:`launcher.cluster.topology.Topology.replicas`), each on its own k devices, averaging over their
+group, while the other ranks wait for them to finish and exit 0.
+
+The log has a line per plan as the search goes and the choice with why; ``summary.json`` →
+``plan`` holds every plan tried (compute, exposed allreduce, step, samples/s, status) and why the
+chosen one won; the ``results.csv`` row names the plan (``replica_devices``, ``plan``). When no plan
+fits, the run ends before training as ``does_not_fit`` (exit 3), every plan's reason in the summary.
+
+Cost: the search's builds and placements (``pardnn plan`` prints the same table offline, with the
+time they take). It is not the default: a run keeps one replica per node unless asked, because the
+ranks per node are fixed when the job is launched and ``auto`` needs G of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from jobs.schema import AUTO
+from launcher.cluster.topology import Topology
+from launcher.errors import DoesNotFit
+from launcher.run.agreement import agree
+from launcher.settings import Settings
+from pardnn.emulation.emulated import strictly_shorter
+from pardnn.errors import PardnnError
+
+__all__ = ["NoPlanFits", "choose_plan", "hint"]
+
+logger = logging.getLogger("launcher")
+
+
+class NoPlanFits(DoesNotFit):
+    """No plan's placement fits the devices' memory (exit 3); ``report``: the plans tried."""
+
+    def __init__(self, message: str, report: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+def _search(job: Any, settings: Settings, nodes: int, build: Any) -> dict[str, Any]:
+    """Rank 0's search (module docstring); the report for ``summary.json``."""
+    from jobs.plan import job_plan
+
+    def on_trial(trial: Any) -> None:
+        if trial.step_us is None:
+            logger.info("plan %s: %s%s", trial.plan.label, trial.status, f" ({trial.reason})" if trial.reason else "")
+            return
+        logger.info("plan %s: %.1f samples/s, step %.2f ms = compute %.2f + exposed allreduce %.2f (%s, %.1f s)",
+                    trial.plan.label, trial.samples_per_s, trial.step_us / 1e3, trial.compute_us / 1e3,
+                    trial.exposed_us / 1e3, trial.status, trial.seconds)
+
+    micro = settings.micro_batches
+    search, described = job_plan(job, nodes=nodes, node=settings.device_preset,
+                                 devices_per_node=settings.devices_per_node, batch_size=settings.batch_size,
+                                 memory=settings.memory, reserve=settings.reserve,
+                                 micro_batches=None if micro == AUTO else int(micro),
+                                 on_note=lambda message: logger.info("plan: %s", message), on_trial=on_trial,
+                                 build=build)
+    return {"mode": AUTO, "costs": f"estimated ({described['preset']})", **described, **search.to_dict()}
+
+
+def choose_plan(job: Any, settings: Settings, world: Topology, build: Any) -> tuple[Settings, dict[str, Any]]:
+    """Plan on rank 0, the others asleep (collective over ``world``); the run's settings with the chosen
+    ``replica_devices`` and ``micro_batches``, and the report. Raises :class:`NoPlanFits` everywhere when
+    nothing fits, or the search's error."""
+    report: dict[str, Any] | None = None
+    error: PardnnError | None = None
+    if world.is_root:
+        logger.info("--replica-devices auto: planning %d node(s) of %d device(s), batch %d per node",
+                    world.node_count, settings.devices_per_node, settings.batch_size)
+        try:
+            report = _search(job, settings, world.node_count, build)
+        except PardnnError as caught:
+            error = caught
+    world.wait_for_all()  # asleep, not spinning: the search has the node's cores
+    agree(world, "choosing a plan", error)
+    report = world.bcast(report)
+    assert report is not None
+    chosen = report["chosen"]
+    if chosen is None:
+        reasons = "; ".join(f"k={t['replica_devices']} M={t['micro_batches']}: {t['status']}"
+                            + (f" ({t['reason']})" if t["reason"] else "") for t in report["trials"])
+        raise NoPlanFits(f"--replica-devices auto: no plan fits the devices' memory ({reasons})", report)
+    if world.is_root:
+        logger.info("plan chosen: %s", report["why"])
+    k, micro = int(chosen["replica_devices"]), int(chosen["micro_batches"])
+    return dataclasses.replace(settings, replica_devices=k, micro_batches=micro), report
+
+
+def hint(job: Any, settings: Settings, nodes: int, build: Any) -> str | None:
+    """After a run of one replica per node (the default): the one-line hint that plain data parallelism
+    (k = 1) would train faster in the emulator, or ``None``. Only k = 1 and k = G are compared, at the
+    run's M (M = 1 for k = 1 where the smaller batch does not split), as ``pardnn plan`` costs them (two
+    builds, two placements: seconds to a minute); an intermediate k is for ``pardnn plan`` or
+    ``--replica-devices auto`` to find."""
+    from jobs.plan import job_plan
+
+    gpus = settings.devices_per_node
+    micro = int(settings.micro_batches) if settings.micro_batches != AUTO else 1
+    searches = {}
+    for k in (1, gpus):
+        m = micro if (settings.batch_size * k // gpus) % micro == 0 else 1
+        search, _ = job_plan(job, nodes=nodes, node=settings.device_preset, devices_per_node=gpus,
+                             batch_size=settings.batch_size, memory=settings.memory, reserve=settings.reserve,
+                             replica_devices=[k], micro_batches=m, build=build)
+        searches[k] = search.chosen
+    data, one = searches[1], searches[gpus]
+    if data is None or (one is not None and not strictly_shorter(data.step_us, one.step_us)):
+        return None
+    faster = "" if one is None else f" {one.step_us / data.step_us:.2f}x faster than one replica per node"
+    return (f"hint: the emulator says plain data parallelism (--replica-devices 1, M = {data.plan.micro_batches}) "
+            f"would train{faster or ' (one replica per node does not fit there)'}; pardnn plan "
+            f"{getattr(job, 'name', 'JOB')} --nodes {nodes} compares every k, --replica-devices auto chooses at launch")
