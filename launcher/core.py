@@ -126,8 +126,6 @@ def _planned(job: Any, settings: Settings, world: Topology, runner: SharedByVari
                 summary = run_variant(where.state, runner, guard)
         finally:
             detach_log(handler)
-    elif world.is_root:  # not reached: rank 0 is local rank 0 of node 0, which always trains
-        raise AssertionError("rank 0 waits")
     world.wait_for_all()  # the ranks the plan does not use wait here, asleep, until the replicas are done
     return summary
 

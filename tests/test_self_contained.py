@@ -46,12 +46,13 @@ def outside_references(text: str) -> list[tuple[int, str]]:
 
 # Names outside the repository, spelled in parts so that this file does not name them itself.
 NOTE, PLACERS_NOTE, SIBLING = "DESIGN" + ".md", "PLACERS" + ".md", "../" + "shared/"
+SHARED, PAPER = "shared" + "/", "pardnn-paper" + ".tex"
 
 
 @pytest.mark.parametrize("text, expected", [
     (f"see {NOTE}, Layout", [NOTE]),
     (f"read {SIBLING}{PLACERS_NOTE}", [SIBLING, PLACERS_NOTE]),
-    ("the paper (shared/paper/pardnn-paper.tex)", ["shared/", "pardnn-paper.tex"]),
+    (f"the paper ({SHARED}paper/{PAPER})", [SHARED, PAPER]),
     ("targets (issue 26, item 5)", ["issue 26"]),
     ("where the issue is silent", ["the issue"]),
     ("(pymetis issue #45)", ["issue #45"]),

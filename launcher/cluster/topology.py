@@ -126,8 +126,13 @@ class Topology:
 
     def replica_ranks(self, k: int) -> list[int]:
         """The world ranks of every k-th rank of each node (local ranks 0, k, 2k, ...), in rank order."""
-        return [rank for rank, node in enumerate(self.nodes)
-                if [r for r, n in enumerate(self.nodes) if n == node].index(rank) % k == 0]
+        seen: dict[str, int] = {}  # ranks met so far on each node: the next one's local rank
+        ranks = []
+        for rank, node in enumerate(self.nodes):
+            if seen.get(node, 0) % k == 0:
+                ranks.append(rank)
+            seen[node] = seen.get(node, 0) + 1
+        return ranks
 
     def leader_ranks(self) -> list[int]:
         """The world rank of every node's leader, by node."""

@@ -108,12 +108,12 @@ def hint(job: Any, settings: Settings, nodes: int, build: Any) -> str | None:
 
     gpus = settings.devices_per_node
     micro = int(settings.micro_batches) if settings.micro_batches != AUTO else 1
-    searches = {}
+    searches, cache = {}, {}  # one cache: a step one k builds serves the other
     for k in (1, gpus):
         m = micro if (settings.batch_size * k // gpus) % micro == 0 else 1
         search, _ = job_plan(job, nodes=nodes, node=settings.device_preset, devices_per_node=gpus,
                              batch_size=settings.batch_size, memory=settings.memory, reserve=settings.reserve,
-                             replica_devices=[k], micro_batches=m, build=build)
+                             replica_devices=[k], micro_batches=m, build=build, cache=cache)
         searches[k] = search.chosen
     data, one = searches[1], searches[gpus]
     if data is None or (one is not None and not strictly_shorter(data.step_us, one.step_us)):
