@@ -13,23 +13,22 @@ of the same micro-batch (built at 2b / M) by :func:`pardnn.batch.replicate.repli
 op for op as the one built at M (the tests compare them), because building M copies in TensorFlow
 takes about 0.7 ms per op: minutes per model at M = 16. A model whose copies cannot be written down
 that way (the function names the op) is built whole at M. Building dominates the search's time (the
-paper's models take 4-30 s a build; each (batch, M) is built once, and the M = 2 step of one plan is
-often another plan's template); placing and emulating take the rest.
+paper's models take 10-40 s a build, two thirds of it ``tf.gradients``; each (batch, M) is built once,
+and the M = 2 step of one plan is often another plan's template), so the steps are built in worker
+processes while this one places and emulates the plans whose steps are ready
+(:mod:`jobs.plansteps`); placing and emulating take the rest.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from jobs.config import Job, load_job
+from jobs.plansteps import Steps, needed_steps
 from jobs.schema import AUTO, micro_batches_arg
 from jobs.tfimport import quiet
 from pardnn.batch.plan import MICRO_BATCHES, PlanSearch, Trial, replica_options, search_plans
@@ -37,7 +36,7 @@ from pardnn.cli.options import EXIT_OK, add_parser, param_type, positive_int
 from pardnn.costs.machine import format_bytes, parse_bandwidth
 from pardnn.costs.presets import preset
 from pardnn.emulation.allreduce import cluster_for
-from pardnn.errors import MissingDependencyError, PardnnError, ScalingError
+from pardnn.errors import MissingDependencyError, PardnnError
 from pardnn.settings import PLACEMENT
 
 __all__ = ["cmd_plan", "format_search", "job_plan", "register_plan"]
@@ -48,8 +47,8 @@ def job_plan(job: Job | str, *, nodes: int, node: str | None = None, devices_per
              replica_devices: Sequence[int] | None = None, micro_batches: int | str | None = None,
              network_Bps: float | None = None, on_note: Callable[[str], None] | None = None,
              on_trial: Callable[[Trial], None] | None = None,
-             cache: dict[str, dict[Any, Any]] | None = None,
-             build: Callable[..., Any] | None = None) -> tuple[PlanSearch, dict[str, Any]]:
+             cache: dict[Any, Any] | None = None, build: Callable[..., Any] | None = None,
+             build_workers: int | None = None) -> tuple[PlanSearch, dict[str, Any]]:
     """The plans of ``job`` on ``nodes`` nodes of preset ``node`` (default the job's ``device_preset``).
 
     ``devices_per_node`` defaults to the preset's node (16 for ``dgx-2``), ``batch_size`` (per node) to
@@ -57,6 +56,8 @@ def job_plan(job: Job | str, *, nodes: int, node: str | None = None, devices_per
     search and a description of what was planned for. ``cache`` (a dict the caller keeps, one per job,
     preset, memory and batch): the graphs built and the placements made, reused when the same node is
     planned for another number of nodes. ``build``: the graph builder (default ``jobs.training.build``).
+    ``build_workers``: processes building the steps beside this one (:mod:`jobs.plansteps`; ``None``:
+    as many as pay off, 0: none).
     """
     from jobs.maxbatch import job_machine  # imports nothing of TensorFlow
 
@@ -76,82 +77,23 @@ def job_plan(job: Job | str, *, nodes: int, node: str | None = None, devices_per
     reserve = job.reserve if reserve is None else reserve
     note = on_note or (lambda message: None)
     cache = {} if cache is None else cache
-    graphs = cache.setdefault(("graphs", spec.name), _Graphs(job, spec, build, cache.setdefault("parts", {})))
-    graphs.note, graphs.seconds, graphs.builds = note, 0.0, 0
-
-    search = search_plans(graphs.graph_for, lambda k: job_machine(spec.name, k, memory, reserve),
-                          lambda r: cluster_for(spec, nodes, r, network_Bps=network_Bps), node_devices=gpus,
-                          nodes=nodes, node_batch=batch, replica_devices=ks, micro_batches=micro, on_trial=on_trial,
-                          placements=cache.setdefault(("placements", spec.name), {}))
+    steps = cache.setdefault(("graphs", spec.name), Steps(job, spec, build, cache.setdefault("parts", {})))
+    steps.reset(note)
+    try:
+        steps.start(needed_steps(batch, gpus, ks, micro), build_workers)
+        search = search_plans(steps.graph_for, lambda k: job_machine(spec.name, k, memory, reserve),
+                              lambda r: cluster_for(spec, nodes, r, network_Bps=network_Bps), node_devices=gpus,
+                              nodes=nodes, node_batch=batch, replica_devices=ks, micro_batches=micro,
+                              on_trial=on_trial, placements=cache.setdefault(("placements", spec.name), {}))
+    finally:
+        steps.stop(wait=False)
     machine = job_machine(spec.name, 1, memory, reserve)
     described = {"job": job.name, "nodes": nodes, "devices_per_node": gpus, "preset": spec.name,
                  "memory_per_device": format_bytes(int(machine.memory_bytes[0])) if machine.bounded else None,
                  "reserve": reserve, "node_batch": batch, "global_batch": nodes * batch,
-                 "network_Bps": network_Bps or spec.network_Bps, "build_seconds": graphs.seconds,
-                 "graphs_built": graphs.builds}
+                 "network_Bps": network_Bps or spec.network_Bps, "build_seconds": steps.seconds,
+                 "graphs_built": steps.builds, "build_workers": steps.workers}
     return search, described
-
-
-class _Graphs:
-    """The replica's costed steps by (batch, M) on one device preset, built once each (module docstring).
-
-    ``parts`` is shared by the presets of one job: a step built and costed for one preset is costed for
-    another without building it again when its time is all kernels' (the roofline of each op's FLOPs and
-    bytes moved, :func:`pardnn.tf.estimate.estimate_parts`'s formula); a step with functional ops, whose
-    bodies' times depend on the preset too, is built again.
-    """
-
-    def __init__(self, job: Job, spec: Any, build: Callable[..., Any], parts: dict[Any, Any]) -> None:
-        self.job, self.spec, self.build, self.parts = job, spec, build, parts
-        self.grown: dict[tuple[int, int], Any] = {}
-        self.note: Callable[[str], None] = lambda message: None
-        self.seconds, self.builds = 0.0, 0
-
-    def built(self, batch: int, m: int) -> Any:
-        """The step at ``batch`` and ``m``, built in TensorFlow and costed on this preset, with its parts."""
-        key = (self.spec.name, batch, m)
-        if key not in self.parts:
-            other = next((value for (name, b, mm), value in self.parts.items() if (b, mm) == (batch, m)), None)
-            recosted = None if other is None else _recost(other, self.spec)
-            if recosted is not None:
-                self.parts[key] = recosted
-                return recosted
-            from pardnn.tf.estimate import estimate_parts
-
-            began = time.perf_counter()
-            trained = self.build(self.job, batch_size=batch, micro_batches=m)
-            self.parts[key] = estimate_parts(trained.graph, trained.fetches, self.spec,
-                                             name=f"{self.job.name}-b{batch}-m{m}")
-            self.seconds += time.perf_counter() - began
-            self.builds += 1
-            self.note(f"built and costed {self.job.name} at batch {batch}, M = {m}: {self.parts[key].graph.n:,} ops, "
-                      f"{time.perf_counter() - began:.1f} s")
-        return self.parts[key]
-
-    def graph_for(self, batch: int, m: int) -> Any:
-        if m <= 2:
-            return self.built(batch, m).graph
-        if (batch, m) not in self.grown:  # M copies of the M = 2 step of the same micro-batch
-            from pardnn.batch.replicate import replicate
-
-            template = self.built(2 * batch // m, 2)
-            try:
-                self.grown[batch, m] = replicate(template, m, self.spec, name=f"{self.job.name}-b{batch}-m{m}")
-            except ScalingError as error:  # a model the copies cannot be written down for: build it whole
-                self.note(f"{self.job.name} at M = {m} built whole: {error}")
-                self.grown[batch, m] = self.built(batch, m).graph
-        return self.grown[batch, m]
-
-
-def _recost(parts: Any, spec: Any) -> Any:
-    """``parts`` with every kernel's time on ``spec`` (the estimator's roofline); ``None`` when an op
-    that launches no kernel has a time of its own (a functional op's body, which depends on the preset)."""
-    graph = parts.graph
-    comp_us = np.asarray(graph.comp_us, np.float64)
-    if np.any(comp_us[~parts.kernel] > 0):
-        return None
-    times = np.where(parts.kernel, spec.kernel_us(parts.flops, parts.moved_bytes), 0.0)
-    return dataclasses.replace(parts, graph=graph.replace(comp_us=times))
 
 
 def format_search(search: PlanSearch, described: dict[str, Any]) -> str:
@@ -174,8 +116,10 @@ def format_search(search: PlanSearch, described: dict[str, Any]) -> str:
         lines.append(f"{mark}{trial.plan.replica_devices:>3} {trial.plan.replicas_per_node:>8} "
                      f"{trial.plan.micro_batches:>3} {trial.replica_batch:>6} {cells}  {status}")
     lines.append(f"chosen: {search.why}")
-    lines.append(f"search: {search.seconds:.1f} s, of which building and costing {described['graphs_built']} graphs "
-                 f"{described['build_seconds']:.1f} s")
+    workers = described.get("build_workers") or 0
+    beside = f", {workers} worker process(es) beside this one" if workers else ""
+    lines.append(f"search: {search.seconds:.1f} s; building and costing {described['graphs_built']} graphs took "
+                 f"{described['build_seconds']:.1f} s of build time{beside}")
     return "\n".join(lines)
 
 
@@ -203,7 +147,7 @@ def _plan(args: argparse.Namespace, job: Job, on_trial: Callable[[Trial], None])
     return job_plan(
         job, nodes=args.nodes, node=args.node, devices_per_node=args.devices_per_node, batch_size=args.batch_size,
         memory=args.memory, reserve=args.reserve, replica_devices=args.replica_devices,
-        micro_batches=args.micro_batches,
+        micro_batches=args.micro_batches, build_workers=args.build_workers,
         network_Bps=None if args.network is None else parse_bandwidth(args.network, "--network"),
         on_note=None if args.quiet else (lambda message: print(f"pardnn plan: {message}", file=sys.stderr, flush=True)),
         on_trial=on_trial)
@@ -217,6 +161,18 @@ def _counts(text: str) -> list[int]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: expected whole numbers >= 1, comma-separated (e.g. 1,2,4)")
     return values
+
+
+def _workers(text: str) -> int | None:
+    if text == AUTO:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected auto or a whole number >= 0 (0: build every step here)")
+    return value
 
 
 def register_plan(sub: Any) -> None:
@@ -244,6 +200,10 @@ def register_plan(sub: Any) -> None:
                       help=f"memory kept free: {PLACEMENT['reserve'].expected()} (default: the job's)")
     plan.add_argument("--network", default=None, metavar="RATE",
                       help="the node's network, its NICs together (default: the preset's)")
+    plan.add_argument("--build-workers", type=_workers, default=None, metavar="N|auto",
+                      help="processes that build the replica's steps beside this one (default auto: when the first "
+                           "build says the rest take 30 s or more, the CPUs this process may use less one, as "
+                           "memory allows at 4 GiB each; 0 builds every step here)")
     plan.add_argument("--json", action="store_true", help="print JSON")
     plan.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     plan.set_defaults(func=cmd_plan)

@@ -1,0 +1,231 @@
+"""The replica's costed steps that ``pardnn plan`` needs, by (batch, M): each built once, several at a time.
+
+A plan search (:func:`jobs.plan.job_plan`) costs the replica's real step for every (k, M): the node's
+batch B over G/k replicas, split into M micro-batches. M = 1 and M = 2 are built in TensorFlow and
+costed with the device preset (:func:`pardnn.tf.estimate.estimate_parts`); a step of M >= 4
+micro-batches of b / M samples is written down from the M = 2 step built at 2b / M
+(:func:`pardnn.batch.replicate.replicate`), and built whole only when the copies cannot be written
+down. :func:`needed_steps` lists the steps a search will ask for, in its order, before it starts.
+
+**Building beside the search.** A paper model's step takes 10-40 s to build (TensorFlow's Python
+graph construction, two thirds of it ``tf.gradients``), a search needs up to ten, and each build runs
+on one core. So the steps are built in worker processes while this process places and emulates the
+plans whose steps are ready, and builds too: when the step it needs is still being built by a worker,
+it takes a step no worker has started and builds that one itself, instead of waiting. The choice of
+how many workers (``workers=None``, the default) is measured, not guessed: the first step is built
+here; when the rest would take at least :data:`PARALLEL_AFTER_S` at that step's pace, the rest go to
+``min(CPUs this process may use - 1, steps left, available memory / WORKER_BYTES)`` workers
+(:data:`WORKER_BYTES`: a worker's peak while building a paper model's M = 2 step, with room). A small
+job (a build of a second) starts none: a worker's start (it imports TensorFlow) costs more than it
+saves. ``workers=0`` builds everything here; ``workers=n`` starts n workers at once.
+
+Workers are fresh interpreters (``spawn``: this process may hold TensorFlow's and MPI's threads, which
+a fork would copy in an unknown state) with no GPU visible (``CUDA_VISIBLE_DEVICES=""``: building a
+graph needs none, and the node's GPUs belong to its training ranks). A build's error comes back as
+the error it raised; a worker that dies (killed for memory, say) is noted and its steps are built here.
+The steps are identical wherever they are built (the tests compare a search's trials both ways).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import multiprocessing
+import os
+import pickle
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+import numpy as np
+
+from pardnn.errors import ScalingError
+
+__all__ = ["PARALLEL_AFTER_S", "WORKER_BYTES", "Steps", "needed_steps", "worker_count"]
+
+PARALLEL_AFTER_S = 30.0  # the rest's serial build time (at the first step's pace) that pays for workers
+WORKER_BYTES = 4 << 30  # memory set aside per worker (a paper model's M = 2 build peaks near 2.5 GiB)
+
+
+def needed_steps(node_batch: int, node_devices: int, replica_devices: Sequence[int],
+                 micro_batches: Sequence[int]) -> list[tuple[int, int]]:
+    """The (batch, M) steps a search over ``replica_devices`` × ``micro_batches`` builds, in the order it
+    asks for them (:func:`pardnn.batch.plan.search_plans`' order; a plan whose batch does not split
+    needs none; M >= 4 needs the M = 2 step of its micro-batch)."""
+    steps: list[tuple[int, int]] = []
+    for k in replica_devices:
+        replicas = node_devices // k
+        if node_batch % replicas:
+            continue
+        batch = node_batch // replicas
+        for micro in micro_batches:
+            if batch % micro:
+                continue
+            step = (batch, micro) if micro <= 2 else (2 * batch // micro, 2)
+            if step not in steps:
+                steps.append(step)
+    return steps
+
+
+def worker_count(steps_left: int, *, cpus: int | None = None, available_bytes: int | None = None) -> int:
+    """Workers for ``steps_left`` builds: the CPUs this process may use less the one it runs on, no more
+    than the steps, and no more than the available memory holds (module docstring)."""
+    cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
+    if available_bytes is None:
+        try:
+            available_bytes = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError):
+            available_bytes = WORKER_BYTES
+    return max(0, min(cpus - 1, steps_left, available_bytes // WORKER_BYTES))
+
+
+def build_step(job: Any, preset_name: str, batch: int, micro: int, build: Callable[..., Any]) -> tuple[Any, float]:
+    """The step at ``batch`` and ``micro`` built and costed on ``preset_name``, and the seconds it took
+    (here or in a worker)."""
+    from pardnn.costs.presets import preset
+    from pardnn.tf.estimate import estimate_parts
+
+    began = time.perf_counter()
+    trained = build(job, batch_size=batch, micro_batches=micro)
+    parts = estimate_parts(trained.graph, trained.fetches, preset(preset_name), name=f"{job.name}-b{batch}-m{micro}")
+    return parts, time.perf_counter() - began
+
+
+def _start_worker() -> None:
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before TensorFlow loads: a build needs no GPU
+    from jobs.tfimport import quiet
+
+    quiet()
+
+
+class Steps:
+    """The replica's costed steps on one device preset, built once each (module docstring).
+
+    ``parts`` is shared by the presets of one job: a step built and costed for one preset is costed for
+    another without building it again when its time is all kernels' (the roofline of each op's FLOPs and
+    bytes moved, :func:`pardnn.tf.estimate.estimate_parts`'s formula); a step with functional ops, whose
+    bodies' times depend on the preset too, is built again. ``seconds``: every build's own time, wherever
+    it ran; ``builds``: how many; ``workers``: the processes that built beside this one.
+    """
+
+    def __init__(self, job: Any, spec: Any, build: Callable[..., Any], parts: dict[Any, Any]) -> None:
+        self.job, self.spec, self.build, self.parts = job, spec, build, parts
+        self.grown: dict[tuple[int, int], Any] = {}
+        self.pending: dict[tuple[int, int], cf.Future[Any]] = {}
+        self.pool: cf.ProcessPoolExecutor | None = None
+        self.note: Callable[[str], None] = lambda message: None
+        self.seconds, self.builds, self.workers = 0.0, 0, 0
+
+    def reset(self, note: Callable[[str], None]) -> None:
+        """Count the next search's builds from zero, noting progress to ``note``."""
+        self.note, self.seconds, self.builds, self.workers = note, 0.0, 0, 0
+
+    def start(self, steps: Sequence[tuple[int, int]], workers: int | None = None) -> None:
+        """Begin building ``steps`` (those not built or costed yet) in workers (module docstring)."""
+        todo = [s for s in steps if not any((b, m) == s for (_, b, m) in self.parts)]
+        if not todo or workers == 0 or not (_picklable(self.build) and _picklable(self.job)):
+            return
+        if workers is None:
+            self.built(*todo[0])  # here, to measure the pace
+            todo = todo[1:]
+            if self.seconds * len(todo) < PARALLEL_AFTER_S:
+                return
+            workers = worker_count(len(todo))
+            if workers < 1:
+                return
+        self.workers = workers
+        self.note(f"building {len(todo)} steps in {workers} worker process(es) beside this one")
+        self.pool = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                           initializer=_start_worker)
+        for batch, micro in todo:
+            self.pending[batch, micro] = self.pool.submit(build_step, self.job, self.spec.name, batch, micro,
+                                                          self.build)
+
+    def stop(self, *, wait: bool = True) -> None:
+        """Cancel the builds not started and let the workers go (``wait``: until they have)."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=wait, cancel_futures=True)
+            self.pool = None
+        self.pending.clear()
+
+    def built(self, batch: int, micro: int) -> Any:
+        """The step at ``batch`` and ``micro``, built in TensorFlow and costed on this preset, with its parts."""
+        key = (self.spec.name, batch, micro)
+        if key in self.parts:
+            return self.parts[key]
+        other = next((value for (_, b, m), value in self.parts.items() if (b, m) == (batch, micro)), None)
+        recosted = None if other is None else recost(other, self.spec)
+        if recosted is not None:
+            self.parts[key] = recosted
+        elif (batch, micro) in self.pending:
+            self._collect(batch, micro)
+        else:
+            self._keep(batch, micro, *build_step(self.job, self.spec.name, batch, micro, self.build), where="")
+        return self.parts[key]
+
+    def _collect(self, batch: int, micro: int) -> None:
+        """The pending step, building steps no worker has started while a worker builds it."""
+        future = self.pending.pop((batch, micro))
+        while not future.done():
+            mine = next((step for step, other in self.pending.items() if other.cancel()), None)
+            if mine is None:
+                break
+            del self.pending[mine]
+            self._keep(*mine, *build_step(self.job, self.spec.name, *mine, self.build), where="")
+        try:
+            parts, seconds = future.result()
+        except BrokenProcessPool:
+            self.note("a build worker stopped (killed for memory, say, or it ran a script without an "
+                      "`if __name__ == \"__main__\":` guard again, as a spawned process does); building the "
+                      "remaining steps here")
+            assert self.pool is not None
+            self.pool.shutdown(wait=False)  # its futures have failed already: nothing to cancel
+            self.pool, self.pending = None, {}
+            parts, seconds = build_step(self.job, self.spec.name, batch, micro, self.build)
+            self._keep(batch, micro, parts, seconds, where="")
+            return
+        self._keep(batch, micro, parts, seconds, where=" in a worker")
+
+    def _keep(self, batch: int, micro: int, parts: Any, seconds: float, *, where: str) -> None:
+        self.parts[self.spec.name, batch, micro] = parts
+        self.seconds += seconds
+        self.builds += 1
+        self.note(f"built and costed {self.job.name} at batch {batch}, M = {micro}{where}: {parts.graph.n:,} ops, "
+                  f"{seconds:.1f} s")
+
+    def graph_for(self, batch: int, micro: int) -> Any:
+        """The costed graph of the step at ``batch`` and ``micro`` (M >= 4 from the M = 2 step)."""
+        if micro <= 2:
+            return self.built(batch, micro).graph
+        if (batch, micro) not in self.grown:  # M copies of the M = 2 step of the same micro-batch
+            from pardnn.batch.replicate import replicate
+
+            template = self.built(2 * batch // micro, 2)
+            try:
+                self.grown[batch, micro] = replicate(template, micro, self.spec,
+                                                     name=f"{self.job.name}-b{batch}-m{micro}")
+            except ScalingError as error:  # a model the copies cannot be written down for: build it whole
+                self.note(f"{self.job.name} at M = {micro} built whole: {error}")
+                self.grown[batch, micro] = self.built(batch, micro).graph
+        return self.grown[batch, micro]
+
+
+def recost(parts: Any, spec: Any) -> Any:
+    """``parts`` with every kernel's time on ``spec`` (the estimator's roofline); ``None`` when an op
+    that launches no kernel has a time of its own (a functional op's body, which depends on the preset)."""
+    graph = parts.graph
+    comp_us = np.asarray(graph.comp_us, np.float64)
+    if np.any(comp_us[~parts.kernel] > 0):
+        return None
+    times = np.where(parts.kernel, spec.kernel_us(parts.flops, parts.moved_bytes), 0.0)
+    return dataclasses.replace(parts, graph=graph.replace(comp_us=times))
+
+
+def _picklable(thing: Any) -> bool:
+    """Whether a worker can be handed ``thing`` (a module's function can; a test's local stand-in cannot)."""
+    try:
+        pickle.dumps(thing)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return False
+    return True
