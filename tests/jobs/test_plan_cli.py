@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pardnn.cli import EXIT_BAD_INPUT, EXIT_OK, main
+from pardnn.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_USAGE, main
 
 pytestmark = [pytest.mark.tf]
 
@@ -36,6 +36,16 @@ def test_plan_prints_the_table(capsys) -> None:
     out = capsys.readouterr().out
     assert "word-rnn-tiny on 1 node(s) of 2 x v100-32gb" in out and "samples/s" in out
     assert "chosen: k=2 M=2: the only plan that fits" in out
+    assert "building and costing 1 graphs took" in out and "beside this one" not in out  # a tiny job: no workers
+
+
+@pytest.mark.parametrize("value", ["-1", "two"])
+def test_bad_build_workers_are_one_line(capsys, value: str) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["plan", "word-rnn-tiny", "--nodes", "1", "--build-workers", value])
+    assert exit_.value.code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert f"--build-workers: {value!r}: expected auto or a whole number >= 0" in err
 
 
 def test_a_k_that_does_not_divide_the_node_is_one_line(capsys) -> None:
