@@ -61,7 +61,7 @@ def cell(model: str, node: str, nodes: int, search: Any, described: dict[str, An
                                                    "step_ms": chosen.step_us / 1e3},
             "over_simple": None if chosen is None or not simple else chosen.samples_per_s / max(simple),
             "why": search.why, "seconds": search.seconds, "build_seconds": described["build_seconds"],
-            "graphs_built": described["graphs_built"], "build_workers": described.get("build_workers", 0)}
+            "graphs_built": described["graphs_built"], "build_workers": described["build_workers"]}
 
 
 def run_model(model: str, node: str, nodes_list: Sequence[int], done: set[tuple[str, str, int]],

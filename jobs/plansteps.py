@@ -142,10 +142,11 @@ class Steps:
             self.pending[batch, micro] = self.pool.submit(build_step, self.job, self.spec.name, batch, micro,
                                                           self.build)
 
-    def stop(self, *, wait: bool = True) -> None:
-        """Cancel the builds not started and let the workers go (``wait``: until they have)."""
+    def stop(self, *, wait: bool = True, cancel: bool = True) -> None:
+        """Cancel the builds not started (``cancel``; a broken pool's have failed already) and let the
+        workers go (``wait``: until they have)."""
         if self.pool is not None:
-            self.pool.shutdown(wait=wait, cancel_futures=True)
+            self.pool.shutdown(wait=wait, cancel_futures=cancel)
             self.pool = None
         self.pending.clear()
 
@@ -161,7 +162,7 @@ class Steps:
         elif (batch, micro) in self.pending:
             self._collect(batch, micro)
         else:
-            self._keep(batch, micro, *build_step(self.job, self.spec.name, batch, micro, self.build), where="")
+            self._build_here(batch, micro)
         return self.parts[key]
 
     def _collect(self, batch: int, micro: int) -> None:
@@ -172,20 +173,20 @@ class Steps:
             if mine is None:
                 break
             del self.pending[mine]
-            self._keep(*mine, *build_step(self.job, self.spec.name, *mine, self.build), where="")
+            self._build_here(*mine)
         try:
             parts, seconds = future.result()
         except BrokenProcessPool:
             self.note("a build worker stopped (killed for memory, say, or it ran a script without an "
                       "`if __name__ == \"__main__\":` guard again, as a spawned process does); building the "
                       "remaining steps here")
-            assert self.pool is not None
-            self.pool.shutdown(wait=False)  # its futures have failed already: nothing to cancel
-            self.pool, self.pending = None, {}
-            parts, seconds = build_step(self.job, self.spec.name, batch, micro, self.build)
-            self._keep(batch, micro, parts, seconds, where="")
+            self.stop(wait=False, cancel=False)
+            self._build_here(batch, micro)
             return
         self._keep(batch, micro, parts, seconds, where=" in a worker")
+
+    def _build_here(self, batch: int, micro: int) -> None:
+        self._keep(batch, micro, *build_step(self.job, self.spec.name, batch, micro, self.build), where="")
 
     def _keep(self, batch: int, micro: int, parts: Any, seconds: float, *, where: str) -> None:
         self.parts[self.spec.name, batch, micro] = parts
