@@ -8,8 +8,9 @@ nodes N, :func:`jobs.plan.job_plan` tries every k dividing the node's G GPUs and
 the replica's batch: the replica's real graph at batch B·k/G and M, costed with the preset, placed by
 ParDNN on k devices, emulated with the gradient allreduce across the N·G/k replicas. The table gives,
 per k, the best M's cluster samples/s (``over`` where no M fits, ``-`` where the batch does not split
-over the replicas), the plan chosen, chosen / max(k = 1, k = G) (the target: >= 1 in every cell),
-the chosen plan's exposed allreduce, and the seconds the search took.
+over the replicas, and how many of its plans the search pruned: not placed, because a lower bound on
+their step was longer than a fitting plan's), the plan chosen, chosen / max(k = 1, k = G) (the
+target: >= 1 in every cell), the chosen plan's exposed allreduce, and the seconds the search took.
 
 The first N of a model and preset pays for the builds and placements; the next N reuse them (a
 placement does not depend on the number of nodes, only the allreduce does, which is emulated again),
@@ -40,18 +41,25 @@ TARGET_S = 120.0  # planning one model for one cluster, on the 2 cores of the de
 
 
 def cell(model: str, node: str, nodes: int, search: Any, described: dict[str, Any]) -> dict[str, Any]:
-    """One row: per k the best fitting M's samples/s, the choice, and its ratio to the simple plans."""
+    """One row: per k the best fitting M's samples/s (and the plans pruned, with the samples/s they cannot
+    reach), the choice, and its ratio to the simple plans (a lower bound where one of those was pruned)."""
     gpus = described["devices_per_node"]
     best: dict[int, dict[str, Any]] = {}
     for trial in search.trials:
         k = trial.plan.replica_devices
-        entry = best.setdefault(k, {"samples_per_s": None, "micro_batches": None, "tried": False})
+        entry = best.setdefault(k, {"samples_per_s": None, "micro_batches": None, "tried": False, "pruned": 0,
+                                    "at_most": None})
         if trial.status != "skipped":
             entry["tried"] = True
+        if trial.status == "pruned":
+            entry["pruned"] += 1
+            entry["at_most"] = max(entry["at_most"] or 0.0, described["global_batch"] / (trial.bound_us * 1e-6))
         if trial.fits and (entry["samples_per_s"] is None or trial.samples_per_s > entry["samples_per_s"]):
             entry.update(samples_per_s=trial.samples_per_s, micro_batches=trial.plan.micro_batches)
     chosen = search.chosen
     simple = [best[k]["samples_per_s"] for k in (1, gpus) if k in best and best[k]["samples_per_s"] is not None]
+    caps = [best[k]["at_most"] for k in (1, gpus) if k in best and best[k]["at_most"] is not None]
+    ceiling = max(simple + caps) if simple + caps else None
     return {"model": model, "node": node, "nodes": nodes, "devices_per_node": gpus,
             "node_batch": described["node_batch"], "per_k": {str(k): v for k, v in best.items()},
             "chosen": None if chosen is None else {"replica_devices": chosen.plan.replica_devices,
@@ -59,7 +67,8 @@ def cell(model: str, node: str, nodes: int, search: Any, described: dict[str, An
                                                    "samples_per_s": chosen.samples_per_s,
                                                    "exposed_ms": chosen.exposed_us / 1e3,
                                                    "step_ms": chosen.step_us / 1e3},
-            "over_simple": None if chosen is None or not simple else chosen.samples_per_s / max(simple),
+            "over_simple": None if chosen is None or ceiling is None else chosen.samples_per_s / ceiling,
+            "over_simple_at_least": bool(caps) and max(caps) > max(simple, default=0.0),
             "why": search.why, "seconds": search.seconds, "build_seconds": described["build_seconds"],
             "graphs_built": described["graphs_built"], "build_workers": described["build_workers"]}
 
@@ -94,6 +103,15 @@ def _builds(row: dict[str, Any]) -> str:
     return f"{row['graphs_built']} ({1 + row.get('build_workers', 0)})"  # rows of before workers: 1 process
 
 
+def _per_k(entry: dict[str, Any]) -> str:
+    """A k's cell: its best M's samples/s or ``over``; with the plans pruned (rows of before pruning: none)."""
+    pruned = entry.get("pruned", 0)
+    if entry["samples_per_s"] is None:
+        return f"< {_rate(entry['at_most'])} (pruned)" if pruned else "over"
+    rate = f"{_rate(entry['samples_per_s'])} (M={entry['micro_batches']})"
+    return f"{rate}, {pruned} pruned" if pruned else rate
+
+
 def table(rows: Sequence[dict[str, Any]]) -> str:
     ks = sorted({int(k) for row in rows for k in row["per_k"]})
     head = "| model | node | N | B | " + " | ".join(f"k={k}" for k in ks) + \
@@ -108,11 +126,11 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             elif not entry["tried"]:
                 cells.append("-")
             else:
-                rate = _rate(entry["samples_per_s"])
-                cells.append(rate if entry["samples_per_s"] is None else f"{rate} (M={entry['micro_batches']})")
+                cells.append(_per_k(entry))
         chosen = row["chosen"]
         what = "nothing fits" if chosen is None else f"k={chosen['replica_devices']} M={chosen['micro_batches']}"
-        ratio = "" if row["over_simple"] is None else f"{row['over_simple']:.2f}"
+        ratio = "" if row["over_simple"] is None else \
+            f"{'>= ' if row.get('over_simple_at_least') else ''}{row['over_simple']:.2f}"
         exposed = "" if chosen is None else f"{chosen['exposed_ms']:.1f}"
         lines.append(f"| {row['model']} | {row['node']} | {row['nodes']} | {row['node_batch']} | "
                      + " | ".join(cells) + f" | {what} | {ratio} | {exposed} | {row['seconds']:.0f} | {_builds(row)} |")
@@ -130,6 +148,10 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
         gains = ", ".join(f"{row['model']} {row['nodes']} x {row['node']}: k={row['chosen']['replica_devices']} "
                           f"{row['over_simple']:.2f}x" for row in middle if row["over_simple"])
         lines.append(f"An intermediate k wins in {len(middle)} cells: {gains}.")
+    pruned = sum(entry.get("pruned", 0) for row in firsts for entry in row["per_k"].values())
+    if pruned:
+        lines.append(f"Plans pruned in the first searches (not placed: a lower bound on their step is longer than a "
+                     f"fitting plan's): {pruned}.")
     if firsts:
         worst = max(firsts, key=lambda row: row["seconds"])
         within = sum(row["seconds"] <= TARGET_S for row in firsts)
@@ -185,9 +207,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"Machine: {machine_line()}.", "",
             "Each cell: `pardnn plan MODEL --nodes N --node PRESET` (the job's batch B per node, memory and reserve). "
             "Per k: the cluster's samples/s (N·B / the emulated step, gradient allreduce included) of the best M, "
-            "`over` where no M fits, `-` where B does not split over the node's G/k replicas. "
+            "`over` where no M fits, `-` where B does not split over the node's G/k replicas; *n pruned*: plans "
+            "of that k not placed because a lower bound on their step (compute / k, or the critical path) was "
+            "already longer than a fitting plan's, so they are slower than the plan chosen (`< x (pruned)`: every "
+            "M of that k, at most x samples/s). "
             "*chosen / max(k=1, k=G)*: against plain data parallelism and one replica per node, whichever is faster "
-            "and fits. *search s*: the "
+            "and fits (`>=` where one of those was pruned: its bound stands in for it). *search s*: the "
             "first N of a model and node builds and places; the next reuse both and only emulate again. "
             "*builds (processes)*: the graphs built for the cell and the processes that built them "
             "(the search's and its workers, `pardnn plan --build-workers`).", "",

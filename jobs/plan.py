@@ -16,7 +16,8 @@ that way (the function names the op) is built whole at M. Building dominates the
 paper's models take 10-40 s a build, two thirds of it ``tf.gradients``; each (batch, M) is built once,
 and the M = 2 step of one plan is often another plan's template), so the steps are built in worker
 processes while this one places and emulates the plans whose steps are ready
-(:mod:`jobs.plansteps`); placing and emulating take the rest.
+(:mod:`jobs.plansteps`); placing and emulating take the rest, less the plans whose lower bound is
+already longer than a fitting plan's step (pruned, :mod:`pardnn.batch.plan`).
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ def job_plan(job: Job | str, *, nodes: int, node: str | None = None, devices_per
 
 
 def format_search(search: PlanSearch, described: dict[str, Any]) -> str:
-    """The table of every plan tried, the chosen one marked ``*``, and why it won."""
+    """The table of every plan tried, the chosen one marked ``*``, and why it won (a pruned plan: its
+    step's lower bound and the samples/s it cannot reach)."""
     lines = [f"{described['job']} on {described['nodes']} node(s) of {described['devices_per_node']} x "
              f"{described['preset']} ({described['network_Bps'] / 1e9:g} GB/s network), batch "
              f"{described['node_batch']} per node ({described['global_batch']} per step)",
@@ -105,7 +107,10 @@ def format_search(search: PlanSearch, described: dict[str, Any]) -> str:
              f"{'step':>11} {'samples/s':>10}  status"]
     for trial in search.trials:
         mark = "*" if trial is search.chosen else " "
-        if trial.step_us is None:
+        if trial.bound_us is not None:  # not placed: at most this fast
+            at_most = f"<{described['global_batch'] / (trial.bound_us * 1e-6):.1f}"
+            cells = f"{trial.ops:>8,} {'':>11} {'':>11} {'>=':>3}{trial.bound_us / 1e3:>5.2f} ms {at_most:>10}"
+        elif trial.step_us is None:
             cells = f"{'':>8} {'':>11} {'':>11} {'':>11} {'over' if trial.status != 'skipped' else '':>10}"
             if trial.ops:
                 cells = f"{trial.ops:>8,} {'':>11} {'':>11} {'':>11} {'over':>10}"

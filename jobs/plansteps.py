@@ -51,17 +51,15 @@ WORKER_BYTES = 4 << 30  # memory set aside per worker (a paper model's M = 2 bui
 def needed_steps(node_batch: int, node_devices: int, replica_devices: Sequence[int],
                  micro_batches: Sequence[int]) -> list[tuple[int, int]]:
     """The (batch, M) steps a search over ``replica_devices`` × ``micro_batches`` builds, in the order it
-    asks for them (:func:`pardnn.batch.plan.search_plans`' order; a plan whose batch does not split
-    needs none; M >= 4 needs the M = 2 step of its micro-batch)."""
+    asks for them (:func:`pardnn.batch.plan.search_plans`' order: by M, then k; a plan whose batch does
+    not split needs none; M >= 4 needs the M = 2 step of its micro-batch)."""
     steps: list[tuple[int, int]] = []
-    for k in replica_devices:
-        replicas = node_devices // k
-        if node_batch % replicas:
-            continue
-        batch = node_batch // replicas
-        for micro in micro_batches:
-            if batch % micro:
+    for micro in micro_batches:
+        for k in replica_devices:
+            replicas = node_devices // k
+            if node_batch % replicas or (node_batch // replicas) % micro:
                 continue
+            batch = node_batch // replicas
             step = (batch, micro) if micro <= 2 else (2 * batch // micro, 2)
             if step not in steps:
                 steps.append(step)

@@ -14,6 +14,17 @@ emulator's tolerance, :func:`pardnn.emulation.emulated.strictly_shorter`) go to 
 replicas first (the smaller k), then the smaller M. k = 1 and k = G are always tried, so the plan
 chosen is never slower, in the emulator, than plain data parallelism or one replica per node where
 those fit.
+
+**Pruning.** Placing the step of many micro-batches is most of a search's placing time (M = 16 has
+about 16 times the ops of M = 1: near a million for the paper's largest models). So the plans are
+tried by M, then k (the smallest graphs first), and a plan is not placed when a lower bound on its
+step is already strictly longer (beyond the tolerance) than the shortest fitting step found: it
+cannot win, nor tie. The bound is the emulator's own: a device runs one op at a time and an op
+takes its compute time on any of the k (identical) devices, so the step is at least the replica's
+total compute over k and at least its critical path without communication
+(:func:`pardnn.emulation.simulate.lower_bound_us`); the allreduce only adds.
+Such a trial is reported ``pruned`` with its bound (``bound_us``), so the choice is exactly the one
+placing every plan would make; ``prune=False`` places them all (a benchmark's full table).
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from pardnn.costs.graph import CostGraph
 from pardnn.costs.machine import Machine
 from pardnn.emulation.allreduce import Cluster, emulate_with_allreduce
 from pardnn.emulation.emulated import strictly_shorter
+from pardnn.emulation.simulate import lower_bound_us
 from pardnn.errors import InfeasibleError
 from pardnn.partitioner import partition
 
@@ -56,7 +68,8 @@ class Plan:
 class Trial:
     """One plan tried. Times in µs; ``samples_per_s``: the cluster's; ``status``: ``fits``,
     ``does_not_fit`` (the placement's peak is over a device's limit), ``infeasible`` (no placement,
-    with ``reason``) or ``skipped`` (the batch does not split: ``reason``)."""
+    with ``reason``), ``skipped`` (the batch does not split: ``reason``) or ``pruned`` (not placed: its
+    step is at least ``bound_us``, longer than a fitting plan's; module docstring)."""
 
     plan: Plan
     replica_batch: int
@@ -69,6 +82,7 @@ class Trial:
     samples_per_s: float | None = None
     peak_bytes: int | None = None
     seconds: float = 0.0
+    bound_us: float | None = None
 
     @property
     def fits(self) -> bool:
@@ -79,12 +93,14 @@ class Trial:
                 "replicas_per_node": self.plan.replicas_per_node, "replica_batch": self.replica_batch,
                 "status": self.status, "reason": self.reason, "ops": self.ops, "compute_us": self.compute_us,
                 "exposed_allreduce_us": self.exposed_us, "step_us": self.step_us,
-                "samples_per_s": self.samples_per_s, "peak_bytes": self.peak_bytes, "seconds": self.seconds}
+                "samples_per_s": self.samples_per_s, "peak_bytes": self.peak_bytes, "seconds": self.seconds,
+                "bound_us": self.bound_us}
 
 
 @dataclass(frozen=True)
 class PlanSearch:
-    """Every trial in the order tried, the chosen one (``None``: nothing fits) and why it won."""
+    """Every trial, by k then M (the table's order; they are tried by M, then k), the chosen one
+    (``None``: nothing fits) and why it won."""
 
     trials: tuple[Trial, ...]
     chosen: Trial | None
@@ -105,7 +121,7 @@ def search_plans(graph_for: Callable[[int, int], CostGraph], machine_for: Callab
                  cluster_for: Callable[[int], Cluster], *, node_devices: int, nodes: int, node_batch: int,
                  replica_devices: Sequence[int] | None = None, micro_batches: Sequence[int] = MICRO_BATCHES,
                  on_trial: Callable[[Trial], None] | None = None,
-                 placements: dict[tuple[int, int, int], Any] | None = None) -> PlanSearch:
+                 placements: dict[tuple[int, int, int], Any] | None = None, prune: bool = True) -> PlanSearch:
     """Try each plan and choose (module docstring).
 
     ``graph_for(batch, M)``: the replica's costed step at that batch with M micro-batches;
@@ -113,24 +129,29 @@ def search_plans(graph_for: Callable[[int, int], CostGraph], machine_for: Callab
     ``replica_devices`` (default every divisor of ``node_devices``) and ``micro_batches`` limit the search.
     ``placements``: a cache of ParDNN's answers by (replica batch, M, k), kept by the caller to plan the
     same node for several cluster sizes (a placement does not depend on the number of nodes; only the
-    allreduce, emulated again for each, does).
+    allreduce, emulated again for each, does). ``prune``: skip placing the plans whose step's lower
+    bound is longer than a fitting plan's (module docstring).
     """
     started = time.perf_counter()
     trials: list[Trial] = []
     cache = {} if placements is None else placements
-    for k in replica_devices or replica_options(node_devices):
-        for micro in micro_batches:
-            trial = _try(Plan(k, micro, node_devices), graph_for, machine_for, cluster_for, nodes, node_batch, cache)
-            trials.append(trial)
-            if on_trial is not None:
-                on_trial(trial)
+    plans = [Plan(k, micro, node_devices) for micro in micro_batches for k in replica_devices or
+             replica_options(node_devices)]
+    for plan in plans:
+        fitting = [t.step_us for t in trials if t.fits]
+        best = min(fitting) if prune and fitting else None  # type: ignore[type-var]
+        trial = _try(plan, graph_for, machine_for, cluster_for, nodes, node_batch, cache, best)
+        trials.append(trial)
+        if on_trial is not None:
+            on_trial(trial)
+    trials.sort(key=lambda t: (t.plan.replica_devices, t.plan.micro_batches))
     chosen = _choose(trials)
     return PlanSearch(tuple(trials), chosen, _why(chosen, trials), time.perf_counter() - started)
 
 
 def _try(plan: Plan, graph_for: Callable[[int, int], CostGraph], machine_for: Callable[[int], Machine],
          cluster_for: Callable[[int], Cluster], nodes: int, node_batch: int,
-         placements: dict[tuple[int, int, int], Any]) -> Trial:
+         placements: dict[tuple[int, int, int], Any], best_us: float | None) -> Trial:
     replicas = plan.replicas_per_node
     if node_batch % replicas:
         return Trial(plan, 0, "skipped", f"the node's batch {node_batch} does not split over {replicas} replicas")
@@ -142,6 +163,12 @@ def _try(plan: Plan, graph_for: Callable[[int, int], CostGraph], machine_for: Ca
     graph = graph_for(batch, plan.micro_batches)
     machine = machine_for(plan.replica_devices)
     key = (batch, plan.micro_batches, plan.replica_devices)
+    if key not in placements and best_us is not None:
+        bound, _ = lower_bound_us(graph, plan.replica_devices)
+        if strictly_shorter(best_us, bound):
+            return Trial(plan, batch, "pruned", f"its step is at least {bound / 1e3:.2f} ms (compute / k or the "
+                         f"critical path), longer than {best_us / 1e3:.2f} ms that fits", graph.n,
+                         seconds=time.perf_counter() - began, bound_us=bound)
     if key not in placements:
         try:
             placements[key] = partition(graph, machine)
@@ -161,22 +188,28 @@ def _try(plan: Plan, graph_for: Callable[[int, int], CostGraph], machine_for: Ca
 
 
 def _choose(trials: Sequence[Trial]) -> Trial | None:
-    """The fitting trial of the shortest step (the same samples per step for every plan), a tie to the
-    one tried first: more replicas, then the smaller M."""
-    best: Trial | None = None
-    for trial in trials:
-        if trial.fits and (best is None or strictly_shorter(trial.step_us, best.step_us)):  # type: ignore[arg-type]
-            best = trial
-    return best
+    """The fitting trial of the shortest step (the same samples per step for every plan); among those
+    within the emulator's tolerance of it, the first in ``trials``' order: more replicas, then the
+    smaller M. (A pruned plan is strictly longer than the shortest, so pruning never changes this.)"""
+    fitting = [trial for trial in trials if trial.fits]
+    if not fitting:
+        return None
+    shortest = min(trial.step_us for trial in fitting)  # type: ignore[type-var]
+    return next(trial for trial in fitting if not strictly_shorter(shortest, trial.step_us))  # type: ignore[arg-type]
 
 
 def _why(chosen: Trial | None, trials: Sequence[Trial]) -> str:
     if chosen is None:
         return "no plan fits every device's memory"
     runners = [t for t in trials if t.fits and t is not chosen]
-    if not runners:
+    bounds = [t.bound_us for t in trials if t.status == "pruned"]
+    second = min(runners, key=lambda t: t.step_us) if runners else None  # type: ignore[arg-type, return-value]
+    if bounds and (second is None or min(bounds) < second.step_us):  # type: ignore[operator]
+        nearest = min([*bounds, *([] if second is None else [second.step_us])])  # type: ignore[list-item]
+        return (f"{chosen.plan.label}: at least {nearest / chosen.step_us:.2f}x the samples/s of every other plan "  # type: ignore[operator]
+                f"({len(bounds)} not placed: their lower bounds are longer than its step)")
+    if second is None:
         return f"{chosen.plan.label}: the only plan that fits"
-    second = min(runners, key=lambda t: t.step_us)  # type: ignore[arg-type, return-value]
     ratio = second.step_us / chosen.step_us  # type: ignore[operator]
     if ratio <= 1.0 + 1e-9 or not strictly_shorter(chosen.step_us, second.step_us):  # type: ignore[arg-type]
         return (f"{chosen.plan.label}: as fast as {second.plan.label} within the emulator's tolerance, and simpler "

@@ -30,3 +30,20 @@ def test_each_cell_is_a_search_and_the_next_cluster_size_reuses_its_graphs(tmp_p
     assert main(["--models", "word-rnn-tiny", "--node", "dgx-a100", "--nodes", "1", "2", "--json", str(rows_file),
                  "--no-write"]) == 0
     assert len(json.loads(rows_file.read_text())) == 2
+
+
+def test_a_pruned_plan_shows_what_it_cannot_reach() -> None:
+    """k = 1: M = 1 fits at 50 samples/s, M = 2 pruned; k = 2: both M pruned, at most 70 samples/s (the
+    larger of their caps); the chosen k = 4 at 100 over max(50, 70): at least 1.43 (the cap stands in)."""
+    from benchmarks.plan import table
+
+    row = {"model": "m", "node": "dgx-a100", "nodes": 1, "node_batch": 8, "devices_per_node": 4,
+           "per_k": {"1": {"samples_per_s": 50.0, "micro_batches": 1, "tried": True, "pruned": 1, "at_most": 40.0},
+                     "2": {"samples_per_s": None, "micro_batches": None, "tried": True, "pruned": 2, "at_most": 70.0},
+                     "4": {"samples_per_s": 100.0, "micro_batches": 2, "tried": True, "pruned": 0, "at_most": None}},
+           "chosen": {"replica_devices": 4, "micro_batches": 2, "samples_per_s": 100.0, "exposed_ms": 0.0},
+           "over_simple": 100.0 / 50.0, "over_simple_at_least": False, "seconds": 3.0, "graphs_built": 2,
+           "build_workers": 0}
+    assert table([row]).splitlines()[2] == ("| m | dgx-a100 | 1 | 8 | 50 (M=1), 1 pruned | < 70 (pruned) | 100 (M=2) "
+                                            "| k=4 M=2 | 2.00 | 0.0 | 3 | 2 (1) |")
+    assert "| >= 1.43 |" in table([row | {"over_simple": 100 / 70, "over_simple_at_least": True}])

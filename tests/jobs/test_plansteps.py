@@ -14,15 +14,15 @@ from jobs.plansteps import WORKER_BYTES, Steps, needed_steps, worker_count
 def test_needed_steps_of_word_rnn_2_on_a_dgx_2() -> None:
     """Batch 32 over 16 GPUs: k = 1, 2, 4, 8, 16 train replicas of 2, 4, 8, 16, 32 samples. Each needs its
     M = 1 and M = 2 step; M = 4 of 4 samples is 4 copies of the M = 2 step of 2 samples (already
-    needed), and so on: ten builds, in the order the search asks (k first, then M)."""
+    needed), and so on: ten builds, in the order the search asks (M first, then k)."""
     assert needed_steps(32, 16, [1, 2, 4, 8, 16], [1, 2, 4, 8, 16]) == [
-        (2, 1), (2, 2), (4, 1), (4, 2), (8, 1), (8, 2), (16, 1), (16, 2), (32, 1), (32, 2)]
+        (2, 1), (4, 1), (8, 1), (16, 1), (32, 1), (2, 2), (4, 2), (8, 2), (16, 2), (32, 2)]
 
 
 def test_needed_steps_skip_what_does_not_split() -> None:
     """Batch 4 over 16 GPUs: 16 and 8 replicas do not split 4 samples; k = 4 trains 1 sample (M = 1 only),
     k = 8 two (M = 1, 2), k = 16 four (M = 4 from the M = 2 step of 2 samples, which k = 8 needs)."""
-    assert needed_steps(4, 16, [1, 2, 4, 8, 16], [1, 2, 4, 8, 16]) == [(1, 1), (2, 1), (2, 2), (4, 1), (4, 2)]
+    assert needed_steps(4, 16, [1, 2, 4, 8, 16], [1, 2, 4, 8, 16]) == [(1, 1), (2, 1), (4, 1), (2, 2), (4, 2)]
     assert needed_steps(4, 16, [16], [4]) == [(2, 2)]  # one plan of 4 micro-batches: its template only
     assert needed_steps(3, 2, [1], [1, 2]) == []  # 3 samples over 2 replicas: nothing to build
 

@@ -10,20 +10,21 @@ from hypothesis import strategies as st
 from pardnn import CostGraph, Kind, Machine
 from pardnn.batch.plan import Plan, replica_options, search_plans
 from pardnn.emulation.allreduce import Cluster
+from tests.conftest import most_reach, reached
 
 MB = 1_000_000
 
 
-def layers(batch: int, micro: int, width: int = 4, tail_us: float = 1.0) -> CostGraph:
-    """``width`` independent layers: each a forward op (10 µs per sample), its gradient (1 MB) and its update;
-    with M micro-batches each op's time is per micro-batch, M times over (a chain of M copies). The
-    gradient and the update take ``tail_us`` each."""
+def layers(batch: int, micro: int, width: int = 4, tail_us: float = 1.0, overhead_us: float = 0.0) -> CostGraph:
+    """``width`` independent layers: each a forward op (10 µs per sample, plus ``overhead_us`` a launch), its
+    gradient (1 MB) and its update; with M micro-batches each op's time is per micro-batch, M times over (a
+    chain of M copies). The gradient and the update take ``tail_us`` each."""
     names, comp, out, src, dst, kind = [], [], [], [], [], []
     for layer in range(width):
         previous = None
         for m in range(micro):
             names.append(f"l{layer}/fwd{m}")
-            comp.append(10.0 * batch / micro)
+            comp.append(10.0 * batch / micro + overhead_us)
             out.append(1000)
             kind.append(Kind.NORMAL)
             if previous is not None:
@@ -104,3 +105,70 @@ def test_the_chosen_plan_is_never_slower_than_data_parallelism_or_one_replica(g:
                 assert search.chosen.step_us <= trial.step_us * (1 + 1e-9)
     assert search.chosen.samples_per_s == pytest.approx(nodes * batch / (search.chosen.step_us * 1e-6))
     assert np.isfinite(search.seconds)
+
+
+def test_a_plan_whose_bound_is_longer_than_a_fitting_step_is_not_placed() -> None:
+    """A node of 2 devices, batch 8, one node, a free network, 4 layers (gradient and update 1 µs each).
+    Tried by M, then k: k = 1 (2 replicas of 4 samples) runs 4 × (40 + 2) = 168 µs on its device; k = 2
+    (one replica of 8) two layers a device, 2 × (80 + 2) = 164 µs. Then M = 2: k = 1's work is still 168 µs
+    on one device, a bound longer than 164 µs: pruned, not placed. k = 2 at M = 2 has the bound 164 µs,
+    not longer: placed, and the tie goes to M = 1."""
+    free = lambda r: Cluster(nodes=1, replicas_per_node=r, link_Bps=float("inf"), link_latency_us=0, cycle_us=0)  # noqa: E731
+    placed: list[tuple[int, int]] = []
+
+    def graph_for(batch: int, micro: int) -> CostGraph:
+        return layers(batch, micro)
+
+    def machine_for(k: int) -> Machine:
+        placed.append(k)
+        return Machine(k, latency="0us")
+
+    tried: list[str] = []
+    search = search_plans(graph_for, machine_for, free, node_devices=2, nodes=1, node_batch=8, micro_batches=(1, 2),
+                          on_trial=lambda t: tried.append(t.plan.label))
+    assert tried == ["k=1 M=1", "k=2 M=1", "k=1 M=2", "k=2 M=2"]
+    by_plan = {(t.plan.replica_devices, t.plan.micro_batches): t for t in search.trials}
+    assert [t.plan.label for t in search.trials] == ["k=1 M=1", "k=1 M=2", "k=2 M=1", "k=2 M=2"]  # the table's order
+    assert (by_plan[1, 1].step_us, by_plan[2, 1].step_us, by_plan[2, 2].step_us) == (168.0, 164.0, 164.0)
+    pruned = by_plan[1, 2]
+    assert (pruned.status, pruned.bound_us, pruned.step_us, pruned.samples_per_s) == ("pruned", 168.0, None, None)
+    assert pruned.reason == ("its step is at least 0.17 ms (compute / k or the critical path), longer than 0.16 ms "
+                             "that fits")
+    assert search.chosen is by_plan[2, 1]
+    everything = search_plans(graph_for, lambda k: Machine(k, latency="0us"), free, node_devices=2, nodes=1,
+                              node_batch=8, micro_batches=(1, 2), prune=False)
+    assert {t.status for t in everything.trials} == {"fits"}
+    assert [t.step_us for t in everything.trials] == [168.0, 168.0, 164.0, 164.0]
+
+
+@pytest.mark.slow
+@most_reach
+@settings(max_examples=12, deadline=None)
+@given(st.sampled_from([2, 4]), st.integers(1, 3), st.sampled_from([4, 8]), st.sampled_from([1e11, 1e12]),
+       st.integers(2, 6), st.floats(0.0, 2.0), st.floats(10.0, 40.0))
+def test_pruning_never_changes_the_choice(g: int, nodes: int, batch: int, network: float, width: int,
+                                          tail: float, overhead: float) -> None:
+    """The search with pruning chooses the very trial the search placing every plan chooses; a pruned
+    plan's bound is at most the step it has when placed, and longer than the chosen step. Reached: some
+    plan was pruned (a launch overhead per op makes more micro-batches more work, and a fast network keeps
+    the allreduce, which the bound leaves out, short)."""
+    cluster = lambda r: Cluster(nodes=nodes, replicas_per_node=r, network_Bps=network, cycle_us=1.0)  # noqa: E731
+    searches = [search_plans(lambda b, m: layers(b, m, width, tail, overhead), lambda k: Machine(k), cluster,
+                             node_devices=g,
+                             nodes=nodes, node_batch=batch, micro_batches=(1, 2), prune=prune)
+                for prune in (True, False)]
+    pruned, full = searches
+    assert pruned.chosen is not None and full.chosen is not None
+    assert (pruned.chosen.plan, pruned.chosen.step_us) == (full.chosen.plan, full.chosen.step_us)
+    placed = {t.plan: t for t in full.trials}
+    cut = [t for t in pruned.trials if t.status == "pruned"]
+    if not cut:
+        assert pruned.why == full.why
+    elif "at least" in pruned.why:  # never more than the true margin over the next best
+        claimed = float(pruned.why.split("at least ")[1].split("x")[0])
+        others = [t.step_us for t in full.trials if t.fits and t.plan != full.chosen.plan]
+        assert claimed <= min(others) / full.chosen.step_us + 0.005
+    for trial in cut:
+        assert trial.bound_us <= placed[trial.plan].step_us * (1 + 1e-9)
+        assert trial.bound_us > pruned.chosen.step_us
+    reached(bool(cut), "a plan was pruned")
