@@ -23,8 +23,10 @@ already longer than a fitting plan's step (pruned, :mod:`pardnn.batch.plan`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -80,14 +82,16 @@ def job_plan(job: Job | str, *, nodes: int, node: str | None = None, devices_per
     cache = {} if cache is None else cache
     steps = cache.setdefault(("graphs", spec.name), Steps(job, spec, build, cache.setdefault("parts", {})))
     steps.reset(note)
+    began = time.perf_counter()
     try:
-        steps.start(needed_steps(batch, gpus, ks, micro), build_workers)
+        steps.start(needed_steps(batch, gpus, ks, micro), build_workers)  # may build the first step here
         search = search_plans(steps.graph_for, lambda k: job_machine(spec.name, k, memory, reserve),
                               lambda r: cluster_for(spec, nodes, r, network_Bps=network_Bps), node_devices=gpus,
                               nodes=nodes, node_batch=batch, replica_devices=ks, micro_batches=micro,
                               on_trial=on_trial, placements=cache.setdefault(("placements", spec.name), {}))
     finally:
         steps.stop(wait=False)
+    search = dataclasses.replace(search, seconds=time.perf_counter() - began)  # the builds before it began too
     machine = job_machine(spec.name, 1, memory, reserve)
     described = {"job": job.name, "nodes": nodes, "devices_per_node": gpus, "preset": spec.name,
                  "memory_per_device": format_bytes(int(machine.memory_bytes[0])) if machine.bounded else None,

@@ -90,3 +90,13 @@ def test_the_graphs_planned_are_the_ones_built_whole_and_cached_across_clusters_
     on_v100 = estimate_parts(template.graph, template.fetches, preset("dgx-2")).graph
     assert difference(on_v100, cache["parts"][("v100-32gb", 8, 2)].graph) is None
     assert other.trials[0].compute_us != trial.compute_us
+
+
+def test_the_search_seconds_count_every_build_made_in_this_process() -> None:
+    """The first step is built before the plans are tried (its pace decides on workers); a tiny job
+    starts none, so every build ran in this process during the search: its seconds are at least theirs."""
+    from jobs.plan import job_plan
+
+    search, described = job_plan("word-rnn-tiny", nodes=1, node="dgx-a100", devices_per_node=2, micro_batches=1)
+    assert described["build_workers"] == 0 and described["graphs_built"] == 2
+    assert search.seconds >= described["build_seconds"]
