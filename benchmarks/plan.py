@@ -146,7 +146,8 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
              + (f" Chosen / max(k = 1, k = G): {min(ratios):.2f} to {max(ratios):.2f}." if ratios else "")]
     if middle:
         gains = ", ".join(f"{row['model']} {row['nodes']} x {row['node']}: k={row['chosen']['replica_devices']} "
-                          f"{row['over_simple']:.2f}x" for row in middle if row["over_simple"])
+                          f"{'>= ' if row.get('over_simple_at_least') else ''}{row['over_simple']:.2f}x"
+                          for row in middle if row["over_simple"])
         lines.append(f"An intermediate k wins in {len(middle)} cells: {gains}.")
     pruned = sum(entry.get("pruned", 0) for row in firsts for entry in row["per_k"].values())
     if pruned:
@@ -162,6 +163,13 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
                      f"What dominates: building and costing the graphs ({sum(r['graphs_built'] for r in firsts)} "
                      f"builds, {built:.0f} s of build time summed over the processes that built them, against "
                      f"{sum(row['seconds'] for row in firsts):.0f} s of searching).")
+        over = [row for row in firsts if row["seconds"] > TARGET_S]
+        if over:
+            floors = ", ".join(f"{row['model']} on {row['node']} {row['seconds']:.0f} s (builds "
+                               f"{row['build_seconds']:.0f} s / {1 + row.get('build_workers', 0)} processes = "
+                               f"{row['build_seconds'] / (1 + row.get('build_workers', 0)):.0f} s)" for row in over)
+            lines.append(f"Beyond {TARGET_S:.0f} s, against the builds alone shared by the processes that ran "
+                         f"them: {floors}.")
     return lines
 
 
