@@ -51,6 +51,8 @@ def cell(model: str, node: str, nodes: int, search: Any, described: dict[str, An
                                     "at_most": None})
         if trial.status != "skipped":
             entry["tried"] = True
+        if trial.status in ("does_not_fit", "infeasible"):
+            entry["over"] = entry.get("over", 0) + 1
         if trial.status == "pruned":
             entry["pruned"] += 1
             entry["at_most"] = max(entry["at_most"] or 0.0, described["global_batch"] / (trial.bound_us * 1e-6))
@@ -107,7 +109,9 @@ def _per_k(entry: dict[str, Any]) -> str:
     """A k's cell: its best M's samples/s or ``over``; with the plans pruned (rows of before pruning: none)."""
     pruned = entry.get("pruned", 0)
     if entry["samples_per_s"] is None:
-        return f"< {_rate(entry['at_most'])} (pruned)" if pruned else "over"
+        if not pruned:
+            return "over"
+        return f"< {_rate(entry['at_most'])} (pruned{', others over' if entry.get('over') else ''})"
     rate = f"{_rate(entry['samples_per_s'])} (M={entry['micro_batches']})"
     return f"{rate}, {pruned} pruned" if pruned else rate
 
@@ -217,8 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "Per k: the cluster's samples/s (N·B / the emulated step, gradient allreduce included) of the best M, "
             "`over` where no M fits, `-` where B does not split over the node's G/k replicas; *n pruned*: plans "
             "of that k not placed because a lower bound on their step (compute / k, or the critical path) was "
-            "already longer than a fitting plan's, so they are slower than the plan chosen (`< x (pruned)`: every "
-            "M of that k, at most x samples/s). "
+            "already longer than a fitting plan's, so they are slower than the plan chosen (`< x (pruned)`: no M of "
+            "that k placed fits, and the pruned ones reach at most x samples/s). "
             "*chosen / max(k=1, k=G)*: against plain data parallelism and one replica per node, whichever is faster "
             "and fits (`>=` where one of those was pruned: its bound stands in for it). *search s*: the "
             "first N of a model and node builds and places; the next reuse both and only emulate again. "

@@ -113,7 +113,7 @@ def format_search(search: PlanSearch, described: dict[str, Any]) -> str:
         mark = "*" if trial is search.chosen else " "
         if trial.bound_us is not None:  # not placed: at most this fast
             at_most = f"<{described['global_batch'] / (trial.bound_us * 1e-6):.1f}"
-            cells = f"{trial.ops:>8,} {'':>11} {'':>11} {'>=':>3}{trial.bound_us / 1e3:>5.2f} ms {at_most:>10}"
+            cells = f"{trial.ops:>8,} {'':>11} {'at least':>11} {trial.bound_us / 1e3:>8.2f} ms {at_most:>10}"
         elif trial.step_us is None:
             cells = f"{'':>8} {'':>11} {'':>11} {'':>11} {'over' if trial.status != 'skipped' else '':>10}"
             if trial.ops:

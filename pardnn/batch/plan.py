@@ -22,7 +22,8 @@ step is already strictly longer (beyond the tolerance) than the shortest fitting
 cannot win, nor tie. The bound is the emulator's own: a device runs one op at a time and an op
 takes its compute time on any of the k (identical) devices, so the step is at least the replica's
 total compute over k and at least its critical path without communication
-(:func:`pardnn.emulation.simulate.lower_bound_us`); the allreduce only adds.
+(:func:`pardnn.emulation.simulate.lower_bound_us`), with the allreduce's holds on the updates as
+without them.
 Such a trial is reported ``pruned`` with its bound (``bound_us``), so the choice is exactly the one
 placing every plan would make; ``prune=False`` places them all (a benchmark's full table).
 """
@@ -161,7 +162,6 @@ def _try(plan: Plan, graph_for: Callable[[int, int], CostGraph], machine_for: Ca
                                              f"{plan.micro_batches} micro-batches")
     began = time.perf_counter()
     graph = graph_for(batch, plan.micro_batches)
-    machine = machine_for(plan.replica_devices)
     key = (batch, plan.micro_batches, plan.replica_devices)
     if key not in placements and best_us is not None:
         bound, _ = lower_bound_us(graph, plan.replica_devices)
@@ -169,6 +169,7 @@ def _try(plan: Plan, graph_for: Callable[[int, int], CostGraph], machine_for: Ca
             return Trial(plan, batch, "pruned", f"its step is at least {bound / 1e3:.2f} ms (compute / k or the "
                          f"critical path), longer than {best_us / 1e3:.2f} ms that fits", graph.n,
                          seconds=time.perf_counter() - began, bound_us=bound)
+    machine = machine_for(plan.replica_devices)
     if key not in placements:
         try:
             placements[key] = partition(graph, machine)
@@ -204,7 +205,7 @@ def _why(chosen: Trial | None, trials: Sequence[Trial]) -> str:
     runners = [t for t in trials if t.fits and t is not chosen]
     bounds = [t.bound_us for t in trials if t.status == "pruned"]
     second = min(runners, key=lambda t: t.step_us) if runners else None  # type: ignore[arg-type, return-value]
-    if bounds and (second is None or min(bounds) < second.step_us):  # type: ignore[operator]
+    if bounds and chosen.step_us > 0 and (second is None or min(bounds) < second.step_us):  # type: ignore[operator]
         nearest = min([*bounds, *([] if second is None else [second.step_us])])  # type: ignore[list-item]
         return (f"{chosen.plan.label}: at least {nearest / chosen.step_us:.2f}x the samples/s of every other plan "  # type: ignore[operator]
                 f"({len(bounds)} not placed: their lower bounds are longer than its step)")

@@ -47,3 +47,5 @@ def test_a_pruned_plan_shows_what_it_cannot_reach() -> None:
     assert table([row]).splitlines()[2] == ("| m | dgx-a100 | 1 | 8 | 50 (M=1), 1 pruned | < 70 (pruned) | 100 (M=2) "
                                             "| k=4 M=2 | 2.00 | 0.0 | 3 | 2 (1) |")
     assert "| >= 1.43 |" in table([row | {"over_simple": 100 / 70, "over_simple_at_least": True}])
+    over = row["per_k"] | {"2": row["per_k"]["2"] | {"over": 1}}  # one M of k = 2 placed and over its memory
+    assert "| < 70 (pruned, others over) |" in table([row | {"per_k": over}])

@@ -135,6 +135,7 @@ def test_a_plan_whose_bound_is_longer_than_a_fitting_step_is_not_placed() -> Non
     assert pruned.reason == ("its step is at least 0.17 ms (compute / k or the critical path), longer than 0.16 ms "
                              "that fits")
     assert search.chosen is by_plan[2, 1]
+    assert placed == [1, 2, 2]  # a machine for each plan placed; none for the pruned one
     everything = search_plans(graph_for, lambda k: Machine(k, latency="0us"), free, node_devices=2, nodes=1,
                               node_batch=8, micro_batches=(1, 2), prune=False)
     assert {t.status for t in everything.trials} == {"fits"}
