@@ -39,14 +39,17 @@ def test_auto_tries_every_plan_and_trains_the_fastest_that_fits(tmp_path: Path) 
     [summary] = _summaries(tmp_path).values()
     plan = summary["plan"]
     # k = 1 (2 replicas of 8 per node) and k = 2 (1 replica of 16) × M = 1..16; M = 16 does not split 8.
+    # Each of the 9 others is placed, or pruned when its step's lower bound is longer than a fitting one's.
     tried = {(t["replica_devices"], t["micro_batches"]): t for t in plan["trials"]}
     assert set(tried) == {(k, m) for k in (1, 2) for m in (1, 2, 4, 8, 16)}
     assert tried[1, 16]["status"] == "skipped" and "does not split" in tried[1, 16]["reason"]
     fitting = [t for t in plan["trials"] if t["status"] == "fits"]
-    assert len(fitting) == 9
+    pruned = [t for t in plan["trials"] if t["status"] == "pruned"]  # not placed: slower than a fitting plan
+    assert len(fitting) + len(pruned) == 9 and fitting
     best = max(t["samples_per_s"] for t in fitting)
     chosen = plan["chosen"]
     assert chosen["samples_per_s"] >= best * (1 - 1e-6)  # the fastest (a near-tie may keep the simpler one)
+    assert all(t["bound_us"] > chosen["step_us"] and t["step_us"] is None for t in pruned)
     for t in fitting:  # the cluster's samples/s is its 2 nodes × 16 samples over the step
         assert t["samples_per_s"] == pytest.approx(32 / (t["step_us"] * 1e-6))
         assert t["step_us"] == pytest.approx(t["compute_us"] + t["exposed_allreduce_us"])
