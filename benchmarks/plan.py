@@ -48,11 +48,11 @@ def cell(model: str, node: str, nodes: int, search: Any, described: dict[str, An
     for trial in search.trials:
         k = trial.plan.replica_devices
         entry = best.setdefault(k, {"samples_per_s": None, "micro_batches": None, "tried": False, "pruned": 0,
-                                    "at_most": None})
+                                    "over": 0, "at_most": None})
         if trial.status != "skipped":
             entry["tried"] = True
         if trial.status in ("does_not_fit", "infeasible"):
-            entry["over"] = entry.get("over", 0) + 1
+            entry["over"] += 1
         if trial.status == "pruned":
             entry["pruned"] += 1
             entry["at_most"] = max(entry["at_most"] or 0.0, described["global_batch"] / (trial.bound_us * 1e-6))
@@ -98,11 +98,19 @@ def _rate(value: float | None) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
+def _processes(row: dict[str, Any]) -> int:
+    """The processes that built the row's graphs: the search's and its workers (rows of before workers: 1)."""
+    return 1 + row.get("build_workers", 0)
+
+
 def _builds(row: dict[str, Any]) -> str:
-    """The graphs built and the processes that built them (this one and its workers), where any were."""
-    if not row["graphs_built"]:
-        return ""
-    return f"{row['graphs_built']} ({1 + row.get('build_workers', 0)})"  # rows of before workers: 1 process
+    """The graphs built and the processes that built them, where any were."""
+    return f"{row['graphs_built']} ({_processes(row)})" if row["graphs_built"] else ""
+
+
+def _ratio(row: dict[str, Any]) -> str:
+    """chosen / max(k = 1, k = G), ``>=`` where a pruned plan's bound stood in for one of those."""
+    return f"{'>= ' if row.get('over_simple_at_least') else ''}{row['over_simple']:.2f}"
 
 
 def _per_k(entry: dict[str, Any]) -> str:
@@ -133,8 +141,7 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
                 cells.append(_per_k(entry))
         chosen = row["chosen"]
         what = "nothing fits" if chosen is None else f"k={chosen['replica_devices']} M={chosen['micro_batches']}"
-        ratio = "" if row["over_simple"] is None else \
-            f"{'>= ' if row.get('over_simple_at_least') else ''}{row['over_simple']:.2f}"
+        ratio = "" if row["over_simple"] is None else _ratio(row)
         exposed = "" if chosen is None else f"{chosen['exposed_ms']:.1f}"
         lines.append(f"| {row['model']} | {row['node']} | {row['nodes']} | {row['node_batch']} | "
                      + " | ".join(cells) + f" | {what} | {ratio} | {exposed} | {row['seconds']:.0f} | {_builds(row)} |")
@@ -150,8 +157,7 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
              + (f" Chosen / max(k = 1, k = G): {min(ratios):.2f} to {max(ratios):.2f}." if ratios else "")]
     if middle:
         gains = ", ".join(f"{row['model']} {row['nodes']} x {row['node']}: k={row['chosen']['replica_devices']} "
-                          f"{'>= ' if row.get('over_simple_at_least') else ''}{row['over_simple']:.2f}x"
-                          for row in middle if row["over_simple"])
+                          f"{_ratio(row)}x" for row in middle if row["over_simple"])
         lines.append(f"An intermediate k wins in {len(middle)} cells: {gains}.")
     pruned = sum(entry.get("pruned", 0) for row in firsts for entry in row["per_k"].values())
     if pruned:
@@ -170,8 +176,8 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
         over = [row for row in firsts if row["seconds"] > TARGET_S]
         if over:
             floors = ", ".join(f"{row['model']} on {row['node']} {row['seconds']:.0f} s (builds "
-                               f"{row['build_seconds']:.0f} s / {1 + row.get('build_workers', 0)} processes = "
-                               f"{row['build_seconds'] / (1 + row.get('build_workers', 0)):.0f} s)" for row in over)
+                               f"{row['build_seconds']:.0f} s / {_processes(row)} processes = "
+                               f"{row['build_seconds'] / _processes(row):.0f} s)" for row in over)
             lines.append(f"Beyond {TARGET_S:.0f} s, against the builds alone shared by the processes that ran "
                          f"them: {floors}.")
     return lines

@@ -206,8 +206,7 @@ def _why(chosen: Trial | None, trials: Sequence[Trial]) -> str:
     bounds = [t.bound_us for t in trials if t.status == "pruned"]
     second = min(runners, key=lambda t: t.step_us) if runners else None  # type: ignore[arg-type, return-value]
     if bounds and chosen.step_us > 0 and (second is None or min(bounds) < second.step_us):  # type: ignore[operator]
-        nearest = min([*bounds, *([] if second is None else [second.step_us])])  # type: ignore[list-item]
-        return (f"{chosen.plan.label}: at least {nearest / chosen.step_us:.2f}x the samples/s of every other plan "  # type: ignore[operator]
+        return (f"{chosen.plan.label}: at least {min(bounds) / chosen.step_us:.2f}x the samples/s of every other plan "  # type: ignore[operator]
                 f"({len(bounds)} not placed: their lower bounds are longer than its step)")
     if second is None:
         return f"{chosen.plan.label}: the only plan that fits"
