@@ -88,7 +88,8 @@ def job_plan(job: Job | str, *, nodes: int, node: str | None = None, devices_per
         search = search_plans(steps.graph_for, lambda k: job_machine(spec.name, k, memory, reserve),
                               lambda r: cluster_for(spec, nodes, r, network_Bps=network_Bps), node_devices=gpus,
                               nodes=nodes, node_batch=batch, replica_devices=ks, micro_batches=micro,
-                              on_trial=on_trial, placements=cache.setdefault(("placements", spec.name), {}))
+                              on_trial=on_trial, placements=cache.setdefault(("placements", spec.name), {}),
+                              bound_for=steps.bound_for, ahead=steps.ahead)
     finally:
         steps.stop(wait=False)
     search = dataclasses.replace(search, seconds=time.perf_counter() - began)  # the builds before it began too
@@ -113,7 +114,8 @@ def format_search(search: PlanSearch, described: dict[str, Any]) -> str:
         mark = "*" if trial is search.chosen else " "
         if trial.bound_us is not None:  # not placed: at most this fast
             at_most = f"<{described['global_batch'] / (trial.bound_us * 1e-6):.1f}"
-            cells = f"{trial.ops:>8,} {'':>11} {'at least':>11} {trial.bound_us / 1e3:>8.2f} ms {at_most:>10}"
+            ops = f"{trial.ops:>8,}" if trial.ops else f"{'-':>8}"  # -: its graph was not built
+            cells = f"{ops} {'':>11} {'at least':>11} {trial.bound_us / 1e3:>8.2f} ms {at_most:>10}"
         elif trial.step_us is None:
             cells = f"{'':>8} {'':>11} {'':>11} {'':>11} {'over' if trial.status != 'skipped' else '':>10}"
             if trial.ops:

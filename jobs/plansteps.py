@@ -50,20 +50,34 @@ WORKER_BYTES = 4 << 30  # memory set aside per worker (a paper model's M = 2 bui
 
 def needed_steps(node_batch: int, node_devices: int, replica_devices: Sequence[int],
                  micro_batches: Sequence[int]) -> list[tuple[int, int]]:
-    """The (batch, M) steps a search over ``replica_devices`` × ``micro_batches`` builds, in the order it
-    asks for them (:func:`pardnn.batch.plan.search_plans`' order: by M, then k; a plan whose batch does
-    not split needs none; M >= 4 needs the M = 2 step of its micro-batch)."""
-    steps: list[tuple[int, int]] = []
+    """The (batch, M) steps a search over ``replica_devices`` × ``micro_batches`` may build: the plain
+    steps (M = 1) first, those of the M = 1 plans, then, when several M are tried, the plain step of
+    each M >= 2 plan's micro-batch (its bound: :mod:`pardnn.batch.microbound`), then the M = 2 steps
+    (M >= 4 needs the M = 2 step of its micro-batch: :func:`step_of`); each group in
+    :func:`pardnn.batch.plan.search_plans`' order (by M, then k). A plan whose batch does not split
+    needs none."""
+    plain: list[tuple[int, int]] = []
+    paired: list[tuple[int, int]] = []
     for micro in micro_batches:
         for k in replica_devices:
             replicas = node_devices // k
             if node_batch % replicas or (node_batch // replicas) % micro:
                 continue
             batch = node_batch // replicas
-            step = (batch, micro) if micro <= 2 else (2 * batch // micro, 2)
-            if step not in steps:
-                steps.append(step)
-    return steps
+            wanted = [(batch, 1)] if micro == 1 else [(2 * batch // micro, 2)]
+            if micro > 1 and len(micro_batches) > 1:  # the plain step of one micro-batch bounds the plan
+                wanted.append((batch // micro, 1))
+            for step in wanted:
+                into = plain if step[1] == 1 else paired
+                if step not in into:
+                    into.append(step)
+    return plain + paired
+
+
+def step_of(batch: int, micro: int) -> tuple[int, int]:
+    """The (batch, M) step built for a plan of ``micro`` micro-batches of ``batch`` samples (M >= 4: the
+    M = 2 step of the same micro-batch, its template)."""
+    return (batch, micro) if micro <= 2 else (2 * batch // micro, 2)
 
 
 def worker_count(steps_left: int, *, cpus: int | None = None, available_bytes: int | None = None) -> int:
@@ -87,6 +101,12 @@ def build_step(job: Any, preset_name: str, batch: int, micro: int, build: Callab
     began = time.perf_counter()
     trained = build(job, batch_size=batch, micro_batches=micro)
     parts = estimate_parts(trained.graph, trained.fetches, preset(preset_name), name=f"{job.name}-b{batch}-m{micro}")
+    gradients = getattr(trained, "gradients", ())
+    if micro == 1 and gradients:  # what each micro-batch of a step at this micro-batch size repeats
+        from pardnn.batch.microbound import repeated_ops
+
+        inputs = [tensor.op.name for tensor in trained.inputs.values()]
+        parts = dataclasses.replace(parts, repeated=repeated_ops(parts.graph, inputs, gradients))
     return parts, time.perf_counter() - began
 
 
@@ -112,6 +132,8 @@ class Steps:
         self.grown: dict[tuple[int, int], Any] = {}
         self.pending: dict[tuple[int, int], cf.Future[Any]] = {}
         self.pool: cf.ProcessPoolExecutor | None = None
+        self.deferred: list[tuple[int, int]] = []  # M = 2 steps for the workers once :meth:`ahead` wants them
+        self.terms: dict[tuple[int, int], Any] = {}  # each plain step's PlainTerms, on this preset
         self.note: Callable[[str], None] = lambda message: None
         self.seconds, self.builds, self.workers = 0.0, 0, 0
 
@@ -137,8 +159,44 @@ class Steps:
         self.pool = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                            initializer=_start_worker)
         for batch, micro in todo:
-            self.pending[batch, micro] = self.pool.submit(build_step, self.job, self.spec.name, batch, micro,
-                                                          self.build)
+            if micro == 1:
+                self._submit(batch, micro)
+            else:  # the search may prune every plan that needs it first (:meth:`ahead`)
+                self.deferred.append((batch, micro))
+
+    def _submit(self, batch: int, micro: int) -> None:
+        assert self.pool is not None
+        self.pending[batch, micro] = self.pool.submit(build_step, self.job, self.spec.name, batch, micro, self.build)
+
+    def ahead(self, plans: Sequence[tuple[int, int]]) -> None:
+        """The (batch, M) of the plans the search may still place: their steps go to the workers, and
+        the steps no such plan needs that no worker has started are dropped."""
+        wanted = {step_of(batch, micro) for batch, micro in plans}
+        for step in [step for step in self.pending if step not in wanted]:
+            if self.pending[step].cancel():
+                del self.pending[step]
+        if self.pool is None:
+            return
+        for step in [step for step in self.deferred if step in wanted]:
+            self.deferred.remove(step)
+            if not any((b, m) == step for (_, b, m) in self.parts):
+                self._submit(*step)
+
+    def bound_for(self, batch: int, micro: int, devices: int, ready_only: bool = False) -> float | None:
+        """A lower bound (µs) on the step of ``micro`` >= 2 micro-batches of ``batch`` on ``devices``
+        devices from the plain step of one micro-batch (:mod:`pardnn.batch.microbound`), built here if
+        need be; ``None`` without one (``ready_only``: when it is not built yet)."""
+        plain = (batch // micro, 1)
+        if micro < 2 or (ready_only and not any((b, m) == plain for (_, b, m) in self.parts)):
+            return None
+        parts = self.built(*plain)
+        if parts.repeated is None:
+            return None
+        from pardnn.batch.microbound import PlainTerms, micro_bound_us
+
+        if plain not in self.terms:
+            self.terms[plain] = PlainTerms.of(parts.graph, parts.repeated)
+        return micro_bound_us(self.terms[plain], micro, devices)
 
     def stop(self, *, wait: bool = True, cancel: bool = True) -> None:
         """Cancel the builds not started (``cancel``; a broken pool's have failed already) and let the
@@ -147,6 +205,7 @@ class Steps:
             self.pool.shutdown(wait=wait, cancel_futures=cancel)
             self.pool = None
         self.pending.clear()
+        self.deferred.clear()
 
     def built(self, batch: int, micro: int) -> Any:
         """The step at ``batch`` and ``micro``, built in TensorFlow and costed on this preset, with its parts."""

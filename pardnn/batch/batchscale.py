@@ -62,6 +62,9 @@ class CostParts:
     flop_terms: np.ndarray  # float64, whole numbers; an op's FLOPs are its largest candidate
     moved_bytes: np.ndarray  # float64, whole numbers
     kernel: np.ndarray  # bool
+    # bool or None: the ops every micro-batch of a micro-batched step repeats, when this is a plain step
+    # that knows them (:func:`pardnn.batch.microbound.repeated_ops`)
+    repeated: np.ndarray | None = None
 
     @property
     def flops(self) -> np.ndarray:

@@ -26,6 +26,13 @@ total compute over k and at least its critical path without communication
 without them.
 Such a trial is reported ``pruned`` with its bound (``bound_us``), so the choice is exactly the one
 placing every plan would make; ``prune=False`` places them all (a benchmark's full table).
+
+A plan of M >= 2 micro-batches is first bounded without its own graph, whose build (TensorFlow, at
+M = 2) is most of a search's time: by ``bound_for``, M × the compute its plain step at the
+micro-batch's size repeats per micro-batch, over k (:mod:`pardnn.batch.microbound`; at most the
+bound above, so it prunes no plan that bound would keep). Such a trial has no ``ops`` (not built).
+Before each trial the search tells the builder (``ahead``) which plans may still be placed, so the
+steps only pruned plans need are not built at all.
 """
 
 from __future__ import annotations
@@ -122,7 +129,9 @@ def search_plans(graph_for: Callable[[int, int], CostGraph], machine_for: Callab
                  cluster_for: Callable[[int], Cluster], *, node_devices: int, nodes: int, node_batch: int,
                  replica_devices: Sequence[int] | None = None, micro_batches: Sequence[int] = MICRO_BATCHES,
                  on_trial: Callable[[Trial], None] | None = None,
-                 placements: dict[tuple[int, int, int], Any] | None = None, prune: bool = True) -> PlanSearch:
+                 placements: dict[tuple[int, int, int], Any] | None = None, prune: bool = True,
+                 bound_for: Callable[..., float | None] | None = None,
+                 ahead: Callable[[list[tuple[int, int]]], None] | None = None) -> PlanSearch:
     """Try each plan and choose (module docstring).
 
     ``graph_for(batch, M)``: the replica's costed step at that batch with M micro-batches;
@@ -131,17 +140,22 @@ def search_plans(graph_for: Callable[[int, int], CostGraph], machine_for: Callab
     ``placements``: a cache of ParDNN's answers by (replica batch, M, k), kept by the caller to plan the
     same node for several cluster sizes (a placement does not depend on the number of nodes; only the
     allreduce, emulated again for each, does). ``prune``: skip placing the plans whose step's lower
-    bound is longer than a fitting plan's (module docstring).
+    bound is longer than a fitting plan's (module docstring). ``bound_for(batch, M, k, ready_only=False)``:
+    a lower bound on that plan's step without its graph (or ``None``; ``ready_only``: without building
+    anything), tried before ``graph_for`` when pruning; ``ahead(plans)``: before each trial, the
+    (replica batch, M) of the plans left that those bounds do not prune yet (a builder's hint).
     """
     started = time.perf_counter()
     trials: list[Trial] = []
     cache = {} if placements is None else placements
     plans = [Plan(k, micro, node_devices) for micro in micro_batches for k in replica_devices or
              replica_options(node_devices)]
-    for plan in plans:
+    for index, plan in enumerate(plans):
         fitting = [t.step_us for t in trials if t.fits]
         best = min(fitting) if prune and fitting else None  # type: ignore[type-var]
-        trial = _try(plan, graph_for, machine_for, cluster_for, nodes, node_batch, cache, best)
+        if ahead is not None:
+            ahead(_left(plans[index:], node_batch, best, bound_for))
+        trial = _try(plan, graph_for, machine_for, cluster_for, nodes, node_batch, cache, best, bound_for)
         trials.append(trial)
         if on_trial is not None:
             on_trial(trial)
@@ -150,9 +164,33 @@ def search_plans(graph_for: Callable[[int, int], CostGraph], machine_for: Callab
     return PlanSearch(tuple(trials), chosen, _why(chosen, trials), time.perf_counter() - started)
 
 
+def _batch(plan: Plan, node_batch: int) -> int | None:
+    """The replica's batch, ``None`` when the node's batch does not split over the replicas and M."""
+    replicas = plan.replicas_per_node
+    if node_batch % replicas or (node_batch // replicas) % plan.micro_batches:
+        return None
+    return node_batch // replicas
+
+
+def _left(plans: Sequence[Plan], node_batch: int, best_us: float | None,
+          bound_for: Callable[..., float | None] | None) -> list[tuple[int, int]]:
+    """(replica batch, M) of the ``plans`` that split and that no bound already built prunes."""
+    out = []
+    for plan in plans:
+        batch = _batch(plan, node_batch)
+        if batch is None:
+            continue
+        bound = None if best_us is None or bound_for is None or plan.micro_batches < 2 else \
+            bound_for(batch, plan.micro_batches, plan.replica_devices, ready_only=True)
+        if bound is None or not strictly_shorter(best_us, bound):  # type: ignore[arg-type]
+            out.append((batch, plan.micro_batches))
+    return out
+
+
 def _try(plan: Plan, graph_for: Callable[[int, int], CostGraph], machine_for: Callable[[int], Machine],
          cluster_for: Callable[[int], Cluster], nodes: int, node_batch: int,
-         placements: dict[tuple[int, int, int], Any], best_us: float | None) -> Trial:
+         placements: dict[tuple[int, int, int], Any], best_us: float | None,
+         bound_for: Callable[..., float | None] | None = None) -> Trial:
     replicas = plan.replicas_per_node
     if node_batch % replicas:
         return Trial(plan, 0, "skipped", f"the node's batch {node_batch} does not split over {replicas} replicas")
@@ -161,8 +199,15 @@ def _try(plan: Plan, graph_for: Callable[[int, int], CostGraph], machine_for: Ca
         return Trial(plan, batch, "skipped", f"the replica's batch {batch} does not split into "
                                              f"{plan.micro_batches} micro-batches")
     began = time.perf_counter()
-    graph = graph_for(batch, plan.micro_batches)
     key = (batch, plan.micro_batches, plan.replica_devices)
+    if key not in placements and best_us is not None and bound_for is not None and plan.micro_batches > 1:
+        bound = bound_for(batch, plan.micro_batches, plan.replica_devices)
+        if bound is not None and strictly_shorter(best_us, bound):
+            return Trial(plan, batch, "pruned", f"its step is at least {bound / 1e3:.2f} ms ({plan.micro_batches} x "
+                         f"the compute of one micro-batch's forward and backward / k, from the step at batch "
+                         f"{batch // plan.micro_batches}; not built), longer than {best_us / 1e3:.2f} ms that fits",
+                         seconds=time.perf_counter() - began, bound_us=bound)
+    graph = graph_for(batch, plan.micro_batches)
     if key not in placements and best_us is not None:
         bound, _ = lower_bound_us(graph, plan.replica_devices)
         if strictly_shorter(best_us, bound):

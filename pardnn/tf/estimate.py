@@ -308,4 +308,4 @@ def estimate_parts(graph: tf.Graph, fetches: Any, device: str | DevicePreset = "
     moved_bytes = np.array(moved, np.float64)
     comp_us = np.where(kernel, spec.kernel_us(largest_term(flop_terms, flop_ptr), moved_bytes), other_us)
     return EstimateParts(cost_graph(step, sizes, comp_us, name=name), flop_ptr, flop_terms, moved_bytes, kernel,
-                         sizing)
+                         sizing=sizing)

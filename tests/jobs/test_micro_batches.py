@@ -11,6 +11,7 @@ differs when the gradient is summed in another order. The losses agree to rtol 1
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 from pathlib import Path
 
@@ -111,6 +112,40 @@ def test_a_micro_batched_zoo_step_is_the_full_batch_step():
 
     again = build(job, micro_batches=1)  # M = 1 is the plain step, op for op
     assert [op.name for op in again.graph.get_operations()] == [op.name for op in whole.graph.get_operations()]
+
+
+def _gradient_ops(graph, scope: str) -> set[tuple[str, str]]:
+    """The (name, type) of the ops ``tf.gradients`` made under ``scope``, the copy's scope taken out."""
+    return {(re.sub(r"(?<![^/])micro_0/", "", op.name), op.type) for op in graph.get_operations()
+            if op.name.startswith(f"{scope}gradients/")}
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("model", ["word-rnn-tiny", "char-crn-tiny", "wrn-tiny", "trn-tiny", "e3d-tiny"])
+def test_a_micro_batch_has_the_backward_ops_of_the_plain_step(model):
+    """A plan search compares M = 1 with M > 1: the same backward ops per micro-batch (no gating
+    ``tuple`` of Identity and NoOp ops in one and not the other), at the same micro-batch size."""
+    from jobs import build
+
+    job = load_job(model)
+    plain = build(job, batch_size=2, micro_batches=1)
+    split = build(job, batch_size=4, micro_batches=2)
+    ops = _gradient_ops(plain.graph, "")
+    assert ops and ops == _gradient_ops(split.graph, "micro_0/")
+    assert not [name for name, kind in ops if "/tuple/" in name or kind == "NoOp"]
+
+
+@pytest.mark.tf
+def test_gradients_are_gated_only_for_reference_variables():
+    import tensorflow as tf
+
+    from jobs.training import _gating
+
+    with tf.Graph().as_default():
+        resource = tf.compat.v1.Variable(1.0, use_resource=True)
+        reference = tf.compat.v1.Variable(1.0, use_resource=False)
+        assert _gating([resource]) == tf.compat.v1.train.Optimizer.GATE_NONE
+        assert _gating([resource, reference]) == tf.compat.v1.train.Optimizer.GATE_OP
 
 
 @pytest.mark.tf

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, Kind, Machine
+from pardnn.batch.microbound import PlainTerms, micro_bound_us, repeated_ops
 from pardnn.batch.plan import Plan, replica_options, search_plans
 from pardnn.emulation.allreduce import Cluster
 from tests.conftest import most_reach, reached
@@ -142,6 +143,32 @@ def test_a_plan_whose_bound_is_longer_than_a_fitting_step_is_not_placed() -> Non
     assert [t.step_us for t in everything.trials] == [168.0, 168.0, 164.0, 164.0]
 
 
+def test_a_plan_bounded_from_its_plain_step_is_not_built() -> None:
+    """As above, with a bound before the graph: k = 1 at M = 2 (4 samples, 2 micro-batches) has the bound
+    168 µs (its compute on one device) against 164 µs that fits, so its graph is never asked for, and
+    the builder hears before each trial which plans may still be placed."""
+    free = lambda r: Cluster(nodes=1, replicas_per_node=r, link_Bps=float("inf"), link_latency_us=0, cycle_us=0)  # noqa: E731
+    asked: list[tuple[int, int]] = []
+    told: list[list[tuple[int, int]]] = []
+
+    def graph_for(batch: int, micro: int) -> CostGraph:
+        asked.append((batch, micro))
+        return layers(batch, micro)
+
+    def bound_for(batch: int, micro: int, k: int, ready_only: bool = False) -> float:
+        return layers(batch, micro).total_work_us / k
+
+    search = search_plans(graph_for, lambda k: Machine(k, latency="0us"), free, node_devices=2, nodes=1, node_batch=8,
+                          micro_batches=(1, 2), bound_for=bound_for, ahead=told.append)
+    assert asked == [(4, 1), (8, 1), (8, 2)]
+    assert told == [[(4, 1), (8, 1), (4, 2), (8, 2)], [(8, 1), (4, 2), (8, 2)], [(8, 2)], [(8, 2)]]
+    pruned = next(t for t in search.trials if t.status == "pruned")
+    assert (pruned.plan.label, pruned.bound_us, pruned.ops) == ("k=1 M=2", 168.0, 0)
+    assert pruned.reason == ("its step is at least 0.17 ms (2 x the compute of one micro-batch's forward and "
+                             "backward / k, from the step at batch 2; not built), longer than 0.16 ms that fits")
+    assert search.chosen.plan.label == "k=2 M=1"
+
+
 @pytest.mark.slow
 @most_reach
 @settings(max_examples=12, deadline=None)
@@ -149,16 +176,25 @@ def test_a_plan_whose_bound_is_longer_than_a_fitting_step_is_not_placed() -> Non
        st.integers(2, 6), st.floats(0.0, 2.0), st.floats(10.0, 40.0))
 def test_pruning_never_changes_the_choice(g: int, nodes: int, batch: int, network: float, width: int,
                                           tail: float, overhead: float) -> None:
-    """The search with pruning chooses the very trial the search placing every plan chooses; a pruned
+    """The search with pruning chooses the very trial the search placing every plan chooses, with or
+    without the bounds from the plain step (which prune no plan the graph's own bound keeps); a pruned
     plan's bound is at most the step it has when placed, and longer than the chosen step. Reached: some
     plan was pruned (a launch overhead per op makes more micro-batches more work, and a fast network keeps
     the allreduce, which the bound leaves out, short)."""
     cluster = lambda r: Cluster(nodes=nodes, replicas_per_node=r, network_Bps=network, cycle_us=1.0)  # noqa: E731
+    def bound_for(b: int, m: int, k: int, ready_only: bool = False) -> float:  # from the plain step of b / m
+        plain = layers(b // m, 1, width, tail, overhead)
+        first = [f"l{layer}/fwd0" for layer in range(width)]  # a copy's work: its forward op
+        return micro_bound_us(PlainTerms.of(plain, repeated_ops(plain, first, first)), m, k)
+
     searches = [search_plans(lambda b, m: layers(b, m, width, tail, overhead), lambda k: Machine(k), cluster,
-                             node_devices=g,
-                             nodes=nodes, node_batch=batch, micro_batches=(1, 2), prune=prune)
-                for prune in (True, False)]
-    pruned, full = searches
+                             node_devices=g, nodes=nodes, node_batch=batch, micro_batches=(1, 2), prune=prune,
+                             bound_for=bound_for if bounded else None)
+                for prune, bounded in ((True, False), (False, False), (True, True))]
+    pruned, full, bounded = searches
+    assert (bounded.chosen.plan, bounded.chosen.step_us) == (full.chosen.plan, full.chosen.step_us)
+    assert {t.plan for t in bounded.trials if t.status == "pruned"} <= {t.plan for t in pruned.trials
+                                                                       if t.status == "pruned"}
     assert pruned.chosen is not None and full.chosen is not None
     assert (pruned.chosen.plan, pruned.chosen.step_us) == (full.chosen.plan, full.chosen.step_us)
     placed = {t.plan: t for t in full.trials}
@@ -169,7 +205,7 @@ def test_pruning_never_changes_the_choice(g: int, nodes: int, batch: int, networ
         claimed = float(pruned.why.split("at least ")[1].split("x")[0])
         others = [t.step_us for t in full.trials if t.fits and t.plan != full.chosen.plan]
         assert claimed <= min(others) / full.chosen.step_us + 0.005
-    for trial in cut:
+    for trial in cut + [t for t in bounded.trials if t.status == "pruned"]:
         assert trial.bound_us <= placed[trial.plan].step_us * (1 + 1e-9)
         assert trial.bound_us > pruned.chosen.step_us
     reached(bool(cut), "a plan was pruned")
