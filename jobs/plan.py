@@ -17,7 +17,9 @@ paper's models take 10-40 s a build, two thirds of it ``tf.gradients``; each (ba
 and the M = 2 step of one plan is often another plan's template), so the steps are built in worker
 processes while this one places and emulates the plans whose steps are ready
 (:mod:`jobs.plansteps`); placing and emulating take the rest, less the plans whose lower bound is
-already longer than a fitting plan's step (pruned, :mod:`pardnn.batch.plan`).
+already longer than a fitting plan's step (pruned, :mod:`pardnn.batch.plan`). A plan of M >= 2 is
+bounded from the plain step of its micro-batch first (:mod:`pardnn.batch.microbound`), so the M = 2
+steps only pruned plans need are never built.
 """
 
 from __future__ import annotations

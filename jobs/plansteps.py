@@ -5,7 +5,10 @@ batch B over G/k replicas, split into M micro-batches. M = 1 and M = 2 are built
 costed with the device preset (:func:`pardnn.tf.estimate.estimate_parts`); a step of M >= 4
 micro-batches of b / M samples is written down from the M = 2 step built at 2b / M
 (:func:`pardnn.batch.replicate.replicate`), and built whole only when the copies cannot be written
-down. :func:`needed_steps` lists the steps a search will ask for, in its order, before it starts.
+down. :func:`needed_steps` lists the steps a search may ask for before it starts: the plain steps
+(M = 1) first, then the M = 2 steps. A plain step also records which of its ops every micro-batch
+repeats (:func:`pardnn.batch.microbound.repeated_ops`), so that :meth:`Steps.bound_for` bounds a plan
+of M >= 2 micro-batches from the plain step of its micro-batch size before its M = 2 step is built.
 
 **Building beside the search.** A paper model's step takes 10-40 s to build (TensorFlow's Python
 graph construction, two thirds of it ``tf.gradients``), a search needs up to ten, and each build runs
@@ -15,7 +18,10 @@ it takes a step no worker has started and builds that one itself, instead of wai
 how many workers (``workers=None``, the default) is measured, not guessed: the first step is built
 here; when the rest would take at least :data:`PARALLEL_AFTER_S` at that step's pace, the rest go to
 ``min(CPUs this process may use - 1, steps left, available memory / WORKER_BYTES)`` workers
-(:data:`WORKER_BYTES`: a worker's peak while building a paper model's M = 2 step, with room). A small
+(:data:`WORKER_BYTES`: a worker's peak while building a paper model's M = 2 step, with room). The
+plain steps go to the workers at once; the M = 2 steps wait until the search says (:meth:`Steps.ahead`,
+before each plan it tries) that a plan its bounds do not prune yet needs them, and a step no such plan
+needs is dropped if no worker has started it. A small
 job (a build of a second) starts none: a worker's start (it imports TensorFlow) costs more than it
 saves. ``workers=0`` builds everything here; ``workers=n`` starts n workers at once.
 
@@ -169,9 +175,10 @@ class Steps:
         self.pending[batch, micro] = self.pool.submit(build_step, self.job, self.spec.name, batch, micro, self.build)
 
     def ahead(self, plans: Sequence[tuple[int, int]]) -> None:
-        """The (batch, M) of the plans the search may still place: their steps go to the workers, and
-        the steps no such plan needs that no worker has started are dropped."""
-        wanted = {step_of(batch, micro) for batch, micro in plans}
+        """The (batch, M) of the plans the search may still place: their steps (and the plain steps that
+        bound them) go to the workers, and the steps no such plan needs that no worker has started are
+        dropped."""
+        wanted = {step_of(batch, micro) for batch, micro in plans} | {(batch // micro, 1) for batch, micro in plans}
         for step in [step for step in self.pending if step not in wanted]:
             if self.pending[step].cancel():
                 del self.pending[step]

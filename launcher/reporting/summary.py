@@ -165,13 +165,16 @@ def _replica_devices(summary: Mapping[str, Any]) -> Any:
 
 
 def _plan(report: Mapping[str, Any] | None) -> str | None:
-    """``auto: k=2 M=4 of 12 plans tried`` for a planned run (``--replica-devices auto``), else empty."""
+    """``auto: k=2 M=4 of 12 plans tried (5 pruned, not placed)`` for a planned run
+    (``--replica-devices auto``), else empty."""
     if not report:
         return None
     chosen = report.get("chosen")
     tried = sum(trial["status"] != "skipped" for trial in report.get("trials", ()))
+    pruned = sum(trial["status"] == "pruned" for trial in report.get("trials", ()))
     what = "none fits" if chosen is None else f"k={chosen['replica_devices']} M={chosen['micro_batches']}"
-    return f"{report.get('mode', 'auto')}: {what} of {tried} plans tried"
+    return f"{report.get('mode', 'auto')}: {what} of {tried} plans tried" + (f" ({pruned} pruned, not placed)"
+                                                                              if pruned else "")
 
 
 def _micro_batches(summary: Mapping[str, Any]) -> Any:

@@ -3,8 +3,10 @@ whether the steps are built here or in worker processes."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import multiprocessing
 import os
+from types import SimpleNamespace
 
 import pytest
 
@@ -36,6 +38,27 @@ def test_worker_count_leaves_this_process_its_core_and_fits_memory() -> None:
     assert worker_count(10, cpus=64, available_bytes=4 * WORKER_BYTES + 1) == 4  # what memory holds
     assert worker_count(10, cpus=64, available_bytes=WORKER_BYTES - 1) == 0
     assert worker_count(10) >= 0  # this machine's own CPUs and memory
+
+
+def test_ahead_sends_the_workers_what_the_plans_left_need_and_drops_the_rest() -> None:
+    """Plans left: M = 1 at batch 8, and M = 4 at batch 16 (4 samples each: the M = 2 step of 8 samples,
+    bounded by the plain step of 4). A pending step no plan needs is cancelled; a deferred M = 2 step
+    goes to the workers once a plan needs it, the other stays deferred."""
+    class Pool:
+        def __init__(self) -> None:
+            self.submitted: list[tuple[int, int]] = []
+
+        def submit(self, fn, job, preset, batch, micro, build) -> cf.Future:
+            self.submitted.append((batch, micro))
+            return cf.Future()
+
+    steps = Steps(None, SimpleNamespace(name="dgx-2"), None, {})
+    steps.pool = pool = Pool()
+    steps.pending = {(4, 1): cf.Future(), (2, 1): cf.Future(), (16, 2): cf.Future()}
+    steps.deferred = [(8, 2), (4, 2)]
+    steps.ahead([(8, 1), (16, 4)])
+    assert pool.submitted == [(8, 2)] and steps.deferred == [(4, 2)]
+    assert set(steps.pending) == {(4, 1), (8, 2)}
 
 
 def _dies_in_a_worker(job, batch_size, micro_batches):  # a builder killed in any worker, as the OOM killer would

@@ -61,7 +61,8 @@ def test_auto_tries_every_plan_and_trains_the_fastest_that_fits(tmp_path: Path) 
     np.testing.assert_allclose(run_losses(Path(summary["run_dir"]), replicas),
                                one_device_losses(TINY_JOB, replicas, 16 * k // 2, ITERATIONS), rtol=1e-5)
     [row] = list(csv.DictReader((tmp_path / "results.csv").open()))
-    assert row["replica_devices"] == str(k) and row["plan"] == f"auto: k={k} M={micro} of 9 plans tried"
+    cut = f" ({len(pruned)} pruned, not placed)" if pruned else ""
+    assert row["replica_devices"] == str(k) and row["plan"] == f"auto: k={k} M={micro} of 9 plans tried{cut}"
 
 
 def test_auto_trains_on_every_kth_rank_while_the_others_wait(tmp_path: Path) -> None:
