@@ -14,9 +14,12 @@ target: >= 1 in every cell), the chosen plan's exposed allreduce, and the second
 
 The first N of a model and preset pays for the builds and placements; the next N reuse them (a
 placement does not depend on the number of nodes, only the allreduce does, which is emulated again),
-so their seconds are the emulations'. The time of planning one model for one cluster is the first
-N's; the second preset costs the steps the first one built without building them again where their
-time is all kernels' (:func:`jobs.plan.job_plan`), so its first N's time is mostly placing.
+so their seconds are the emulations', and the builds and placements of the plans the first N pruned
+and they do not (a plan pruned without its step built, :mod:`pardnn.batch.microbound`, may be worth
+placing with another allreduce). The time of planning one model for one cluster is the first
+N's (a later N planned alone would build what it needs the same way); the second preset costs the
+steps the first one built without building them again where their time is all kernels'
+(:func:`jobs.plan.job_plan`), so its first N's time is mostly placing.
 Each finished cell is appended to ``--json`` at once, and a rerun skips the cells already
 there, so an interrupted run resumes.
 """
@@ -152,7 +155,8 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
     ratios = [row["over_simple"] for row in rows if row["over_simple"] is not None]
     below = [row for row in rows if row["over_simple"] is not None and row["over_simple"] < 1 - 1e-9]
     middle = [row for row in rows if row["chosen"] and 1 < row["chosen"]["replica_devices"] < row["devices_per_node"]]
-    firsts = [row for row in rows if row["graphs_built"]]
+    # the first cell run of each model (its first node preset and N): the one that starts from nothing built
+    firsts = [next(row for row in rows if row["model"] == model) for model in dict.fromkeys(r["model"] for r in rows)]
     lines = [f"Cells: {len(rows)}. Chosen below max(k = 1, k = G): {len(below)} (target 0)."
              + (f" Chosen / max(k = 1, k = G): {min(ratios):.2f} to {max(ratios):.2f}." if ratios else "")]
     if middle:
@@ -167,7 +171,7 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
         worst = max(firsts, key=lambda row: row["seconds"])
         within = sum(row["seconds"] <= TARGET_S for row in firsts)
         built = sum(row["build_seconds"] for row in firsts)
-        lines.append(f"Planning one model for one cluster (the first N of each model and node): "
+        lines.append(f"Planning one model for one cluster (the first cell of each model): "
                      f"{min(row['seconds'] for row in firsts):.0f} to {worst['seconds']:.0f} s "
                      f"({worst['model']} on {worst['node']}); {within} of {len(firsts)} within {TARGET_S:.0f} s. "
                      f"What dominates: building and costing the graphs ({sum(r['graphs_built'] for r in firsts)} "
@@ -226,12 +230,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "Each cell: `pardnn plan MODEL --nodes N --node PRESET` (the job's batch B per node, memory and reserve). "
             "Per k: the cluster's samples/s (N·B / the emulated step, gradient allreduce included) of the best M, "
             "`over` where no M fits, `-` where B does not split over the node's G/k replicas; *n pruned*: plans "
-            "of that k not placed because a lower bound on their step (compute / k, or the critical path) was "
-            "already longer than a fitting plan's, so they are slower than the plan chosen (`< x (pruned)`: no M of "
+            "of that k not placed because a lower bound on their step (compute / k, or the critical path, of their "
+            "own graph or, unbuilt, from the plain step of their micro-batch) was already longer than a fitting "
+            "plan's, so they are slower than the plan chosen (`< x (pruned)`: no M of "
             "that k placed fits, and the pruned ones reach at most x samples/s). "
             "*chosen / max(k=1, k=G)*: against plain data parallelism and one replica per node, whichever is faster "
             "and fits (`>=` where one of those was pruned: its bound stands in for it). *search s*: the "
-            "first N of a model and node builds and places; the next reuse both and only emulate again. "
+            "first cell of a model builds and places from nothing; the next reuse what it built and placed, and "
+            "build and place what it pruned and they cannot prune (a plan pruned from the plain step of its "
+            "micro-batch, its own step not built, may be worth placing with another allreduce). "
             "*builds (processes)*: the graphs built for the cell and the processes that built them "
             "(the search's and its workers, `pardnn plan --build-workers`).", "",
             table(rows), "", *summary(rows)]

@@ -203,9 +203,10 @@ def _try(plan: Plan, graph_for: Callable[[int, int], CostGraph], machine_for: Ca
     if key not in placements and best_us is not None and bound_for is not None and plan.micro_batches > 1:
         bound = bound_for(batch, plan.micro_batches, plan.replica_devices)
         if bound is not None and strictly_shorter(best_us, bound):
-            return Trial(plan, batch, "pruned", f"its step is at least {bound / 1e3:.2f} ms ({plan.micro_batches} x "
-                         f"the compute of one micro-batch's forward and backward / k, from the step at batch "
-                         f"{batch // plan.micro_batches}; not built), longer than {best_us / 1e3:.2f} ms that fits",
+            return Trial(plan, batch, "pruned", f"its step is at least {bound / 1e3:.2f} ms (from the plain step "
+                         f"at batch {batch // plan.micro_batches}: its compute and {plan.micro_batches - 1} x more of "
+                         f"each micro-batch's, over k, or its critical path; not built), longer than "
+                         f"{best_us / 1e3:.2f} ms that fits",
                          seconds=time.perf_counter() - began, bound_us=bound)
     graph = graph_for(batch, plan.micro_batches)
     if key not in placements and best_us is not None:

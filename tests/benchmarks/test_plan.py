@@ -17,7 +17,8 @@ def test_each_cell_is_a_search_and_the_next_cluster_size_reuses_its_graphs(tmp_p
     assert main(["--models", "word-rnn-tiny", "--node", "dgx-a100", "--nodes", "1", "2", "--json", str(rows_file),
                  "--no-write"]) == 0
     first, second = json.loads(rows_file.read_text())
-    assert (first["nodes"], second["nodes"]) == (1, 2) and first["graphs_built"] > 0 == second["graphs_built"]
+    # the second reuses the first's steps; it builds only those of plans the first pruned unbuilt and it cannot
+    assert (first["nodes"], second["nodes"]) == (1, 2) and first["graphs_built"] > second["graphs_built"]
     for row in (first, second):
         assert set(row["per_k"]) == {"1", "2", "4", "8"}  # every k dividing the A100 node's 8 GPUs
         best = max(v["samples_per_s"] for v in row["per_k"].values() if v["samples_per_s"] is not None)

@@ -164,8 +164,9 @@ def test_a_plan_bounded_from_its_plain_step_is_not_built() -> None:
     assert told == [[(4, 1), (8, 1), (4, 2), (8, 2)], [(8, 1), (4, 2), (8, 2)], [(8, 2)], [(8, 2)]]
     pruned = next(t for t in search.trials if t.status == "pruned")
     assert (pruned.plan.label, pruned.bound_us, pruned.ops) == ("k=1 M=2", 168.0, 0)
-    assert pruned.reason == ("its step is at least 0.17 ms (2 x the compute of one micro-batch's forward and "
-                             "backward / k, from the step at batch 2; not built), longer than 0.16 ms that fits")
+    assert pruned.reason == ("its step is at least 0.17 ms (from the plain step at batch 2: its compute and 1 x "
+                             "more of each micro-batch's, over k, or its critical path; not built), longer than "
+                             "0.16 ms that fits")
     assert search.chosen.plan.label == "k=2 M=1"
 
 
