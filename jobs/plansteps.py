@@ -70,7 +70,7 @@ def needed_steps(node_batch: int, node_devices: int, replica_devices: Sequence[i
             if node_batch % replicas or (node_batch // replicas) % micro:
                 continue
             batch = node_batch // replicas
-            wanted = [(batch, 1)] if micro == 1 else [(2 * batch // micro, 2)]
+            wanted = [step_of(batch, micro)]
             if micro > 1 and len(micro_batches) > 1:  # the plain step of one micro-batch bounds the plan
                 wanted.append((batch // micro, 1))
             for step in wanted:
@@ -149,7 +149,7 @@ class Steps:
 
     def start(self, steps: Sequence[tuple[int, int]], workers: int | None = None) -> None:
         """Begin building ``steps`` (those not built or costed yet) in workers (module docstring)."""
-        todo = [s for s in steps if not any((b, m) == s for (_, b, m) in self.parts)]
+        todo = [s for s in steps if not self._costed(s)]
         if not todo or workers == 0 or not (_picklable(self.build) and _picklable(self.job)):
             return
         if workers is None:
@@ -170,6 +170,11 @@ class Steps:
             else:  # the search may prune every plan that needs it first (:meth:`ahead`)
                 self.deferred.append((batch, micro))
 
+    def _costed(self, step: tuple[int, int]) -> bool:
+        """Whether ``step`` is built and costed for some preset (this one's costs follow without a build,
+        :meth:`built`)."""
+        return any((b, m) == step for (_, b, m) in self.parts)
+
     def _submit(self, batch: int, micro: int) -> None:
         assert self.pool is not None
         self.pending[batch, micro] = self.pool.submit(build_step, self.job, self.spec.name, batch, micro, self.build)
@@ -186,7 +191,7 @@ class Steps:
             return
         for step in [step for step in self.deferred if step in wanted]:
             self.deferred.remove(step)
-            if not any((b, m) == step for (_, b, m) in self.parts):
+            if not self._costed(step):
                 self._submit(*step)
 
     def bound_for(self, batch: int, micro: int, devices: int, ready_only: bool = False) -> float | None:
@@ -194,7 +199,7 @@ class Steps:
         devices from the plain step of one micro-batch (:mod:`pardnn.batch.microbound`), built here if
         need be; ``None`` without one (``ready_only``: when it is not built yet)."""
         plain = (batch // micro, 1)
-        if micro < 2 or (ready_only and not any((b, m) == plain for (_, b, m) in self.parts)):
+        if micro < 2 or (ready_only and not self._costed(plain)):
             return None
         parts = self.built(*plain)
         if parts.repeated is None:
@@ -266,7 +271,7 @@ class Steps:
         if (batch, micro) not in self.grown:  # M copies of the M = 2 step of the same micro-batch
             from pardnn.batch.replicate import replicate
 
-            template = self.built(2 * batch // micro, 2)
+            template = self.built(*step_of(batch, micro))
             try:
                 self.grown[batch, micro] = replicate(template, micro, self.spec,
                                                      name=f"{self.job.name}-b{batch}-m{micro}")

@@ -74,7 +74,7 @@ def repeated_ops(graph: CostGraph, inputs: Iterable[str], gradients: Iterable[st
     """Which ops of the plain step ``graph`` every micro-batch repeats (module docstring): reachable from
     an op named in ``inputs`` and reaching one named in ``gradients``. Names not in the graph are
     ignored (none found: no op, and the bound is 0)."""
-    index = {name: i for i, name in enumerate(graph.names)}
+    index = graph.index
     sources = np.array([index[name] for name in inputs if name in index], np.int64)
     sinks = np.array([index[name] for name in gradients if name in index], np.int64)
     after = _reach(np.asarray(graph.succ_ptr, np.int64), np.asarray(graph.succ, np.int64), sources, graph.n)
@@ -93,8 +93,8 @@ class PlainTerms:
 
     @classmethod
     def of(cls, graph: CostGraph, repeated: np.ndarray) -> PlainTerms:
-        comp_us = np.asarray(graph.comp_us, np.float64)
-        return cls(float(comp_us.sum()), float(comp_us[repeated].sum()), critical_path_us(graph))
+        return cls(graph.total_work_us, float(np.asarray(graph.comp_us, np.float64)[repeated].sum()),
+                   critical_path_us(graph))
 
 
 def micro_bound_us(terms: PlainTerms, micro: int, devices: int) -> float:
