@@ -126,6 +126,8 @@ def format_search(search: PlanSearch, described: dict[str, Any]) -> str:
             cells = (f"{trial.ops:>8,} {trial.compute_us / 1e3:>8.2f} ms {trial.exposed_us / 1e3:>8.2f} ms "
                      f"{trial.step_us / 1e3:>8.2f} ms {trial.samples_per_s:>10.1f}")
         status = trial.status + (f": {trial.reason}" if trial.reason else "")
+        if trial.run_order is False:
+            status += ": in order of readiness (its run order is slower with the allreduce)"
         lines.append(f"{mark}{trial.plan.replica_devices:>3} {trial.plan.replicas_per_node:>8} "
                      f"{trial.plan.micro_batches:>3} {trial.replica_batch:>6} {cells}  {status}")
     lines.append(f"chosen: {search.why}")

@@ -10,18 +10,23 @@ down. :func:`needed_steps` lists the steps a search may ask for before it starts
 repeats (:func:`pardnn.batch.microbound.repeated_ops`), so that :meth:`Steps.bound_for` bounds a plan
 of M >= 2 micro-batches from the plain step of its micro-batch size before its M = 2 step is built.
 
-**Building beside the search.** A paper model's step takes 10-40 s to build (TensorFlow's Python
+**Building beside the search.** A paper model's step takes 10-60 s to build (TensorFlow's Python
 graph construction, two thirds of it ``tf.gradients``), a search needs up to ten, and each build runs
 on one core. So the steps are built in worker processes while this process places and emulates the
-plans whose steps are ready, and builds too: when the step it needs is still being built by a worker,
-it takes a step no worker has started and builds that one itself, instead of waiting. The choice of
-how many workers (``workers=None``, the default) is measured, not guessed: the first step is built
-here; when the rest would take at least :data:`PARALLEL_AFTER_S` at that step's pace, the rest go to
+plans whose steps are ready, and builds too. The steps wait in one queue, the plain steps first: a
+step goes to a worker only when one is free (a build that ends hands out the next), so the rest of
+the queue stays this process's to take: when the step it needs is still being built by a worker, it
+builds the queue's first step itself instead of waiting. An M = 2 step joins the queue only when the
+search says (:meth:`Steps.ahead`, before each plan it tries) that a plan needing it is bounded from
+its plain step and not pruned, the lowest bound first; a queued step no plan left needs is dropped.
+(A first version handed every step to the pool at once: the pool took two per worker, so neither
+this process nor the search's pruning could take them back, and M = 2 steps whose plans the bounds
+pruned soon after were built while the one needed waited: word-rnn-2 on a DGX-2, 139 s with one
+worker, 110 s without; 77 s now.) The choice of how many workers (``workers=None``, the default) is
+measured, not guessed: the first step is built here; when the rest would take at least
+:data:`PARALLEL_AFTER_S` at that step's pace, the rest go to
 ``min(CPUs this process may use - 1, steps left, available memory / WORKER_BYTES)`` workers
-(:data:`WORKER_BYTES`: a worker's peak while building a paper model's M = 2 step, with room). The
-plain steps go to the workers at once; the M = 2 steps wait until the search says (:meth:`Steps.ahead`,
-before each plan it tries) that a plan its bounds do not prune yet needs them, and a step no such plan
-needs is dropped if no worker has started it. A small
+(:data:`WORKER_BYTES`: a worker's peak while building a paper model's M = 2 step, with room). A small
 job (a build of a second) starts none: a worker's start (it imports TensorFlow) costs more than it
 saves. ``workers=0`` builds everything here; ``workers=n`` starts n workers at once.
 
@@ -36,9 +41,11 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import math
 import multiprocessing
 import os
 import pickle
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
@@ -136,9 +143,12 @@ class Steps:
     def __init__(self, job: Any, spec: Any, build: Callable[..., Any], parts: dict[Any, Any]) -> None:
         self.job, self.spec, self.build, self.parts = job, spec, build, parts
         self.grown: dict[tuple[int, int], Any] = {}
-        self.pending: dict[tuple[int, int], cf.Future[Any]] = {}
+        self.pending: dict[tuple[int, int], cf.Future[Any]] = {}  # handed to a worker
+        self.queue: list[tuple[int, int]] = []  # for the next free worker, or for this process to take
         self.pool: cf.ProcessPoolExecutor | None = None
         self.deferred: list[tuple[int, int]] = []  # M = 2 steps for the workers once :meth:`ahead` wants them
+        self.bounding: set[tuple[int, int]] = set()  # the plain steps this search builds (bounds to wait for)
+        self.lock = threading.RLock()  # the queue and ``pending``: a finished build hands out the next step
         self.terms: dict[tuple[int, int], Any] = {}  # each plain step's PlainTerms, on this preset
         self.note: Callable[[str], None] = lambda message: None
         self.seconds, self.builds, self.workers = 0.0, 0, 0
@@ -164,35 +174,58 @@ class Steps:
         self.note(f"building {len(todo)} steps in {workers} worker process(es) beside this one")
         self.pool = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                            initializer=_start_worker)
-        for batch, micro in todo:
-            if micro == 1:
-                self._submit(batch, micro)
-            else:  # the search may prune every plan that needs it first (:meth:`ahead`)
-                self.deferred.append((batch, micro))
+        with self.lock:  # the search may prune every plan that needs an M = 2 step first (:meth:`ahead`)
+            self.queue = [step for step in todo if step[1] == 1]
+            self.deferred = [step for step in todo if step[1] != 1]
+            self.bounding = {step for step in steps if step[1] == 1}
+        self._pump()
 
     def _costed(self, step: tuple[int, int]) -> bool:
         """Whether ``step`` is built and costed for some preset (this one's costs follow without a build,
         :meth:`built`)."""
         return any((b, m) == step for (_, b, m) in self.parts)
 
-    def _submit(self, batch: int, micro: int) -> None:
-        assert self.pool is not None
-        self.pending[batch, micro] = self.pool.submit(build_step, self.job, self.spec.name, batch, micro, self.build)
+    def _pump(self, _done: Any = None) -> None:
+        """Hand the queue's first steps to the workers that are free (also called, from the pool's
+        thread, whenever a build ends). A step goes to a worker only when one is free, so the rest of
+        the queue stays this process's to take or to drop (:meth:`_collect`, :meth:`ahead`)."""
+        with self.lock:
+            while self.pool is not None and self.queue and \
+                    sum(not future.done() for future in self.pending.values()) < self.workers:
+                step = self.queue.pop(0)
+                try:
+                    future = self.pool.submit(build_step, self.job, self.spec.name, *step, self.build)
+                except (RuntimeError, BrokenProcessPool):  # shut down, or a worker died: this process builds
+                    self.queue.insert(0, step)
+                    return
+                self.pending[step] = future
+                future.add_done_callback(self._pump)
 
-    def ahead(self, plans: Sequence[tuple[int, int]]) -> None:
-        """The (batch, M) of the plans the search may still place: their steps (and the plain steps that
-        bound them) go to the workers, and the steps no such plan needs that no worker has started are
-        dropped."""
-        wanted = {step_of(batch, micro) for batch, micro in plans} | {(batch // micro, 1) for batch, micro in plans}
-        for step in [step for step in self.pending if step not in wanted]:
-            if self.pending[step].cancel():
-                del self.pending[step]
-        if self.pool is None:
-            return
-        for step in [step for step in self.deferred if step in wanted]:
-            self.deferred.remove(step)
-            if not self._costed(step):
-                self._submit(*step)
+    def ahead(self, plans: Sequence[tuple[int, int, float | None]]) -> None:
+        """The (batch, M, lower bound or ``None``) of the plans the search may still place (those its
+        bounds do not prune yet): the steps no such plan needs are dropped from the queue, and a deferred
+        M = 2 step joins it once a plan that needs it is bounded already (its plain step built) and not
+        pruned, so the workers never build an M = 2 step on the chance that its bound keeps it. The
+        M = 2 steps queue by their plans' lowest bound: the likeliest to be placed first."""
+        wanted = {step for batch, micro, _ in plans for step in (step_of(batch, micro), (batch // micro, 1))}
+        promise: dict[tuple[int, int], float] = {}  # an M = 2 step's plans' lowest bound, once one is bounded
+        for batch, micro, bound in plans:
+            if micro > 1 and ((batch // micro, 1) not in self.bounding or self._costed((batch // micro, 1))):
+                step = step_of(batch, micro)
+                promise[step] = min(promise.get(step, math.inf), math.inf if bound is None else bound)
+        with self.lock:
+            for step in [step for step in self.pending if step not in wanted]:
+                if self.pending[step].cancel():
+                    del self.pending[step]
+            self.queue = [step for step in self.queue if step in wanted]
+            for step in [step for step in self.deferred if step not in wanted or step in promise]:
+                self.deferred.remove(step)
+                if step in promise and not self._costed(step):
+                    self.queue.append(step)
+            plain = [step for step in self.queue if step[1] == 1]
+            self.queue = plain + sorted((step for step in self.queue if step[1] != 1),
+                                        key=lambda step: promise.get(step, math.inf))
+        self._pump()
 
     def bound_for(self, batch: int, micro: int, devices: int, ready_only: bool = False) -> float | None:
         """A lower bound (µs) on the step of ``micro`` >= 2 micro-batches of ``batch`` on ``devices``
@@ -213,11 +246,13 @@ class Steps:
     def stop(self, *, wait: bool = True, cancel: bool = True) -> None:
         """Cancel the builds not started (``cancel``; a broken pool's have failed already) and let the
         workers go (``wait``: until they have)."""
-        if self.pool is not None:
-            self.pool.shutdown(wait=wait, cancel_futures=cancel)
-            self.pool = None
+        with self.lock:
+            pool, self.pool = self.pool, None
+            self.queue.clear()
+            self.deferred.clear()
+        if pool is not None:
+            pool.shutdown(wait=wait, cancel_futures=cancel)
         self.pending.clear()
-        self.deferred.clear()
 
     def built(self, batch: int, micro: int) -> Any:
         """The step at ``batch`` and ``micro``, built in TensorFlow and costed on this preset, with its parts."""
@@ -226,9 +261,15 @@ class Steps:
             return self.parts[key]
         other = next((value for (_, b, m), value in self.parts.items() if (b, m) == (batch, micro)), None)
         recosted = None if other is None else recost(other, self.spec)
+        with self.lock:
+            handed = (batch, micro) in self.pending
+            if (batch, micro) in self.queue:
+                self.queue.remove((batch, micro))
+            elif (batch, micro) in self.deferred:
+                self.deferred.remove((batch, micro))
         if recosted is not None:
             self.parts[key] = recosted
-        elif (batch, micro) in self.pending:
+        elif handed:
             self._collect(batch, micro)
         else:
             self._build_here(batch, micro)
@@ -236,12 +277,13 @@ class Steps:
 
     def _collect(self, batch: int, micro: int) -> None:
         """The pending step, building steps no worker has started while a worker builds it."""
-        future = self.pending.pop((batch, micro))
+        with self.lock:
+            future = self.pending.pop((batch, micro))
         while not future.done():
-            mine = next((step for step, other in self.pending.items() if other.cancel()), None)
+            with self.lock:
+                mine = self.queue.pop(0) if self.queue else None
             if mine is None:
                 break
-            del self.pending[mine]
             self._build_here(*mine)
         try:
             parts, seconds = future.result()

@@ -30,7 +30,7 @@ from typing import Any
 from launcher.errors import UNTRAINED, AgreedError, DoesNotFit, LaunchError, NotPlaced
 from launcher.files import write_text
 from launcher.placing.microsearch import AUTO, Measured, NoMicroBatchFits, failed, report, search
-from launcher.reporting.timeline import EMULATED_FILE, allreduce_share, write_emulated
+from launcher.reporting.timeline import EMULATED_FILE, allreduce_share, run_cluster, write_emulated
 from launcher.run.agreement import average_costs, check_agreement, placement_digest, raise_everywhere
 from launcher.run.checkpoint import graph_ops_digest, make_checkpointer
 from launcher.run.failure import status_of
@@ -271,6 +271,7 @@ def _placed_anew(state: RunState, runner: SharedByVariants, devices: Any, guard:
     topology = state.topology
     costed, result = _costed_and_placed(state, runner, devices, guard, warm_up)
     trained, cost, machine = costed.trained, costed.cost, costed.machine
+    result, judged = _judged_order(state, cost, machine, result, devices.kind)
     _count_samples(state, trained)  # the chosen M's (the same for every M: the node's batch)
     # The placement file's bytes, as pardnn.io.write_placement writes them: the run order, if any, is in
     # them, so the nodes' digests agree on it too.
@@ -282,6 +283,9 @@ def _placed_anew(state: RunState, runner: SharedByVariants, devices: Any, guard:
     state.placement = {"sha256": digest, "placer": state.variant.placer, "ops": cost.n, "machine": machine.describe(),
                        "file": PLACEMENT_FILE, "memory_heuristic": costed.heuristic or "none",
                        "run_order": result.order is not None, "report": result.report.to_dict()}
+    if judged:
+        state.placement["run_order_judged"] = judged
+        logger.info("%s", judged)
     if topology.is_root:
         write_text(state.directory / PLACEMENT_FILE, text)
         state.placement["emulated_makespan_us"] = write_emulated(
@@ -330,3 +334,16 @@ def _resumed(state: RunState, runner: SharedByVariants, saved: tuple[Path, dict[
     logger.info("resuming %s: the saved placement %s (%d ops, M = %d), no profiling or placing", path, digest[:12],
                 len(placement), micro)
     return _Placed(trained, hook, broadcast, text, digest, placement, order, micro)
+
+
+def _judged_order(state: RunState, cost: Any, machine: Any, result: Any, kind: str) -> tuple[Any, str]:
+    """``result`` with its run order kept only where the step with the run's gradient allreduce is not
+    longer in it than in order of readiness (:mod:`pardnn.placement.allreduce_order`; the same on every
+    node: the same averaged costs), and one line saying which, ``""`` when there was nothing to judge."""
+    cluster = run_cluster(state.topology, state.settings.device_preset, kind)
+    if cluster is None or result.order is None:
+        return result, ""
+    from pardnn.placement.allreduce_order import judge_order
+
+    judged = judge_order(cost, machine, result, cluster)
+    return judged.result, judged.why

@@ -77,17 +77,32 @@ def allreduce_share(topology: Any, device_preset: str, kind: str, graph: Any, ma
                     order: Any = None, schedule: Any = None) -> dict[str, Any] | None:
     """The replica's emulated step with its gradients averaged across the run's replicas (``None`` for
     one replica): compute, exposed allreduce and step in µs, the bytes averaged, the model's network."""
-    if topology.size <= 1:
+    cluster = run_cluster(topology, device_preset, kind)
+    if cluster is None:
         return None
-    from pardnn.emulation.allreduce import cluster_for, emulate_with_allreduce
+    from pardnn.emulation.allreduce import emulate_with_allreduce
 
-    preset_name = "cpu-2core" if kind == "cpu" else device_preset
-    cluster = cluster_for(preset_name, topology.node_count, topology.ranks_per_node)
+    preset_name = cluster_preset(device_preset, kind)
     step = emulate_with_allreduce(graph, machine, np.asarray(placement, dtype=np.int64), cluster, order=order,
                                   schedule=schedule)
     return {"compute_us": step.compute_us, "exposed_us": step.exposed_us, "step_us": step.step_us,
             "busy_us": step.busy_us, "gradient_bytes": step.gradient_bytes, "buffers": step.buffers,
             "replicas": step.replicas, "preset": preset_name, "network_Bps": cluster.network_Bps}
+
+
+def run_cluster(topology: Any, device_preset: str, kind: str) -> Any:
+    """The run's replicas as the emulator's :class:`~pardnn.emulation.allreduce.Cluster` (the CPU preset
+    on logical CPU devices), ``None`` for one replica."""
+    if topology.size <= 1:
+        return None
+    from pardnn.emulation.allreduce import cluster_for
+
+    return cluster_for(cluster_preset(device_preset, kind), topology.node_count, topology.ranks_per_node)
+
+
+def cluster_preset(device_preset: str, kind: str) -> str:
+    """The preset the allreduce is emulated with: the run's, or the CPU one on logical CPU devices."""
+    return "cpu-2core" if kind == "cpu" else device_preset
 
 
 def step_ms(makespan_us: float | None, medians_ms: Sequence[float | None],

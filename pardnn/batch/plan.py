@@ -4,8 +4,9 @@ A node of G GPUs can run G/k replicas of k devices each (k dividing G): k = G is
 replica per node, k = 1 plain data parallelism. Each replica trains B·k/G of the node's batch B, split
 into M micro-batches. A *plan* is (k, M); its cost is one replica's emulated step with the gradient
 allreduce across all N·G/k replicas of the cluster in it (:mod:`pardnn.emulation.allreduce`), placed
-by ParDNN on the k devices. The cluster trains N·B samples per step, so the plan's throughput is
-``N·B / step``.
+by ParDNN on the k devices, in ParDNN's run order or in order of readiness where that step is shorter
+with the allreduce (:mod:`pardnn.placement.allreduce_order`; ``run_order`` says which). The cluster
+trains N·B samples per step, so the plan's throughput is ``N·B / step``.
 
 :func:`search_plans` tries every k that divides G and, for each, every M that divides the replica's
 batch; each trial costs the replica's real graph at its real batch and M (a callback builds it) and
@@ -44,11 +45,12 @@ from typing import Any
 
 from pardnn.costs.graph import CostGraph
 from pardnn.costs.machine import Machine
-from pardnn.emulation.allreduce import Cluster, emulate_with_allreduce
+from pardnn.emulation.allreduce import Cluster
 from pardnn.emulation.emulated import strictly_shorter
 from pardnn.emulation.simulate import lower_bound_us
 from pardnn.errors import InfeasibleError
 from pardnn.partitioner import partition
+from pardnn.placement.allreduce_order import judge_order
 
 __all__ = ["MICRO_BATCHES", "Plan", "PlanSearch", "Trial", "replica_options", "search_plans"]
 
@@ -77,7 +79,9 @@ class Trial:
     """One plan tried. Times in µs; ``samples_per_s``: the cluster's; ``status``: ``fits``,
     ``does_not_fit`` (the placement's peak is over a device's limit), ``infeasible`` (no placement,
     with ``reason``), ``skipped`` (the batch does not split: ``reason``) or ``pruned`` (not placed: its
-    step is at least ``bound_us``, longer than a fitting plan's; module docstring)."""
+    step is at least ``bound_us``, longer than a fitting plan's; module docstring). ``run_order``:
+    ``None`` when the placement has no run order, else whether it trains in it (``False``: in order of
+    readiness, shorter with the allreduce)."""
 
     plan: Plan
     replica_batch: int
@@ -91,6 +95,7 @@ class Trial:
     peak_bytes: int | None = None
     seconds: float = 0.0
     bound_us: float | None = None
+    run_order: bool | None = None
 
     @property
     def fits(self) -> bool:
@@ -102,7 +107,7 @@ class Trial:
                 "status": self.status, "reason": self.reason, "ops": self.ops, "compute_us": self.compute_us,
                 "exposed_allreduce_us": self.exposed_us, "step_us": self.step_us,
                 "samples_per_s": self.samples_per_s, "peak_bytes": self.peak_bytes, "seconds": self.seconds,
-                "bound_us": self.bound_us}
+                "bound_us": self.bound_us, "run_order": self.run_order}
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,7 @@ def search_plans(graph_for: Callable[[int, int], CostGraph], machine_for: Callab
                  on_trial: Callable[[Trial], None] | None = None,
                  placements: dict[tuple[int, int, int], Any] | None = None, prune: bool = True,
                  bound_for: Callable[..., float | None] | None = None,
-                 ahead: Callable[[list[tuple[int, int]]], None] | None = None) -> PlanSearch:
+                 ahead: Callable[[list[tuple[int, int, float | None]]], None] | None = None) -> PlanSearch:
     """Try each plan and choose (module docstring).
 
     ``graph_for(batch, M)``: the replica's costed step at that batch with M micro-batches;
@@ -143,7 +148,8 @@ def search_plans(graph_for: Callable[[int, int], CostGraph], machine_for: Callab
     bound is longer than a fitting plan's (module docstring). ``bound_for(batch, M, k, ready_only=False)``:
     a lower bound on that plan's step without its graph (or ``None``; ``ready_only``: without building
     anything), tried before ``graph_for`` when pruning; ``ahead(plans)``: before each trial, the
-    (replica batch, M) of the plans left that those bounds do not prune yet (a builder's hint).
+    (replica batch, M, bound or ``None``) of the plans left that those bounds do not prune yet (a
+    builder's hint: what it may drop, and which plans are the likeliest to be placed).
     """
     started = time.perf_counter()
     trials: list[Trial] = []
@@ -173,17 +179,18 @@ def _batch(plan: Plan, node_batch: int) -> int | None:
 
 
 def _left(plans: Sequence[Plan], node_batch: int, best_us: float | None,
-          bound_for: Callable[..., float | None] | None) -> list[tuple[int, int]]:
-    """(replica batch, M) of the ``plans`` that split and that no bound already built prunes."""
+          bound_for: Callable[..., float | None] | None) -> list[tuple[int, int, float | None]]:
+    """(replica batch, M, bound) of the ``plans`` that split and that no bound already built prunes
+    (``bound``: that lower bound on the step, ``None`` while its plain step is not built)."""
     out = []
     for plan in plans:
         batch = _batch(plan, node_batch)
         if batch is None:
             continue
-        bound = None if best_us is None or bound_for is None or plan.micro_batches < 2 else \
+        bound = None if bound_for is None or plan.micro_batches < 2 else \
             bound_for(batch, plan.micro_batches, plan.replica_devices, ready_only=True)
-        if bound is None or not strictly_shorter(best_us, bound):  # type: ignore[arg-type]
-            out.append((batch, plan.micro_batches))
+        if bound is None or best_us is None or not strictly_shorter(best_us, bound):
+            out.append((batch, plan.micro_batches, bound))
     return out
 
 
@@ -225,13 +232,13 @@ def _try(plan: Plan, graph_for: Callable[[int, int], CostGraph], machine_for: Ca
     if isinstance(result, InfeasibleError):
         return Trial(plan, batch, "infeasible", str(result).split(". Options:")[0], graph.n,
                      seconds=time.perf_counter() - began)
-    evaluation = result.report.evaluation
-    step = emulate_with_allreduce(graph, machine, result.placement, cluster_for(replicas), order=result.order,
-                                  schedule=result.schedule)
+    judged = judge_order(graph, machine, result, cluster_for(replicas))
+    evaluation, step = judged.result.report.evaluation, judged.step
     status = "fits" if evaluation.memory_fits else "does_not_fit"
     return Trial(plan, batch, status, "" if evaluation.memory_fits else "a device's peak is over its limit", graph.n,
                  step.compute_us, step.exposed_us, step.step_us, nodes * node_batch / (step.step_us * 1e-6),
-                 max(evaluation.peak_memory_bytes), time.perf_counter() - began)
+                 max(evaluation.peak_memory_bytes), time.perf_counter() - began,
+                 run_order=None if result.order is None else not judged.dropped)
 
 
 def _choose(trials: Sequence[Trial]) -> Trial | None:

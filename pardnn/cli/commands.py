@@ -198,25 +198,27 @@ def cmd_place(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.close()
-    write_placement(args.output, graph, result.placement, order=result.order)
     cluster = cluster_from_args(args, machine)
-    step = None
-    if cluster is not None:
-        from pardnn.emulation.allreduce import emulate_with_allreduce
+    judged = None
+    if cluster is not None:  # the run order kept only where it pays with the allreduce in the step
+        from pardnn.placement.allreduce_order import judge_order
 
-        step = emulate_with_allreduce(graph, machine, result.placement, cluster, order=result.order,
-                                      schedule=result.schedule)
+        judged = judge_order(graph, machine, result, cluster)
+        result = judged.result
+    write_placement(args.output, graph, result.placement, order=result.order)
     if args.json:
         payload = result.report.to_dict()
         payload["placement_file"] = str(args.output)
         payload["ordered"] = result.order is not None
-        if step is not None:
-            payload["allreduce"] = step.to_dict()
+        if judged is not None:
+            payload["allreduce"] = {**judged.step.to_dict(), "run_order": judged.why}
         print_json(payload)
     else:
         print(format_report(result.report))
-        if step is not None:
-            print(format_allreduce(step, cluster))
+        if judged is not None:
+            print(format_allreduce(judged.step, cluster))
+            if judged.why:
+                print(judged.why)
         print(f"wrote {args.output}")
     return EXIT_OK
 

@@ -171,7 +171,8 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "data parallelism", "the replica placed here runs on NODES nodes, REPLICAS per node, and every step averages "
         "its gradients across all of them (one fused allreduce at a time per replica, as Horovod does): the report "
-        "then gives the step as compute + exposed allreduce")
+        "then gives the step as compute + exposed allreduce (`place` keeps a run order only where it is not "
+        "slower with the allreduce than order of readiness)")
     group.add_argument("--nodes", type=positive_int, default=1, help="nodes (default: 1)")
     group.add_argument("--replicas-per-node", type=positive_int, default=1, metavar="R",
                        help="replicas on each node (default: 1); a node of G GPUs runs G / K of them")

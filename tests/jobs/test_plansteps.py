@@ -40,25 +40,59 @@ def test_worker_count_leaves_this_process_its_core_and_fits_memory() -> None:
     assert worker_count(10) >= 0  # this machine's own CPUs and memory
 
 
-def test_ahead_sends_the_workers_what_the_plans_left_need_and_drops_the_rest() -> None:
-    """Plans left: M = 1 at batch 8, and M = 4 at batch 16 (4 samples each: the M = 2 step of 8 samples,
-    bounded by the plain step of 4). A pending step no plan needs is cancelled; a deferred M = 2 step
-    goes to the workers once a plan needs it, the other stays deferred."""
-    class Pool:
-        def __init__(self) -> None:
-            self.submitted: list[tuple[int, int]] = []
+class _Pool:
+    """A stand-in for the worker pool: records what it was handed; the test finishes the builds."""
 
-        def submit(self, fn, job, preset, batch, micro, build) -> cf.Future:
-            self.submitted.append((batch, micro))
-            return cf.Future()
+    def __init__(self) -> None:
+        self.submitted: list[tuple[int, int]] = []
+        self.futures: dict[tuple[int, int], cf.Future] = {}
 
+    def submit(self, fn, job, preset, batch, micro, build) -> cf.Future:
+        self.submitted.append((batch, micro))
+        self.futures[batch, micro] = future = cf.Future()
+        future.set_running_or_notify_cancel()  # a worker took it: it can no longer be cancelled
+        return future
+
+
+def _steps(workers: int) -> tuple[Steps, _Pool]:
     steps = Steps(None, SimpleNamespace(name="dgx-2"), None, {})
-    steps.pool = pool = Pool()
-    steps.pending = {(4, 1): cf.Future(), (2, 1): cf.Future(), (16, 2): cf.Future()}
-    steps.deferred = [(8, 2), (4, 2)]
-    steps.ahead([(8, 1), (16, 4)])
-    assert pool.submitted == [(8, 2)] and steps.deferred == [(4, 2)]
-    assert set(steps.pending) == {(4, 1), (8, 2)}
+    steps.pool = pool = _Pool()
+    steps.workers = workers
+    return steps, pool
+
+
+def test_a_step_goes_to_a_worker_only_when_one_is_free() -> None:
+    """One worker, three plain steps queued: the first is handed out, the others wait in the queue
+    (this process may still take them) until a build ends, and then the next goes at once."""
+    steps, pool = _steps(1)
+    steps.queue = [(4, 1), (8, 1), (16, 1)]
+    steps._pump()
+    assert pool.submitted == [(4, 1)] and steps.queue == [(8, 1), (16, 1)]
+    pool.futures[4, 1].set_result(("parts", 1.0))  # the worker's build ends: the pool's thread hands out the next
+    assert pool.submitted == [(4, 1), (8, 1)] and steps.queue == [(16, 1)]
+    steps.workers = 3
+    steps._pump()
+    assert pool.submitted == [(4, 1), (8, 1), (16, 1)] and steps.queue == []
+
+
+def test_ahead_queues_an_m2_step_once_its_plan_is_bounded_and_drops_what_no_plan_needs() -> None:
+    """Plans left: M = 1 at batch 8; M = 4 at batch 16 (4 samples each: the M = 2 step of 8 samples,
+    bounded by the plain step of 4, not built yet); M = 2 at batch 32 and at batch 64 (bounded by the
+    plain steps of 16 and 32, both built: bounds 9 and 5 ms). Nothing no plan needs stays queued or
+    deferred; the M = 2 steps of bounded plans are queued, the lowest bound first; the M = 2 step of 8
+    samples waits for its bound."""
+    steps, pool = _steps(0)  # no worker free: the queue is what this test reads
+    steps.parts.update({("dgx-2", 16, 1): None, ("dgx-2", 32, 1): None})  # the plain steps built
+    steps.bounding = {(4, 1), (16, 1), (32, 1), (2, 1)}
+    steps.queue = [(4, 1), (2, 1)]
+    steps.deferred = [(8, 2), (4, 2), (32, 2), (64, 2)]
+    steps.ahead([(8, 1, None), (16, 4, None), (32, 2, 9e3), (64, 2, 5e3)])
+    assert steps.queue == [(4, 1), (64, 2), (32, 2)]  # (2, 1): no plan left needs it
+    assert steps.deferred == [(8, 2)] and pool.submitted == []
+    steps.parts[("dgx-2", 4, 1)] = None  # its bound's plain step is built: it joins the queue
+    steps.queue.remove((4, 1))
+    steps.ahead([(16, 4, 7e3), (64, 2, 5e3)])  # the plan at batch 32 was pruned meanwhile
+    assert steps.queue == [(64, 2), (8, 2)] and steps.deferred == []
 
 
 def _dies_in_a_worker(job, batch_size, micro_batches):  # a builder killed in any worker, as the OOM killer would

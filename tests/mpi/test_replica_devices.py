@@ -42,6 +42,12 @@ def test_two_replicas_of_two_devices_per_node_train_the_one_device_losses(tmp_pa
     placed = {line.split()[1] for line in (Path(summary["run_dir"]) / "placement.txt").read_text().splitlines()
               if not line.startswith("#")}
     assert placed <= {"0", "1"}
+    # A run order ParDNN found was judged with the 4 replicas' allreduce: kept only where not slower.
+    placement = summary["placement"]
+    judged = placement.get("run_order_judged", "")
+    if placement["run_order"] or judged:
+        assert judged.startswith("run order kept" if placement["run_order"] else "run order dropped"), judged
+        assert f"{placement['allreduce']['step_us'] / 1e3:.2f} ms as it trains" in judged
     np.testing.assert_allclose(run_losses(Path(summary["run_dir"]), 4), one_device_losses(TINY_JOB, 4, 8, ITERATIONS),
                                rtol=1e-5)
 

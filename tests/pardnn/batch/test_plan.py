@@ -146,10 +146,10 @@ def test_a_plan_whose_bound_is_longer_than_a_fitting_step_is_not_placed() -> Non
 def test_a_plan_bounded_from_its_plain_step_is_not_built() -> None:
     """As above, with a bound before the graph: k = 1 at M = 2 (4 samples, 2 micro-batches) has the bound
     168 µs (its compute on one device) against 164 µs that fits, so its graph is never asked for, and
-    the builder hears before each trial which plans may still be placed."""
+    the builder hears before each trial which plans may still be placed, with their bounds."""
     free = lambda r: Cluster(nodes=1, replicas_per_node=r, link_Bps=float("inf"), link_latency_us=0, cycle_us=0)  # noqa: E731
     asked: list[tuple[int, int]] = []
-    told: list[list[tuple[int, int]]] = []
+    told: list[list[tuple[int, int, float | None]]] = []
 
     def graph_for(batch: int, micro: int) -> CostGraph:
         asked.append((batch, micro))
@@ -161,7 +161,8 @@ def test_a_plan_bounded_from_its_plain_step_is_not_built() -> None:
     search = search_plans(graph_for, lambda k: Machine(k, latency="0us"), free, node_devices=2, nodes=1, node_batch=8,
                           micro_batches=(1, 2), bound_for=bound_for, ahead=told.append)
     assert asked == [(4, 1), (8, 1), (8, 2)]
-    assert told == [[(4, 1), (8, 1), (4, 2), (8, 2)], [(8, 1), (4, 2), (8, 2)], [(8, 2)], [(8, 2)]]
+    assert told == [[(4, 1, None), (8, 1, None), (4, 2, 168.0), (8, 2, 164.0)],  # nothing fits yet: all left
+                    [(8, 1, None), (4, 2, 168.0), (8, 2, 164.0)], [(8, 2, 164.0)], [(8, 2, 164.0)]]
     pruned = next(t for t in search.trials if t.status == "pruned")
     assert (pruned.plan.label, pruned.bound_us, pruned.ops) == ("k=1 M=2", 168.0, 0)
     assert pruned.reason == ("its step is at least 0.17 ms (from the plain step at batch 2: its compute and 1 x "

@@ -62,6 +62,7 @@ def test_place_reports_the_step_with_replicas(two_layers: Path, capsys) -> None:
     allreduce = json.loads(capsys.readouterr().out)["allreduce"]
     assert allreduce["replicas"] == 16 and allreduce["compute_us"] == 202.0
     assert allreduce["step_us"] == pytest.approx(allreduce["compute_us"] + allreduce["exposed_allreduce_us"])
+    assert allreduce["run_order"] == ""  # one device: no run order to judge with the allreduce
 
 
 @pytest.mark.parametrize("args, words, expected", [
