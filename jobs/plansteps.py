@@ -22,9 +22,11 @@ its plain step and not pruned, the lowest bound first; a queued step no plan lef
 (A first version handed every step to the pool at once: the pool took two per worker, so neither
 this process nor the search's pruning could take them back, and M = 2 steps whose plans the bounds
 pruned soon after were built while the one needed waited: word-rnn-2 on a DGX-2, 139 s with one
-worker, 110 s without; 77 s now.) The choice of how many workers (``workers=None``, the default) is
-measured, not guessed: the first step is built here; when the rest would take at least
-:data:`PARALLEL_AFTER_S` at that step's pace, the rest go to
+worker, 110 s without.) Whether workers pay (``workers=None``, the default) is measured, not guessed:
+the first step is built here, and the rest go to workers when they would take at least
+:data:`PARALLEL_AFTER_S` at its pace, that is as soon as this first build has run for
+``PARALLEL_AFTER_S / steps left`` (a timer starts the workers then, so they import TensorFlow and
+begin the second step while the first is still being built here), to
 ``min(CPUs this process may use - 1, steps left, available memory / WORKER_BYTES)`` workers
 (:data:`WORKER_BYTES`: a worker's peak while building a paper model's M = 2 step, with room). A small
 job (a build of a second) starts none: a worker's start (it imports TensorFlow) costs more than it
@@ -160,24 +162,35 @@ class Steps:
     def start(self, steps: Sequence[tuple[int, int]], workers: int | None = None) -> None:
         """Begin building ``steps`` (those not built or costed yet) in workers (module docstring)."""
         todo = [s for s in steps if not self._costed(s)]
+        self.bounding = {step for step in steps if step[1] == 1}
         if not todo or workers == 0 or not (_picklable(self.build) and _picklable(self.job)):
             return
-        if workers is None:
-            self.built(*todo[0])  # here, to measure the pace
-            todo = todo[1:]
-            if self.seconds * len(todo) < PARALLEL_AFTER_S:
-                return
-            workers = worker_count(len(todo))
-            if workers < 1:
-                return
-        self.workers = workers
-        self.note(f"building {len(todo)} steps in {workers} worker process(es) beside this one")
-        self.pool = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                           initializer=_start_worker)
-        with self.lock:  # the search may prune every plan that needs an M = 2 step first (:meth:`ahead`)
+        if workers is not None:
+            self._open(workers, todo)
+            return
+        rest, count = todo[1:], worker_count(len(todo) - 1)
+        timer = None
+        if rest and count >= 1:  # once the first build has taken PARALLEL_AFTER_S / steps left, the rest go
+            timer = threading.Timer(PARALLEL_AFTER_S / len(rest), self._open, (count, rest))
+            timer.daemon = True
+            timer.start()
+        try:
+            self.built(*todo[0])  # here, measuring the pace
+        finally:
+            if timer is not None:
+                timer.cancel()
+                timer.join()
+
+    def _open(self, workers: int, todo: Sequence[tuple[int, int]]) -> None:
+        """Start ``workers`` processes and queue ``todo`` for them: the plain steps now, the M = 2 steps
+        once a plan needs them (:meth:`ahead`)."""
+        with self.lock:
+            self.workers = workers
+            self.pool = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                               initializer=_start_worker)
             self.queue = [step for step in todo if step[1] == 1]
             self.deferred = [step for step in todo if step[1] != 1]
-            self.bounding = {step for step in steps if step[1] == 1}
+        self.note(f"building {len(todo)} steps in {workers} worker process(es) beside this one")
         self._pump()
 
     def _costed(self, step: tuple[int, int]) -> bool:

@@ -40,6 +40,41 @@ def test_worker_count_leaves_this_process_its_core_and_fits_memory() -> None:
     assert worker_count(10) >= 0  # this machine's own CPUs and memory
 
 
+def test_the_workers_start_while_the_first_step_is_still_building(monkeypatch) -> None:
+    """The rest go to workers when they would take PARALLEL_AFTER_S at the first build's pace: a timer
+    opens the workers once the first build has run PARALLEL_AFTER_S / steps left, while it still runs.
+    Here the first build waits until the workers are opened: they are, with the steps left."""
+    import threading
+
+    import jobs.plansteps
+
+    opened: list[tuple[int, list[tuple[int, int]]]] = []
+    done = threading.Event()
+
+    def open_workers(self, workers, todo) -> None:
+        opened.append((workers, list(todo)))
+        done.set()
+
+    def slow_build(job, preset, batch, micro, build):
+        assert done.wait(60), "the workers were not opened while the first step was building"
+        return SimpleNamespace(graph=SimpleNamespace(n=1)), 2.0
+
+    monkeypatch.setattr(Steps, "_open", open_workers)
+    monkeypatch.setattr(jobs.plansteps, "build_step", slow_build)
+    monkeypatch.setattr(jobs.plansteps, "worker_count", lambda steps_left: 3)
+    monkeypatch.setattr(jobs.plansteps, "PARALLEL_AFTER_S", 0.2)  # 0.05 s for the 4 steps left
+    steps = Steps(SimpleNamespace(name="a job"), SimpleNamespace(name="dgx-2"), len, {})
+    steps.start([(2, 1), (4, 1), (8, 1), (2, 2), (4, 2)])
+    assert opened == [(3, [(4, 1), (8, 1), (2, 2), (4, 2)])] and steps.builds == 1
+
+    opened.clear()
+    monkeypatch.setattr(jobs.plansteps, "PARALLEL_AFTER_S", 1e9)  # the rest would not take long enough
+    monkeypatch.setattr(jobs.plansteps, "build_step", lambda *args: (SimpleNamespace(graph=SimpleNamespace(n=1)), 0.1))
+    fast = Steps(SimpleNamespace(name="a job"), SimpleNamespace(name="dgx-2"), len, {})
+    fast.start([(2, 1), (4, 1)])
+    assert opened == [] and fast.builds == 1 and fast.pool is None
+
+
 class _Pool:
     """A stand-in for the worker pool: records what it was handed; the test finishes the builds."""
 
@@ -107,8 +142,8 @@ def _dies_in_a_worker(job, batch_size, micro_batches):  # a builder killed in an
 @pytest.mark.slow
 def test_a_search_is_the_same_with_its_steps_built_in_workers(monkeypatch) -> None:
     """word-rnn-tiny, 2 nodes of 4 devices, every k and M: the steps built in a worker (the first one here,
-    the workers started once it said the rest take long enough) give the search built all here, trial
-    for trial."""
+    the workers started once its build said the rest take long enough) give the search built all here,
+    trial for trial."""
     import jobs.plansteps
     from jobs.config import load_job
     from jobs.plan import job_plan
@@ -124,7 +159,8 @@ def test_a_search_is_the_same_with_its_steps_built_in_workers(monkeypatch) -> No
     assert described["build_workers"] == 1
     needed = len(needed_steps(16, 4, [1, 2, 4], [1, 2, 4, 8, 16]))
     assert described_here["graphs_built"] <= needed and described["graphs_built"] <= needed
-    assert notes[0].startswith("built and costed word-rnn-tiny") and "in a worker" not in notes[0]
+    first = next(note for note in notes if note.startswith("built and costed word-rnn-tiny"))
+    assert "in a worker" not in first  # the first step is built here, the workers started meanwhile
     assert sum("in a worker" in note for note in notes) >= 1  # the others: some in the worker, some stolen here
     assert [t.to_dict() | {"seconds": 0} for t in there.trials] == [t.to_dict() | {"seconds": 0} for t in here.trials]
     assert there.chosen.plan == here.chosen.plan
