@@ -161,7 +161,7 @@ class Steps:
 
     def start(self, steps: Sequence[tuple[int, int]], workers: int | None = None) -> None:
         """Begin building ``steps`` (those not built or costed yet) in workers (module docstring)."""
-        todo = [s for s in steps if not self._costed(s)]
+        todo = [s for s in steps if not self._ready(s)]
         self.bounding = {step for step in steps if step[1] == 1}
         if not todo or workers == 0 or not (_picklable(self.build) and _picklable(self.job)):
             return
@@ -193,11 +193,6 @@ class Steps:
         self.note(f"building {len(todo)} steps in {workers} worker process(es) beside this one")
         self._pump()
 
-    def _costed(self, step: tuple[int, int]) -> bool:
-        """Whether ``step`` is built and costed for some preset (this one's costs follow without a build,
-        :meth:`built`)."""
-        return any((b, m) == step for (_, b, m) in self.parts)
-
     def _pump(self, _done: Any = None) -> None:
         """Hand the queue's first steps to the workers that are free (also called, from the pool's
         thread, whenever a build ends). A step goes to a worker only when one is free, so the rest of
@@ -223,7 +218,7 @@ class Steps:
         wanted = {step for batch, micro, _ in plans for step in (step_of(batch, micro), (batch // micro, 1))}
         promise: dict[tuple[int, int], float] = {}  # an M = 2 step's plans' lowest bound, once one is bounded
         for batch, micro, bound in plans:
-            if micro > 1 and ((batch // micro, 1) not in self.bounding or self._costed((batch // micro, 1))):
+            if micro > 1 and ((batch // micro, 1) not in self.bounding or self._ready((batch // micro, 1))):
                 step = step_of(batch, micro)
                 promise[step] = min(promise.get(step, math.inf), math.inf if bound is None else bound)
         with self.lock:
@@ -233,7 +228,7 @@ class Steps:
             self.queue = [step for step in self.queue if step in wanted]
             for step in [step for step in self.deferred if step not in wanted or step in promise]:
                 self.deferred.remove(step)
-                if step in promise and not self._costed(step):
+                if step in promise and not self._ready(step):
                     self.queue.append(step)
             plain = [step for step in self.queue if step[1] == 1]
             self.queue = plain + sorted((step for step in self.queue if step[1] != 1),
@@ -245,7 +240,7 @@ class Steps:
         devices from the plain step of one micro-batch (:mod:`pardnn.batch.microbound`), built here if
         need be; ``None`` without one (``ready_only``: when it is not built yet)."""
         plain = (batch // micro, 1)
-        if micro < 2 or (ready_only and not self._costed(plain)):
+        if micro < 2 or (ready_only and not self._ready(plain)):
             return None
         parts = self.built(*plain)
         if parts.repeated is None:
@@ -269,24 +264,30 @@ class Steps:
 
     def built(self, batch: int, micro: int) -> Any:
         """The step at ``batch`` and ``micro``, built in TensorFlow and costed on this preset, with its parts."""
-        key = (self.spec.name, batch, micro)
+        if not self._ready((batch, micro)):
+            with self.lock:
+                handed = (batch, micro) in self.pending
+                if (batch, micro) in self.queue:
+                    self.queue.remove((batch, micro))
+                elif (batch, micro) in self.deferred:
+                    self.deferred.remove((batch, micro))
+            if handed:
+                self._collect(batch, micro)
+            else:
+                self._build_here(batch, micro)
+        return self.parts[self.spec.name, batch, micro]
+
+    def _ready(self, step: tuple[int, int]) -> bool:
+        """Whether ``step`` is costed on this preset, or built for another and costed here without a
+        build (:func:`recost`; not a step with functional ops, whose costs need a build per preset)."""
+        key = (self.spec.name, *step)
         if key in self.parts:
-            return self.parts[key]
-        other = next((value for (_, b, m), value in self.parts.items() if (b, m) == (batch, micro)), None)
+            return True
+        other = next((value for (_, b, m), value in self.parts.items() if (b, m) == step), None)
         recosted = None if other is None else recost(other, self.spec)
-        with self.lock:
-            handed = (batch, micro) in self.pending
-            if (batch, micro) in self.queue:
-                self.queue.remove((batch, micro))
-            elif (batch, micro) in self.deferred:
-                self.deferred.remove((batch, micro))
         if recosted is not None:
             self.parts[key] = recosted
-        elif handed:
-            self._collect(batch, micro)
-        else:
-            self._build_here(batch, micro)
-        return self.parts[key]
+        return recosted is not None
 
     def _collect(self, batch: int, micro: int) -> None:
         """The pending step, building steps no worker has started while a worker builds it."""

@@ -75,6 +75,35 @@ def test_the_workers_start_while_the_first_step_is_still_building(monkeypatch) -
     assert opened == [] and fast.builds == 1 and fast.pool is None
 
 
+def _plain_parts(functional_us: float):
+    """A plain step of two ops: a kernel (1 GFLOP, 1 MB moved) and an op without one (a functional op's
+    body time when ``functional_us`` > 0); every op repeated by each micro-batch."""
+    import numpy as np
+
+    from pardnn import CostGraph
+    from pardnn.batch.batchscale import CostParts
+
+    graph = CostGraph(["matmul", "body"], [3.0, functional_us], [8, 8], src=[0], dst=[1])
+    return CostParts(graph, np.array([0, 1, 1]), np.array([1e9]), np.array([1e6, 0.0]), np.array([True, False]),
+                     repeated=np.array([True, True]))
+
+
+@pytest.mark.parametrize("functional_us, ready", [(0.0, True), (5.0, False)])
+def test_a_step_built_for_another_preset_is_ready_only_when_it_recosts(functional_us: float, ready: bool) -> None:
+    """A plain step built and costed for a DGX-2 serves a DGX A100 search without a build when all its
+    time is kernels' (costed again on the A100); one with a functional op's body needs a build there,
+    so the bound that waits for ready steps has none and builds nothing."""
+    from pardnn.costs.presets import preset
+
+    built = {("v100-32gb", 4, 1): _plain_parts(functional_us)}
+    steps = Steps(SimpleNamespace(name="a job"), preset("a100-80gb"), len, built)
+    steps._build_here = lambda batch, micro: pytest.fail(f"built {batch, micro}")  # type: ignore[method-assign]
+    bound = steps.bound_for(8, 2, 1, ready_only=True)
+    assert (bound is not None) is ready and (("a100-80gb", 4, 1) in steps.parts) is ready
+    if ready:  # the kernel's time on the A100, twice (each micro-batch repeats it), on one device
+        assert bound == pytest.approx(2 * preset("a100-80gb").kernel_us(1e9, 1e6))
+
+
 class _Pool:
     """A stand-in for the worker pool: records what it was handed; the test finishes the builds."""
 
