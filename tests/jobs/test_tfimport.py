@@ -45,9 +45,16 @@ def test_quiet_drops_tensorflows_load_time_info_lines_and_keeps_the_rest(monkeyp
         def find_spec(name, path=None, target=None):
             return importlib.machinery.ModuleSpec("tensorflow", Loader()) if name == "tensorflow" else None
 
-    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
+    # The real TensorFlow, if imported, comes back afterwards; if not, the stand-in must not stay in
+    # sys.modules (monkeypatch.delitem records nothing for a missing key, so a later test would import it).
+    real = sys.modules.pop("tensorflow", None)
     monkeypatch.setattr(sys, "meta_path", [Finder(), *sys.meta_path])
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")
-    tfimport.quiet()
-    assert "tensorflow" in sys.modules
+    try:
+        tfimport.quiet()
+        assert "tensorflow" in sys.modules
+    finally:
+        sys.modules.pop("tensorflow", None)
+        if real is not None:
+            sys.modules["tensorflow"] = real
     assert capfd.readouterr().err == lines[3] + lines[4]
