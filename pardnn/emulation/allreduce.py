@@ -63,7 +63,7 @@ __all__ = ["CYCLE_US", "FUSION_BYTES", "AllreduceStep", "Cluster", "cluster_for"
 
 CYCLE_US = 1000.0  # HOROVOD_CYCLE_TIME's default, 1 ms (Horovod 0.21 and later)
 FUSION_BYTES = 128 * 2**20  # HOROVOD_FUSION_THRESHOLD's default, 128 MiB (Horovod 0.21 and later)
-_MAX_PASSES = 4  # emulations with the updates held, until the gradients' ready times stop moving
+_CHAIN_PASSES = 16  # passes for chains of gradients that read other variables' updates (a training step has none)
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,8 @@ def emulate_with_allreduce(graph: CostGraph, machine: Machine, placement: np.nda
     ``schedule``: the step without the allreduce, if already emulated (with the same ``order``). The
     updates are held until their gradients' averages are done, and the step emulated again; the
     gradients' ready times can move when the updates do (a device freed earlier), so this repeats until
-    they stop moving (at most 4 emulations; in practice 2).
+    they stop moving: 2 emulations in practice; a gradient that reads another variable's update (a chain
+    of k such) may need k + 1, so it repeats up to once per update and once more, at most 18 times.
 
     >>> from pardnn import CostGraph, Kind, Machine
     >>> g = CostGraph(["grad", "update"], [100.0, 1.0], [10**6, 0], src=[0], dst=[1], kind=[0, Kind.REFERENCE])
@@ -233,7 +234,7 @@ def emulate_with_allreduce(graph: CostGraph, machine: Machine, placement: np.nda
                              alone)
     current, ready = alone, None
     release = np.zeros(graph.n)
-    for _ in range(_MAX_PASSES):
+    for _ in range(min(update.size, _CHAIN_PASSES) + 2):
         now_ready = np.zeros(update.size)
         np.maximum.at(now_ready, edge_update, current.edge_arrival_us[edge])
         if ready is not None and np.array_equal(now_ready, ready):

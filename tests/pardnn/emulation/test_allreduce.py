@@ -174,3 +174,20 @@ def test_every_update_waits_for_its_gradients_average(case: tuple[CostGraph, np.
     assert np.all(schedule.start_us[update] >= done - 1e-6)
     assert np.all(schedule.start_us[graph.edge_dst] >= schedule.edge_arrival_us - 1e-6)
     assert step.busy_us > 0 and step.step_us == schedule.makespan_us
+
+
+def test_a_chain_of_gradients_reading_updates_is_emulated_until_it_settles() -> None:
+    """g0 -> u0 -> g1 -> u1 -> ... -> g5 -> u5: each gradient reads the last variable's update, so each
+    emulation with the updates held moves the next gradient (a random graph had 5 such; a training step
+    has none). Every update must still wait for its own gradient's average, as the final ready times
+    say: 6 passes and a seventh that finds nothing moved (4 were not enough)."""
+    names = [name for i in range(6) for name in (f"g{i}", f"u{i}")]
+    graph = CostGraph(names, [10.0, 1.0] * 6, [MB, 0] * 6, src=list(range(11)), dst=list(range(1, 12)),
+                      edge_bytes=[MB if i % 2 == 0 else 8 for i in range(11)], kind=[Kind.NORMAL, Kind.REFERENCE] * 6)
+    step = emulate_with_allreduce(graph, Machine(1), np.zeros(12, np.int64), SIMPLE)
+    update, nbytes, edge, edge_update = gradients(graph)
+    ready = np.zeros(update.size)
+    np.maximum.at(ready, edge_update, step.schedule.edge_arrival_us[edge])
+    done, _, _ = fused_channel(ready, nbytes, SIMPLE)
+    assert np.all(step.schedule.start_us[update] >= done - 1e-6)
+    assert step.step_us == 6 * (10.0 + 1000.0 + 1.0)  # each average (1 ms per MB) waits for the one before
