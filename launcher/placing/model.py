@@ -271,7 +271,7 @@ def _placed_anew(state: RunState, runner: SharedByVariants, devices: Any, guard:
     topology = state.topology
     costed, result = _costed_and_placed(state, runner, devices, guard, warm_up)
     trained, cost, machine = costed.trained, costed.cost, costed.machine
-    result, judged = _judged_order(state, cost, machine, result, devices.kind)
+    result, judged, step = _judged_order(state, cost, machine, result, devices.kind)
     _count_samples(state, trained)  # the chosen M's (the same for every M: the node's batch)
     # The placement file's bytes, as pardnn.io.write_placement writes them: the run order, if any, is in
     # them, so the nodes' digests agree on it too.
@@ -292,7 +292,8 @@ def _placed_anew(state: RunState, runner: SharedByVariants, devices: Any, guard:
             state.directory / EMULATED_FILE, cost, machine, result.placement, result.order,
             schedule=result.schedule, memory=result.memory)  # the placer's own emulation, not a second one
         state.placement["allreduce"] = allreduce_share(topology, state.settings.device_preset, devices.kind, cost,
-                                                       machine, result.placement, result.order, result.schedule)
+                                                       machine, result.placement, result.order, result.schedule,
+                                                       step=step)
     logger.info("placement %s by %s: %d ops on %d devices, simulated step %.0f us%s", digest[:12], state.variant.label,
                 cost.n, devices.count, evaluation.makespan_us,
                 "" if result.order is None else " with each device in its run order (enforced)")
@@ -336,14 +337,15 @@ def _resumed(state: RunState, runner: SharedByVariants, saved: tuple[Path, dict[
     return _Placed(trained, hook, broadcast, text, digest, placement, order, micro)
 
 
-def _judged_order(state: RunState, cost: Any, machine: Any, result: Any, kind: str) -> tuple[Any, str]:
+def _judged_order(state: RunState, cost: Any, machine: Any, result: Any, kind: str) -> tuple[Any, str, Any]:
     """``result`` with its run order kept only where the step with the run's gradient allreduce is not
     longer in it than in order of readiness (:mod:`pardnn.placement.allreduce_order`; the same on every
-    node: the same averaged costs), and one line saying which, ``""`` when there was nothing to judge."""
+    node: the same averaged costs), one line saying which (``""`` when there was nothing to judge), and
+    that step with the allreduce (``None`` when not emulated here)."""
     cluster = run_cluster(state.topology, state.settings.device_preset, kind)
     if cluster is None or result.order is None:
-        return result, ""
+        return result, "", None
     from pardnn.placement.allreduce_order import judge_order
 
     judged = judge_order(cost, machine, result, cluster)
-    return judged.result, judged.why
+    return judged.result, judged.why, judged.step

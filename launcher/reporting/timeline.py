@@ -74,17 +74,19 @@ def write_emulated(path: Path, graph: Any, machine: Any, placement: np.ndarray, 
 
 
 def allreduce_share(topology: Any, device_preset: str, kind: str, graph: Any, machine: Any, placement: Any,
-                    order: Any = None, schedule: Any = None) -> dict[str, Any] | None:
+                    order: Any = None, schedule: Any = None, step: Any = None) -> dict[str, Any] | None:
     """The replica's emulated step with its gradients averaged across the run's replicas (``None`` for
-    one replica): compute, exposed allreduce and step in µs, the bytes averaged, the model's network."""
+    one replica): compute, exposed allreduce and step in µs, the bytes averaged, the model's network.
+    ``step``: that step, when already emulated (:class:`~pardnn.emulation.allreduce.AllreduceStep`)."""
     cluster = run_cluster(topology, device_preset, kind)
     if cluster is None:
         return None
     from pardnn.emulation.allreduce import emulate_with_allreduce
 
     preset_name = cluster_preset(device_preset, kind)
-    step = emulate_with_allreduce(graph, machine, np.asarray(placement, dtype=np.int64), cluster, order=order,
-                                  schedule=schedule)
+    if step is None:
+        step = emulate_with_allreduce(graph, machine, np.asarray(placement, dtype=np.int64), cluster, order=order,
+                                      schedule=schedule)
     return {"compute_us": step.compute_us, "exposed_us": step.exposed_us, "step_us": step.step_us,
             "busy_us": step.busy_us, "gradient_bytes": step.gradient_bytes, "buffers": step.buffers,
             "replicas": step.replicas, "preset": preset_name, "network_Bps": cluster.network_Bps}

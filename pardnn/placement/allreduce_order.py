@@ -36,6 +36,7 @@ from pardnn.costs.graph import CostGraph
 from pardnn.costs.machine import Machine
 from pardnn.emulation.allreduce import AllreduceStep, Cluster, emulate_with_allreduce
 from pardnn.emulation.emulated import strictly_shorter
+from pardnn.emulation.emulator import emulate
 from pardnn.emulation.simulate import evaluate_step
 from pardnn.placement.result import Result
 
@@ -69,10 +70,11 @@ def judge_order(graph: CostGraph, machine: Machine, result: Result, cluster: Clu
                                      schedule=result.schedule)
     if result.order is None or cluster.replicas == 1 or ordered.buffers == 0:
         return Judged(result, ordered)
-    readiness = emulate_with_allreduce(graph, machine, result.placement, cluster)
+    alone = emulate(graph, machine, result.placement)  # in order of readiness: judged, then evaluated
+    readiness = emulate_with_allreduce(graph, machine, result.placement, cluster, schedule=alone)
     if not strictly_shorter(readiness.step_us, ordered.step_us):
         return Judged(result, ordered, ordered_us=ordered.step_us)
-    evaluation, schedule, memory = evaluate_step(graph, machine, result.placement)
+    evaluation, schedule, memory = evaluate_step(graph, machine, result.placement, schedule=alone)
     if not evaluation.memory_fits and result.report.evaluation.memory_fits:
         return Judged(result, ordered, ordered_us=ordered.step_us)
     details = {**result.report.details, "run_order_dropped": {
