@@ -86,7 +86,8 @@ def job_plan(job: Job | str, *, nodes: int, node: str | None = None, devices_per
     steps.reset(note)
     began = time.perf_counter()
     try:
-        steps.start(needed_steps(batch, gpus, ks, micro), build_workers)  # may build the first step here
+        certain = needed_steps(batch, gpus, ks, micro[:1])  # the first M's plans are placed, whatever the bounds
+        steps.start(needed_steps(batch, gpus, ks, micro), build_workers, certain)  # may build the first step here
         search = search_plans(steps.graph_for, lambda k: job_machine(spec.name, k, memory, reserve),
                               lambda r: cluster_for(spec, nodes, r, network_Bps=network_Bps), node_devices=gpus,
                               nodes=nodes, node_batch=batch, replica_devices=ks, micro_batches=micro,

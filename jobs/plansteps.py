@@ -30,7 +30,11 @@ begin the second step while the first is still being built here), to
 ``min(CPUs this process may use - 1, steps left, available memory / WORKER_BYTES)`` workers
 (:data:`WORKER_BYTES`: a worker's peak while building a paper model's M = 2 step, with room). A small
 job (a build of a second) starts none: a worker's start (it imports TensorFlow) costs more than it
-saves. ``workers=0`` builds everything here; ``workers=n`` starts n workers at once.
+saves. ``workers=0`` builds everything here; ``workers=n`` starts n workers at once. Nor does a search
+whose certain steps (those of the M = 1 plans, placed whatever the bounds) are all built: a search
+for another number of nodes, whose steps left are those its bounds may prune, builds each when it
+asks for it (before, the first of them was built up front: a plain step of 1 to 4 samples or an M = 2
+step, 30-70 s for char-crn-2, for a plan pruned soon after).
 
 Workers are fresh interpreters (``spawn``: this process may hold TensorFlow's and MPI's threads, which
 a fork would copy in an unknown state) with no GPU visible (``CUDA_VISIBLE_DEVICES=""``: building a
@@ -152,6 +156,7 @@ class Steps:
         self.bounding: set[tuple[int, int]] = set()  # the plain steps this search builds (bounds to wait for)
         self.lock = threading.RLock()  # the queue and ``pending``: a finished build hands out the next step
         self.terms: dict[tuple[int, int], Any] = {}  # each plain step's PlainTerms, on this preset
+        self.counts: dict[int, Any] = {}  # each plain step's PlainTerms by batch, on any preset (its counts)
         self.note: Callable[[str], None] = lambda message: None
         self.seconds, self.builds, self.workers = 0.0, 0, 0
 
@@ -159,11 +164,17 @@ class Steps:
         """Count the next search's builds from zero, noting progress to ``note``."""
         self.note, self.seconds, self.builds, self.workers = note, 0.0, 0, 0
 
-    def start(self, steps: Sequence[tuple[int, int]], workers: int | None = None) -> None:
-        """Begin building ``steps`` (those not built or costed yet) in workers (module docstring)."""
+    def start(self, steps: Sequence[tuple[int, int]], workers: int | None = None,
+              certain: Sequence[tuple[int, int]] | None = None) -> None:
+        """Begin building ``steps`` (those not built or costed yet) in workers (module docstring).
+        ``certain``: the steps the search asks for whatever its bounds (default: all); when none of
+        them is left to build (a search for another number of nodes, say) and ``workers`` is ``None``,
+        nothing is built ahead: the search builds what its bounds do not prune, when it needs it."""
         todo = [s for s in steps if not self._ready(s)]
         self.bounding = {step for step in steps if step[1] == 1}
         if not todo or workers == 0 or not (_picklable(self.build) and _picklable(self.job)):
+            return
+        if workers is None and certain is not None and not set(todo) & set(certain):
             return
         if workers is not None:
             self._open(workers, todo)
@@ -235,21 +246,59 @@ class Steps:
                                         key=lambda step: promise.get(step, math.inf))
         self._pump()
 
-    def bound_for(self, batch: int, micro: int, devices: int, ready_only: bool = False) -> float | None:
-        """A lower bound (µs) on the step of ``micro`` >= 2 micro-batches of ``batch`` on ``devices``
-        devices from the plain step of one micro-batch (:mod:`pardnn.batch.microbound`), built here if
-        need be; ``None`` without one (``ready_only``: when it is not built yet)."""
+    def bound_for(self, batch: int, micro: int, devices: int, ready_only: bool = False) -> Any:
+        """A lower bound on the step of ``micro`` >= 2 micro-batches of ``batch`` on ``devices`` devices
+        without building it (a :class:`pardnn.batch.microbound.MicroBound`, ``None`` without one): from
+        the plain step of one micro-batch, built here if need be; with ``ready_only``, when that step is
+        not built yet, from the launches of the plain steps built at other batches (when they have the
+        same ops: :func:`pardnn.batch.microbound.launch_bound_us`), else ``None``."""
+        from pardnn.batch.microbound import MicroBound, launch_bound_us, micro_bound_us
+
         plain = (batch // micro, 1)
-        if micro < 2 or (ready_only and not self._ready(plain)):
+        if micro < 2:
             return None
+        if ready_only and not self._ready(plain):
+            same = self._same_ops()
+            if same is None:
+                return None
+            batches, terms = same
+            launches = terms.kernels + (micro - 1) * terms.repeated_kernels
+            return MicroBound(launch_bound_us(terms, micro, devices, self.spec.launch_us),
+                              f"{self.spec.launch_us:g} us for each launch of its {launches:,} kernels, over k, or "
+                              f"of the {terms.path_kernels:,} on one path; counted in the plain steps at batches "
+                              f"{', '.join(map(str, batches))}, which have the same ops")
+        terms = self._terms(plain)
+        if terms is None:
+            return None
+        return MicroBound(micro_bound_us(terms, micro, devices),
+                          f"from the plain step at batch {plain[0]}: its compute and {micro - 1} x more of each "
+                          "micro-batch's, over k, or its critical path")
+
+    def _terms(self, plain: tuple[int, int]) -> Any:
+        """The :class:`pardnn.batch.microbound.PlainTerms` of the plain step ``plain`` on this preset
+        (built here if need be); ``None`` when its repeated ops are not known."""
+        from pardnn.batch.microbound import PlainTerms
+
         parts = self.built(*plain)
         if parts.repeated is None:
             return None
-        from pardnn.batch.microbound import PlainTerms, micro_bound_us
-
         if plain not in self.terms:
-            self.terms[plain] = PlainTerms.of(parts.graph, parts.repeated)
-        return micro_bound_us(self.terms[plain], micro, devices)
+            self.terms[plain] = PlainTerms.of(parts.graph, parts.repeated, parts.kernel)
+        return self.terms[plain]
+
+    def _same_ops(self) -> tuple[list[int], Any] | None:
+        """The batches of the plain steps built (on any preset) and their terms, when there are at least
+        two and they all have the same op, kernel and repeated-kernel counts; else ``None``."""
+        from pardnn.batch.microbound import PlainTerms
+
+        for (_, batch, micro), parts in list(self.parts.items()):
+            if micro == 1 and parts.repeated is not None and batch not in self.counts:
+                self.counts[batch] = PlainTerms.of(parts.graph, parts.repeated, parts.kernel)
+        shapes = {terms.shape for terms in self.counts.values()}
+        if len(self.counts) < 2 or len(shapes) != 1:
+            return None
+        batches = sorted(self.counts)
+        return batches, self.counts[batches[0]]
 
     def stop(self, *, wait: bool = True, cancel: bool = True) -> None:
         """Cancel the builds not started (``cancel``; a broken pool's have failed already) and let the

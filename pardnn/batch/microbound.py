@@ -30,6 +30,23 @@ at least the plain step's critical path without communication (the last copy's p
 forward, backward and the update, with the sum of the gradients between, is as long or longer).
 The tests check it against the steps built at M for the zoo's models and a Keras model.
 
+**A bound from a plain step at another batch** (:func:`launch_bound_us`). The bound above needs the
+plain step at the micro-batch's own size m; for a plan of many micro-batches of 1, 2 or 4 samples
+that step is built for no other plan, and building it (up to half a minute for the paper's largest
+models) is most of what pruning such a plan costs. But every op that launches a kernel costs at
+least the device's launch time (the estimator's roofline is ``max(flops / peak, bytes / bandwidth) +
+launch``, :meth:`pardnn.costs.presets.DevicePreset.kernel_us`), whatever its shapes. So if the plain
+step at m has the same ops as one built at another batch, its M copies launch at least
+``K + (M - 1) × K_r`` kernels, K the plain step's kernels and K_r its repeated ones, and the step is
+at least that many launches over k, and at least the launches of the path with the most kernels.
+The one assumption, that a model's step has the same ops at every batch, holds for a model whose
+batch only sets its tensors' shapes (every Keras layer, every zoo model: char-crn-2 has 59,769 ops at
+each batch from 1 to 128); it is checked, not taken on trust: the bound is given only when at least
+two plain steps are built at different batches and all of them have the same op, kernel and
+repeated-kernel counts. It is weaker than the bound above (each kernel at its launch time alone),
+so it is tried first, from the steps already built, and the plain step at m is built only when it
+does not prune.
+
 Complexity: two reachability sweeps over the plain step, O(|V| + |E|).
 """
 
@@ -44,7 +61,7 @@ from numba import njit
 from pardnn.costs.graph import CostGraph
 from pardnn.costs.levels import critical_path_us
 
-__all__ = ["PlainTerms", "micro_bound_us", "repeated_ops"]
+__all__ = ["MicroBound", "PlainTerms", "launch_bound_us", "micro_bound_us", "repeated_ops"]
 
 
 @njit(cache=True)
@@ -84,17 +101,43 @@ def repeated_ops(graph: CostGraph, inputs: Iterable[str], gradients: Iterable[st
 
 @dataclass(frozen=True)
 class PlainTerms:
-    """What the bound needs of a plain step, in µs: its compute, its repeated ops' compute and its
-    critical path without communication."""
+    """What the bounds need of a plain step: in µs its compute, its repeated ops' compute and its
+    critical path without communication; ``ops``, ``kernels`` (the ops that launch one),
+    ``repeated_kernels`` and ``path_kernels`` (the most kernels on one path), each 0 when the kernels
+    are not known."""
 
     total_us: float
     repeated_us: float
     critical_us: float
+    ops: int = 0
+    kernels: int = 0
+    repeated_kernels: int = 0
+    path_kernels: int = 0
 
     @classmethod
-    def of(cls, graph: CostGraph, repeated: np.ndarray) -> PlainTerms:
+    def of(cls, graph: CostGraph, repeated: np.ndarray, kernel: np.ndarray | None = None) -> PlainTerms:
+        """The terms of ``graph`` with its ``repeated`` ops, and with its ops that launch a ``kernel``."""
+        counts = (0, 0, 0)
+        if kernel is not None:
+            kernel = np.asarray(kernel, np.bool_)
+            launches = graph.replace(comp_us=kernel.astype(np.float64))
+            counts = (int(kernel.sum()), int((kernel & repeated).sum()), round(critical_path_us(launches)))
         return cls(graph.total_work_us, float(np.asarray(graph.comp_us, np.float64)[repeated].sum()),
-                   critical_path_us(graph))
+                   critical_path_us(graph), graph.n, *counts)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """The counts that must agree across batches for :func:`launch_bound_us` (module docstring)."""
+        return self.ops, self.kernels, self.repeated_kernels, self.path_kernels
+
+
+@dataclass(frozen=True)
+class MicroBound:
+    """A lower bound (µs) on a plan's step without its graph, and what it was found from (``basis``,
+    a phrase for a pruned plan's reason)."""
+
+    us: float
+    basis: str
 
 
 def micro_bound_us(terms: PlainTerms, micro: int, devices: int) -> float:
@@ -102,3 +145,11 @@ def micro_bound_us(terms: PlainTerms, micro: int, devices: int) -> float:
     ``devices`` devices (module docstring): (its compute + (``micro`` - 1) × its repeated ops' compute)
     / ``devices``, and at least its critical path."""
     return max((terms.total_us + (micro - 1) * terms.repeated_us) / devices, terms.critical_us)
+
+
+def launch_bound_us(terms: PlainTerms, micro: int, devices: int, launch_us: float) -> float:
+    """A lower bound (µs) on the emulated step of ``micro`` micro-batches on ``devices`` devices from a
+    plain step with the same ops at any batch (module docstring): ``launch_us`` for each of its
+    kernels and ``micro`` - 1 more of each repeated kernel, over ``devices``, and at least the launches
+    of the path with the most kernels."""
+    return launch_us * max((terms.kernels + (micro - 1) * terms.repeated_kernels) / devices, terms.path_kernels)

@@ -29,9 +29,12 @@ Such a trial is reported ``pruned`` with its bound (``bound_us``), so the choice
 placing every plan would make; ``prune=False`` places them all (a benchmark's full table).
 
 A plan of M >= 2 micro-batches is first bounded without its own graph, whose build (TensorFlow, at
-M = 2) is most of a search's time: by ``bound_for``, M × the compute its plain step at the
-micro-batch's size repeats per micro-batch, over k (:mod:`pardnn.batch.microbound`; at most the
-bound above, so it prunes no plan that bound would keep). Such a trial has no ``ops`` (not built).
+M = 2) is most of a search's time: by ``bound_for``, first from the steps built already (with
+``ready_only``: from the plain step at the micro-batch's size, or else from the kernel launches of
+the plain steps at other batches), then from the plain step at the micro-batch's size, built if need
+be: M × the compute that step repeats per micro-batch, over k (:mod:`pardnn.batch.microbound`; each
+at most the bound above, so it prunes no plan that bound would keep). Such a trial has no ``ops``
+(not built).
 Before each trial the search tells the builder (``ahead``) which plans may still be placed, so the
 steps only pruned plans need are not built at all.
 """
@@ -43,6 +46,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pardnn.batch.microbound import MicroBound
 from pardnn.costs.graph import CostGraph
 from pardnn.costs.machine import Machine
 from pardnn.emulation.allreduce import Cluster
@@ -135,7 +139,7 @@ def search_plans(graph_for: Callable[[int, int], CostGraph], machine_for: Callab
                  replica_devices: Sequence[int] | None = None, micro_batches: Sequence[int] = MICRO_BATCHES,
                  on_trial: Callable[[Trial], None] | None = None,
                  placements: dict[tuple[int, int, int], Any] | None = None, prune: bool = True,
-                 bound_for: Callable[..., float | None] | None = None,
+                 bound_for: Callable[..., MicroBound | None] | None = None,
                  ahead: Callable[[list[tuple[int, int, float | None]]], None] | None = None) -> PlanSearch:
     """Try each plan and choose (module docstring).
 
@@ -146,10 +150,11 @@ def search_plans(graph_for: Callable[[int, int], CostGraph], machine_for: Callab
     same node for several cluster sizes (a placement does not depend on the number of nodes; only the
     allreduce, emulated again for each, does). ``prune``: skip placing the plans whose step's lower
     bound is longer than a fitting plan's (module docstring). ``bound_for(batch, M, k, ready_only=False)``:
-    a lower bound on that plan's step without its graph (or ``None``; ``ready_only``: without building
-    anything), tried before ``graph_for`` when pruning; ``ahead(plans)``: before each trial, the
-    (replica batch, M, bound or ``None``) of the plans left that those bounds do not prune yet (a
-    builder's hint: what it may drop, and which plans are the likeliest to be placed).
+    a lower bound on that plan's step without its graph (a :class:`pardnn.batch.microbound.MicroBound`,
+    or ``None``; ``ready_only``: without building anything), tried before ``graph_for`` when pruning;
+    ``ahead(plans)``: before each trial, the (replica batch, M, bound or ``None``) of the plans left
+    that those bounds do not prune yet (a builder's hint: what it may drop, and which plans are the
+    likeliest to be placed).
     """
     started = time.perf_counter()
     trials: list[Trial] = []
@@ -179,7 +184,7 @@ def _batch(plan: Plan, node_batch: int) -> int | None:
 
 
 def _left(plans: Sequence[Plan], node_batch: int, best_us: float | None,
-          bound_for: Callable[..., float | None] | None) -> list[tuple[int, int, float | None]]:
+          bound_for: Callable[..., MicroBound | None] | None) -> list[tuple[int, int, float | None]]:
     """(replica batch, M, bound) of the ``plans`` that split and that no bound already built prunes
     (``bound``: that lower bound on the step, ``None`` while its plain step is not built)."""
     out = []
@@ -187,8 +192,9 @@ def _left(plans: Sequence[Plan], node_batch: int, best_us: float | None,
         batch = _batch(plan, node_batch)
         if batch is None:
             continue
-        bound = None if bound_for is None or plan.micro_batches < 2 else \
+        found = None if bound_for is None or plan.micro_batches < 2 else \
             bound_for(batch, plan.micro_batches, plan.replica_devices, ready_only=True)
+        bound = None if found is None else found.us
         if bound is None or best_us is None or not strictly_shorter(best_us, bound):
             out.append((batch, plan.micro_batches, bound))
     return out
@@ -197,7 +203,7 @@ def _left(plans: Sequence[Plan], node_batch: int, best_us: float | None,
 def _try(plan: Plan, graph_for: Callable[[int, int], CostGraph], machine_for: Callable[[int], Machine],
          cluster_for: Callable[[int], Cluster], nodes: int, node_batch: int,
          placements: dict[tuple[int, int, int], Any], best_us: float | None,
-         bound_for: Callable[..., float | None] | None = None) -> Trial:
+         bound_for: Callable[..., MicroBound | None] | None = None) -> Trial:
     replicas = plan.replicas_per_node
     if node_batch % replicas:
         return Trial(plan, 0, "skipped", f"the node's batch {node_batch} does not split over {replicas} replicas")
@@ -208,13 +214,13 @@ def _try(plan: Plan, graph_for: Callable[[int, int], CostGraph], machine_for: Ca
     began = time.perf_counter()
     key = (batch, plan.micro_batches, plan.replica_devices)
     if key not in placements and best_us is not None and bound_for is not None and plan.micro_batches > 1:
-        bound = bound_for(batch, plan.micro_batches, plan.replica_devices)
-        if bound is not None and strictly_shorter(best_us, bound):
-            return Trial(plan, batch, "pruned", f"its step is at least {bound / 1e3:.2f} ms (from the plain step "
-                         f"at batch {batch // plan.micro_batches}: its compute and {plan.micro_batches - 1} x more of "
-                         f"each micro-batch's, over k, or its critical path; not built), longer than "
-                         f"{best_us / 1e3:.2f} ms that fits",
-                         seconds=time.perf_counter() - began, bound_us=bound)
+        found = bound_for(batch, plan.micro_batches, plan.replica_devices, ready_only=True)
+        if found is None or not strictly_shorter(best_us, found.us):  # a tighter one, building its plain step
+            found = bound_for(batch, plan.micro_batches, plan.replica_devices)
+        if found is not None and strictly_shorter(best_us, found.us):
+            return Trial(plan, batch, "pruned", f"its step is at least {found.us / 1e3:.2f} ms ({found.basis}; "
+                         f"not built), longer than {best_us / 1e3:.2f} ms that fits",
+                         seconds=time.perf_counter() - began, bound_us=found.us)
     graph = graph_for(batch, plan.micro_batches)
     if key not in placements and best_us is not None:
         bound, _ = lower_bound_us(graph, plan.replica_devices)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pardnn import CostGraph
-from pardnn.batch.microbound import PlainTerms, micro_bound_us, repeated_ops
+from pardnn.batch.microbound import PlainTerms, launch_bound_us, micro_bound_us, repeated_ops
 
 
 def plain_step() -> CostGraph:
@@ -40,3 +40,20 @@ def test_the_bound_is_the_compute_of_the_copies_over_k_or_the_critical_path(micr
     terms = PlainTerms.of(graph, repeated_ops(graph, ["x"], ["g"]))
     assert (terms.total_us, terms.repeated_us, terms.critical_us) == (35.0, 27.0, 31.0)
     assert micro_bound_us(terms, micro, devices) == bound
+
+
+@pytest.mark.parametrize(("micro", "devices", "bound"), [
+    (4, 2, 5.0 * (7 + 3 * 4) / 2),  # 7 kernels, 4 of them repeated: 19 launches over 2 devices
+    (2, 1, 5.0 * 11),
+    (4, 8, 5.0 * 6),  # 19 / 8 launches is under the 6 kernels of r-a-loss-ga-g-apply
+])
+def test_the_launch_bound_counts_the_kernels_of_the_copies_over_k_or_on_one_path(micro, devices, bound) -> None:
+    """The step above with x and v launching no kernel (a placeholder and a variable): 7 kernels, of which
+    a, loss, ga and g are repeated; the path with the most kernels is r-a-loss-ga-g-apply (6). At 5 us a
+    launch, whatever each op's own time."""
+    graph = plain_step()
+    kernel = np.array([name not in ("x", "v") for name in graph.names])
+    terms = PlainTerms.of(graph, repeated_ops(graph, ["x"], ["g"]), kernel)
+    assert terms.shape == (9, 7, 4, 6)
+    assert launch_bound_us(terms, micro, devices, 5.0) == bound
+    assert PlainTerms.of(graph, repeated_ops(graph, ["x"], ["g"])).shape == (9, 0, 0, 0)  # kernels not known

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, Kind, Machine
-from pardnn.batch.microbound import PlainTerms, micro_bound_us, repeated_ops
+from pardnn.batch.microbound import MicroBound, PlainTerms, launch_bound_us, micro_bound_us, repeated_ops
 from pardnn.batch.plan import Plan, replica_options, search_plans
 from pardnn.emulation.allreduce import Cluster
 from tests.conftest import most_reach, reached
@@ -155,8 +155,8 @@ def test_a_plan_bounded_from_its_plain_step_is_not_built() -> None:
         asked.append((batch, micro))
         return layers(batch, micro)
 
-    def bound_for(batch: int, micro: int, k: int, ready_only: bool = False) -> float:
-        return layers(batch, micro).total_work_us / k
+    def bound_for(batch: int, micro: int, k: int, ready_only: bool = False) -> MicroBound:
+        return MicroBound(layers(batch, micro).total_work_us / k, "its compute over k")
 
     search = search_plans(graph_for, lambda k: Machine(k, latency="0us"), free, node_devices=2, nodes=1, node_batch=8,
                           micro_batches=(1, 2), bound_for=bound_for, ahead=told.append)
@@ -165,9 +165,8 @@ def test_a_plan_bounded_from_its_plain_step_is_not_built() -> None:
                     [(8, 1, None), (4, 2, 168.0), (8, 2, 164.0)], [(8, 2, 164.0)], [(8, 2, 164.0)]]
     pruned = next(t for t in search.trials if t.status == "pruned")
     assert (pruned.plan.label, pruned.bound_us, pruned.ops) == ("k=1 M=2", 168.0, 0)
-    assert pruned.reason == ("its step is at least 0.17 ms (from the plain step at batch 2: its compute and 1 x "
-                             "more of each micro-batch's, over k, or its critical path; not built), longer than "
-                             "0.16 ms that fits")
+    assert pruned.reason == ("its step is at least 0.17 ms (its compute over k; not built), longer than 0.16 ms "
+                             "that fits")
     assert search.chosen.plan.label == "k=2 M=1"
 
 
@@ -179,24 +178,35 @@ def test_a_plan_bounded_from_its_plain_step_is_not_built() -> None:
 def test_pruning_never_changes_the_choice(g: int, nodes: int, batch: int, network: float, width: int,
                                           tail: float, overhead: float) -> None:
     """The search with pruning chooses the very trial the search placing every plan chooses, with or
-    without the bounds from the plain step (which prune no plan the graph's own bound keeps); a pruned
-    plan's bound is at most the step it has when placed, and longer than the chosen step. Reached: some
-    plan was pruned (a launch overhead per op makes more micro-batches more work, and a fast network keeps
-    the allreduce, which the bound leaves out, short)."""
+    without the bounds from the plain step (which prune no plan the graph's own bound keeps), and with
+    the bound from the launches of a plain step at another batch tried first; a pruned plan's bound is
+    at most the step it has when placed, and longer than the chosen step. Reached: some plan was
+    pruned, and one by the launches alone (a launch overhead per op makes more micro-batches more work,
+    and a fast network keeps the allreduce, which the bound leaves out, short)."""
     cluster = lambda r: Cluster(nodes=nodes, replicas_per_node=r, network_Bps=network, cycle_us=1.0)  # noqa: E731
-    def bound_for(b: int, m: int, k: int, ready_only: bool = False) -> float:  # from the plain step of b / m
+    first = [f"l{layer}/fwd0" for layer in range(width)]  # a copy's work: its forward op
+
+    def bound_for(b: int, m: int, k: int, ready_only: bool = False) -> MicroBound:  # from the plain step of b / m
         plain = layers(b // m, 1, width, tail, overhead)
-        first = [f"l{layer}/fwd0" for layer in range(width)]  # a copy's work: its forward op
-        return micro_bound_us(PlainTerms.of(plain, repeated_ops(plain, first, first)), m, k)
+        return MicroBound(micro_bound_us(PlainTerms.of(plain, repeated_ops(plain, first, first)), m, k), "")
+
+    def launches(b: int, m: int, k: int, ready_only: bool = False) -> MicroBound:  # from the plain step of 2b / m
+        if not ready_only:
+            return bound_for(b, m, k)
+        plain = layers(2 * b // m, 1, width, tail, overhead)  # its forward ops launch a kernel of `overhead`
+        kernel = np.array([name.endswith("/fwd0") for name in plain.names])
+        terms = PlainTerms.of(plain, repeated_ops(plain, first, first), kernel)
+        return MicroBound(launch_bound_us(terms, m, k, overhead), "launches")
 
     searches = [search_plans(lambda b, m: layers(b, m, width, tail, overhead), lambda k: Machine(k), cluster,
                              node_devices=g, nodes=nodes, node_batch=batch, micro_batches=(1, 2), prune=prune,
-                             bound_for=bound_for if bounded else None)
-                for prune, bounded in ((True, False), (False, False), (True, True))]
-    pruned, full, bounded = searches
-    assert (bounded.chosen.plan, bounded.chosen.step_us) == (full.chosen.plan, full.chosen.step_us)
-    assert {t.plan for t in bounded.trials if t.status == "pruned"} <= {t.plan for t in pruned.trials
-                                                                       if t.status == "pruned"}
+                             bound_for=bounds)
+                for prune, bounds in ((True, None), (False, None), (True, bound_for), (True, launches))]
+    pruned, full, bounded, launched = searches
+    for search in (bounded, launched):
+        assert (search.chosen.plan, search.chosen.step_us) == (full.chosen.plan, full.chosen.step_us)
+        assert {t.plan for t in search.trials if t.status == "pruned"} <= {t.plan for t in pruned.trials
+                                                                          if t.status == "pruned"}
     assert pruned.chosen is not None and full.chosen is not None
     assert (pruned.chosen.plan, pruned.chosen.step_us) == (full.chosen.plan, full.chosen.step_us)
     placed = {t.plan: t for t in full.trials}
@@ -207,7 +217,8 @@ def test_pruning_never_changes_the_choice(g: int, nodes: int, batch: int, networ
         claimed = float(pruned.why.split("at least ")[1].split("x")[0])
         others = [t.step_us for t in full.trials if t.fits and t.plan != full.chosen.plan]
         assert claimed <= min(others) / full.chosen.step_us + 0.005
-    for trial in cut + [t for t in bounded.trials if t.status == "pruned"]:
+    for trial in cut + [t for search in (bounded, launched) for t in search.trials if t.status == "pruned"]:
         assert trial.bound_us <= placed[trial.plan].step_us * (1 + 1e-9)
         assert trial.bound_us > pruned.chosen.step_us
-    reached(bool(cut), "a plan was pruned")
+    by_launches = [t for t in launched.trials if t.status == "pruned" and "(launches;" in t.reason]
+    reached(bool(cut) and bool(by_launches), "a plan was pruned, and one by the launches of another batch's step")
