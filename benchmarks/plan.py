@@ -231,14 +231,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "Per k: the cluster's samples/s (N·B / the emulated step, gradient allreduce included) of the best M, "
             "`over` where no M fits, `-` where B does not split over the node's G/k replicas; *n pruned*: plans "
             "of that k not placed because a lower bound on their step (compute / k, or the critical path, of their "
-            "own graph or, unbuilt, from the plain step of their micro-batch) was already longer than a fitting "
+            "own graph or, unbuilt, from the plain step of their micro-batch, or from the kernel launches of the "
+            "plain steps built at other batches) was already longer than a fitting "
             "plan's, so they are slower than the plan chosen (`< x (pruned)`: no M of "
             "that k placed fits, and the pruned ones reach at most x samples/s). "
             "*chosen / max(k=1, k=G)*: against plain data parallelism and one replica per node, whichever is faster "
             "and fits (`>=` where one of those was pruned: its bound stands in for it). *search s*: the "
             "first cell of a model builds and places from nothing; the next reuse what it built and placed, and "
-            "build and place what it pruned and they cannot prune (a plan pruned from the plain step of its "
-            "micro-batch, its own step not built, may be worth placing with another allreduce). "
+            "build and place what it pruned and they cannot prune (a plan pruned without its own step built "
+            "may be worth placing with another allreduce). "
             "*builds (processes)*: the graphs built for the cell and the processes that built them "
             "(the search's and its workers, `pardnn plan --build-workers`).", "",
             table(rows), "", *summary(rows)]

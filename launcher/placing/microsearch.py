@@ -5,7 +5,12 @@ M = 1, 2, 4, ... up to B, skipping the powers of two that do not divide B (they 
 into equal micro-batches), and for each M the caller's ``measure(M)`` builds the M-copy step graph,
 costs it the way the run's ``[placement] costs`` says (profiled or estimated: the real graph at
 micro-batch B/M, never the full batch's times ÷ M), and places it with the run's placer and memory
-heuristic. The emulated step of that placement gives the emulated samples/s, B / step. The M kept
+heuristic. The emulated step of that placement gives the emulated samples/s, B / step; when the run
+has several replicas (nodes, or replicas per node) that step has the gradient allreduce across them
+in it (:mod:`pardnn.emulation.allreduce`), with the placement's run order judged with it as the run
+will train it (:mod:`pardnn.placement.allreduce_order`): more micro-batches shorten the compute but
+their gradients are ready later, so a step without the allreduce can favour an M that trains
+slower across the cluster. The M kept
 is the one with the highest samples/s among those whose placement fits every device's memory; a
 larger M must be strictly faster (:func:`pardnn.emulation.emulated.strictly_shorter`) to replace a smaller
 one, so a tie keeps the smaller graph.

@@ -161,7 +161,9 @@ def _costed_and_placed(state: RunState, runner: SharedByVariants, devices: Any, 
 def _auto_micro_batches(state: RunState, runner: SharedByVariants, devices: Any,
                         guard: StopGuard) -> tuple[Costed, Any]:
     """``--micro-batches auto`` (:mod:`launcher.placing.microsearch`): each M's graph built, costed and placed in
-    turn (collective); the graph and placement of the fastest M that fits are kept, the others dropped."""
+    turn (collective), and its step emulated with the run's gradient allreduce when it has several replicas
+    (its run order judged with it, as :func:`_placed_anew` judges the M kept); the graph and placement of the
+    fastest M that fits are kept, the others dropped."""
     latest: dict[int, tuple[Costed, Any]] = {}
     kept: dict[int, tuple[Costed, Any]] = {}
 
@@ -177,11 +179,13 @@ def _auto_micro_batches(state: RunState, runner: SharedByVariants, devices: Any,
             return failed(micro, error)
         latest.clear()
         latest[micro] = (costed, result)
-        evaluation = result.report.evaluation
+        trains, step = _judged_order(state, costed.cost, costed.machine, result, devices.kind)[::2]
+        evaluation = trains.report.evaluation  # as it would train: its run order judged with the allreduce
         peaks, limits = list(evaluation.peak_memory_bytes), evaluation.limit_bytes
         fits = limits is None or all(peak <= limit for peak, limit in zip(peaks, limits, strict=True))
-        return Measured(micro, costed.cost.n, float(evaluation.makespan_us), int(max(peaks)),
-                        None if limits is None else int(min(limits)), fits)
+        step_us = float(evaluation.makespan_us) if step is None else float(step.step_us)
+        return Measured(micro, costed.cost.n, step_us, int(max(peaks)), None if limits is None else int(min(limits)),
+                        fits)
 
     def keep(micro: int) -> None:
         kept.clear()
@@ -341,9 +345,9 @@ def _judged_order(state: RunState, cost: Any, machine: Any, result: Any, kind: s
     """``result`` with its run order kept only where the step with the run's gradient allreduce is not
     longer in it than in order of readiness (:mod:`pardnn.placement.allreduce_order`; the same on every
     node: the same averaged costs), one line saying which (``""`` when there was nothing to judge), and
-    that step with the allreduce (``None`` when not emulated here)."""
+    that step with the allreduce (``None`` for one replica)."""
     cluster = run_cluster(state.topology, state.settings.device_preset, kind)
-    if cluster is None or result.order is None:
+    if cluster is None:
         return result, "", None
     from pardnn.placement.allreduce_order import judge_order
 

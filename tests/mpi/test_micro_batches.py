@@ -44,6 +44,9 @@ def test_two_nodes_choose_the_same_m_with_auto_and_train_it(tmp_path):
     assert [row["micro_batches"] for row in table["tried"] if row["status"] == "chosen"] == [chosen]
     assert f"micro-batches auto: chose M = {chosen}: the highest emulated samples/s that fits" in proc.stderr
     assert table["why"].startswith(f"M = {chosen}: the highest emulated samples/s that fits")
+    allreduce = summary["placement"]["allreduce"]  # each M compared with the gradient allreduce of 2 nodes in its step
+    [row] = [row for row in table["tried"] if row["status"] == "chosen"]
+    assert allreduce["replicas"] == 2 and row["emulated_step_ms"] == pytest.approx(allreduce["step_us"] / 1e3)
     nodes = summary["per_node"]
     assert nodes[0]["placement_sha256"] == nodes[1]["placement_sha256"] == summary["placement"]["sha256"]
     assert summary["consistency"]["placement_sha256_equal"] and summary["consistency"]["variables_sha256_equal"]

@@ -174,7 +174,7 @@ def test_a_plan_bounded_from_its_plain_step_is_not_built() -> None:
 @most_reach
 @settings(max_examples=12, deadline=None)
 @given(st.sampled_from([2, 4]), st.integers(1, 3), st.sampled_from([4, 8]), st.sampled_from([1e12, 1e11]),
-       st.integers(2, 6), st.floats(0.0, 2.0), st.floats(20.0, 40.0))
+       st.integers(2, 6), st.floats(0.0, 2.0), st.floats(20.0, 80.0))
 def test_pruning_never_changes_the_choice(g: int, nodes: int, batch: int, network: float, width: int,
                                           tail: float, overhead: float) -> None:
     """The search with pruning chooses the very trial the search placing every plan chooses, with or
