@@ -144,8 +144,9 @@ def _place(state: RunState, costed: Costed) -> Any:
 
 
 def _costed_and_placed(state: RunState, runner: SharedByVariants, devices: Any, guard: StopGuard,
-                       warm_up: Any) -> tuple[Costed, Any]:
-    """The graph built and costed, and its placement; with ``--micro-batches auto`` those of the M chosen."""
+                       warm_up: Any) -> tuple[Costed, tuple[Any, str, Any]]:
+    """The graph built and costed, and its placement with its run order judged (:func:`_judged_order`);
+    with ``--micro-batches auto`` those of the M chosen."""
     collector = state.collector
     if state.settings.micro_batches == AUTO:
         with collector.phase("compile"):
@@ -155,17 +156,18 @@ def _costed_and_placed(state: RunState, runner: SharedByVariants, devices: Any, 
     with collector.phase("compile"):  # numba's kernels compiled or loaded, timed apart from placing
         warm_up()
     with collector.phase("partition"):
-        return costed, _place(state, costed)
+        result = _place(state, costed)
+    return costed, _judged_order(state, costed.cost, costed.machine, result, devices.kind)
 
 
 def _auto_micro_batches(state: RunState, runner: SharedByVariants, devices: Any,
-                        guard: StopGuard) -> tuple[Costed, Any]:
+                        guard: StopGuard) -> tuple[Costed, tuple[Any, str, Any]]:
     """``--micro-batches auto`` (:mod:`launcher.placing.microsearch`): each M's graph built, costed and placed in
     turn (collective), and its step emulated with the run's gradient allreduce when it has several replicas
-    (its run order judged with it, as :func:`_placed_anew` judges the M kept); the graph and placement of the
-    fastest M that fits are kept, the others dropped."""
-    latest: dict[int, tuple[Costed, Any]] = {}
-    kept: dict[int, tuple[Costed, Any]] = {}
+    (its run order judged with it: :func:`_judged_order`); the graph and judged placement of the fastest M
+    that fits are kept, the others dropped."""
+    latest: dict[int, tuple[Costed, tuple[Any, str, Any]]] = {}
+    kept: dict[int, tuple[Costed, tuple[Any, str, Any]]] = {}
 
     def measure(micro: int) -> Measured:
         costed = _costed(state, runner, devices, guard, micro)
@@ -177,9 +179,10 @@ def _auto_micro_batches(state: RunState, runner: SharedByVariants, devices: Any,
             if status_of(error) not in UNTRAINED:
                 raise
             return failed(micro, error)
+        judged = _judged_order(state, costed.cost, costed.machine, result, devices.kind)
         latest.clear()
-        latest[micro] = (costed, result)
-        trains, step = _judged_order(state, costed.cost, costed.machine, result, devices.kind)[::2]
+        latest[micro] = (costed, judged)
+        trains, _, step = judged
         evaluation = trains.report.evaluation  # as it would train: its run order judged with the allreduce
         peaks, limits = list(evaluation.peak_memory_bytes), evaluation.limit_bytes
         fits = limits is None or all(peak <= limit for peak, limit in zip(peaks, limits, strict=True))
@@ -199,9 +202,9 @@ def _auto_micro_batches(state: RunState, runner: SharedByVariants, devices: Any,
     state.micro_batches = report(trials, chosen, why)
     check_agreement(state.topology.nodes, state.topology.allgather(str(chosen.micro_batches)), "micro-batch choices",
                     "every node tries the same M on the same averaged costs, so check that they run the same versions")
-    costed, result = kept[chosen.micro_batches]
+    costed, judged = kept[chosen.micro_batches]
     runner.costed = costed
-    return costed, result
+    return costed, judged
 
 
 def run_model(state: RunState, runner: SharedByVariants, guard: StopGuard) -> dict[str, Any]:
@@ -273,9 +276,8 @@ def _placed_anew(state: RunState, runner: SharedByVariants, devices: Any, guard:
     from pardnn.io import format_placement
 
     topology = state.topology
-    costed, result = _costed_and_placed(state, runner, devices, guard, warm_up)
+    costed, (result, judged, step) = _costed_and_placed(state, runner, devices, guard, warm_up)
     trained, cost, machine = costed.trained, costed.cost, costed.machine
-    result, judged, step = _judged_order(state, cost, machine, result, devices.kind)
     _count_samples(state, trained)  # the chosen M's (the same for every M: the node's batch)
     # The placement file's bytes, as pardnn.io.write_placement writes them: the run order, if any, is in
     # them, so the nodes' digests agree on it too.
