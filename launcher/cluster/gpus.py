@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 NVIDIA_SMI = ("nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits")
 _HIDDEN = ("", "-1", "none", "nodevfiles", "void")
 # Model name substrings (lower case) → preset; the first that matches wins.
-_MODELS = (("h100", "h100-80gb"), ("a100", "a100-80gb"), ("v100", "v100-32gb"))
+_MODELS = (("h200", "h200-141gb"), ("h100", "h100-80gb"), ("a100", "a100-80gb"), ("v100", "v100-32gb"))
 ADAPTED = ("devices_per_node", "device_preset", "memory")
 
 
@@ -119,7 +119,7 @@ def detect(environ: Mapping[str, str], smi_text: str | None = None,
 
 
 def preset_for(model: str | None, memory_mib: int | None = None) -> str | None:
-    """The device preset of a GPU model (by name: V100, A100, H100), ``None`` for others.
+    """The device preset of a GPU model (by name: V100, A100, H100, H200), ``None`` for others.
 
     The preset gives the rates and the interconnect; memory comes from the detection, so an A100
     40GB maps to ``a100-80gb`` with 40 GB per device (``memory_mib`` is not needed to choose).

@@ -178,7 +178,7 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
                        help="replicas on each node (default: 1); a node of G GPUs runs G / K of them")
     group.add_argument("--node", type=_node_preset, default=PLACEMENT["device_preset"].default,
                        metavar="PRESET", help="the node's network and allreduce latencies: a device preset or "
-                       "dgx-2, dgx-a100, dgx-h100 (default: %(default)s)")
+                       "dgx-2, dgx-a100, dgx-h100, dgx-h200 (default: %(default)s)")
     group.add_argument("--network", default=None, metavar="RATE",
                        help="the node's network, all its NICs together (default: the preset's, e.g. 100GB/s for "
                             "a DGX-2's 8 x 100 Gb/s InfiniBand)")
@@ -191,7 +191,8 @@ def _node_preset(text: str) -> str:
     try:
         return preset(text).name
     except InvalidMachineError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a device preset or dgx-2, dgx-a100, dgx-h100") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a device preset or dgx-2, dgx-a100, dgx-h100, dgx-h200") from None
 
 
 def positive_int(text: str) -> int:

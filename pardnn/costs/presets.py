@@ -12,6 +12,7 @@ preset        FP32 peak    HBM          memory  GPU-to-GPU, per direction
 v100-32gb     15.7 TFLOP/s 900 GB/s     32 GiB  150 GB/s: 6 NVLink2 links × 25 GB/s (NVSwitch, DGX-2)
 a100-80gb     19.5 TFLOP/s 2039 GB/s    80 GiB  300 GB/s: NVLink3, 12 links × 25 GB/s (DGX A100)
 h100-80gb     67 TFLOP/s   3350 GB/s    80 GiB  450 GB/s: NVLink4, 18 links × 25 GB/s (DGX H100)
+h200-141gb    67 TFLOP/s   4800 GB/s   141 GB   450 GB/s: NVLink4, 18 links × 25 GB/s (DGX H200)
 cpu-2core     0.14 TFLOP/s 19 GB/s      24 GiB  19 GB/s: logical devices share one memory
 ============  ===========  ===========  ======  ===========================================
 
@@ -23,6 +24,7 @@ preset        alias       GPUs  network (the node's NICs together)
 v100-32gb     dgx-2       16    8 × 100 Gb/s InfiniBand: 100 GB/s
 a100-80gb     dgx-a100    8     8 × 200 Gb/s InfiniBand: 200 GB/s
 h100-80gb     dgx-h100    8     8 × 400 Gb/s InfiniBand: 400 GB/s
+h200-141gb    dgx-h200    8     8 × 400 Gb/s InfiniBand: 400 GB/s
 cpu-2core                 2     MPI between ranks in one memory
 ============  ==========  ====  ===================================
 
@@ -101,6 +103,8 @@ PRESETS: dict[str, DevicePreset] = {
                      gpus_per_node=8, network_Bps=200e9),
         DevicePreset("h100-80gb", "H100-SXM5-80GB, NVLink4 (DGX H100)", 67e12, 3350e9, 80 * _GIB, 450e9,
                      gpus_per_node=8, network_Bps=400e9),
+        DevicePreset("h200-141gb", "H200-SXM5-141GB, NVLink4 (DGX H200)", 67e12, 4800e9, 141 * 10**9, 450e9,
+                     gpus_per_node=8, network_Bps=400e9),
         DevicePreset("cpu-2core", "2 cores of an AMD EPYC, TensorFlow CPU kernels (this project's test machine)",
                      1.4e11, 19e9, 24 * _GIB, 19e9, latency_us=5.0, launch_us=1.0, gpus_per_node=2,
                      network_Bps=CPU_NETWORK_BPS, network_latency_us=CPU_STEP_LATENCY_US,
@@ -108,8 +112,8 @@ PRESETS: dict[str, DevicePreset] = {
     )
 }
 
-_ALIASES = {"v100": "v100-32gb", "a100": "a100-80gb", "h100": "h100-80gb",
-            "dgx-2": "v100-32gb", "dgx-a100": "a100-80gb", "dgx-h100": "h100-80gb"}
+_ALIASES = {"v100": "v100-32gb", "a100": "a100-80gb", "h100": "h100-80gb", "h200": "h200-141gb",
+            "dgx-2": "v100-32gb", "dgx-a100": "a100-80gb", "dgx-h100": "h100-80gb", "dgx-h200": "h200-141gb"}
 
 
 def preset(name: str | DevicePreset) -> DevicePreset:

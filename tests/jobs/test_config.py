@@ -129,7 +129,8 @@ def test_overrides_win_over_the_file_and_are_validated():
     (MINIMAL + "[placement]\nmemory = '0GiB'\n",
      r"placement.memory = '0GiB': expected a size > 0 such as '32GiB' \(or 'unlimited'\)"),
     (MINIMAL + "[placement]\ndevice_preset = 'k80'\n",
-     r"placement.device_preset = 'k80': expected one of 'v100-32gb', 'a100-80gb', 'h100-80gb', 'cpu-2core'"),
+     r"placement.device_preset = 'k80': expected one of 'v100-32gb', 'a100-80gb', 'h100-80gb', 'h200-141gb', "
+     r"'cpu-2core'"),
     (MINIMAL + "[run]\niterations = 50\n",
      r"run.window = \[100, 150\] \(the default\) does not fit run.iterations = 50: expected 0 <= start < end <= 50"),
     (MINIMAL + "[run]\nwindow = [20, 10]\n", r"run.window = \[20, 10\] does not fit run.iterations = 150"),

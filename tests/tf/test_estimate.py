@@ -184,7 +184,7 @@ def test_presets_build_machines():
     assert machine_for("H100-80GB", 8, reserve=0.2).bandwidth_Bps == 450e9
     assert {p.name: (p.peak_flops, p.memory_bandwidth_Bps) for p in PRESETS.values()} == {
         "v100-32gb": (15.7e12, 900e9), "a100-80gb": (19.5e12, 2039e9), "h100-80gb": (67e12, 3350e9),
-        "cpu-2core": (1.4e11, 19e9)}
+        "h200-141gb": (67e12, 4800e9), "cpu-2core": (1.4e11, 19e9)}
     with pytest.raises(InvalidMachineError, match="unknown device preset 'tpu'"):
         machine_for("tpu", 4)
 

@@ -19,6 +19,7 @@ V100 = "Tesla V100-SXM3-32GB, 32510\n" * 16
 A100 = "NVIDIA A100-SXM4-80GB, 81920\n" * 8
 H100 = "NVIDIA H100 80GB HBM3, 81559\n" * 8
 A100_40 = "NVIDIA A100-SXM4-40GB, 40960\n" * 4
+H200 = "NVIDIA H200, 143771\n"  # as nvidia-smi names it on an H200 SXM machine
 
 
 def test_parse_nvidia_smi_rows():
@@ -30,7 +31,7 @@ def test_parse_nvidia_smi_rows():
 
 @pytest.mark.parametrize(("text", "count", "preset", "mib"), [
     (V100, 16, "v100-32gb", 32510), (A100, 8, "a100-80gb", 81920), (H100, 8, "h100-80gb", 81559),
-    (A100_40, 4, "a100-80gb", 40960), ("Tesla T4, 15360\n", 1, None, 15360)])
+    (A100_40, 4, "a100-80gb", 40960), (H200, 1, "h200-141gb", 143771), ("Tesla T4, 15360\n", 1, None, 15360)])
 def test_detect_from_nvidia_smi(text, count, preset, mib):
     found = detect({}, text)
     assert found is not None
