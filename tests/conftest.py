@@ -9,6 +9,7 @@ draw) and ``nightly`` (600 random examples per test), chosen by ``--hypothesis-p
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections import Counter
 from collections.abc import Callable
@@ -93,12 +94,73 @@ def most_reach(test: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+WORKER_BYTES = 3 << 30  # a worker's room: TensorFlow, a graph build, and mpirun's ranks beside it
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per CPU this process may use, at most one per WORKER_BYTES of memory
+    (``PYTEST_XDIST_AUTO_NUM_WORKERS`` overrides)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").isdigit():
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(1, min(len(os.sched_getaffinity(0)), memory // WORKER_BYTES))
+
+
+@pytest.hookimpl(wrapper=True)  # around xdist's own hook, which reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Any:
+    """Tests marked ``mpi`` run one after another on one worker (``xdist_group("mpi")`` under
+    ``--dist loadgroup``): each starts ranks of its own, two such runs at once on a 2-core machine
+    would time out, a module's shared launch (a module fixture) would run once per worker, and the
+    local Slurm cluster has fixed ports. Fails when the group did not take (a pytest that xdist's
+    loadgroup does not know: pyproject.toml pins pytest below 9.2)."""
+    for item in items:
+        if item.get_closest_marker("mpi") is not None:
+            item.add_marker(pytest.mark.xdist_group("mpi"))
+    result = yield
+    if getattr(config.option, "loadgroup", False):
+        ungrouped = [item.nodeid for item in items if item.get_closest_marker("mpi") and "@" not in item.nodeid]
+        if ungrouped:
+            raise pytest.UsageError(f"pytest {pytest.__version__} with pytest-xdist ignores xdist_group (e.g. "
+                                    f"{ungrouped[0]}): install the pytest pinned in pyproject.toml")
+    return result
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On an xdist worker: hand the reach counts to the controller, which prints them."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["reached_by_test"] = json.dumps(_reached_by_test)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """On the xdist controller: gather the reach counts of a worker that finished."""
+    counts = json.loads(getattr(node, "workeroutput", {}).get("reached_by_test", "{}"))
+    _reached_by_test.update({name: (hits, examples) for name, (hits, examples) in counts.items()})
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """One line per property test run with :func:`most_reach`: how many of its examples reached."""
     if _reached_by_test:
         terminalreporter.section("examples that reached the behaviour under test")
         for name, (hits, examples) in _reached_by_test.items():
             terminalreporter.write_line(f"{name}: {hits} of {examples} ({100 * hits / max(examples, 1):.0f} %)")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Where :func:`tests.helpers.shared.shared` keeps what the run's workers build once."""
+    from tests.helpers import shared
+
+    shared.ROOT = shared.run_root(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(autouse=True)
+def no_host_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In this process, GPU detection finds no nvidia-smi: a test sees the GPUs it gives, not the
+    machine's (on a GPU machine, settings resolved here would follow its GPUs). Subprocesses see the machine."""
+    monkeypatch.setattr("launcher.cluster.gpus.NVIDIA_SMI", ("/nonexistent/nvidia-smi",))
 
 
 @pytest.fixture

@@ -15,6 +15,8 @@ from pardnn.io import read_any_graph, read_placement
 
 @pytest.mark.slow
 def test_first_run_compiles_into_an_empty_numba_cache(tmp_path):
+    """`pardnn place` on a fresh machine (an empty NUMBA_CACHE_DIR) compiles every sweep and places the
+    graph: the benchmark's first-run row, and the CLI's first run (one compile for both)."""
     messages: list[str] = []
     row = first_run(1, seed=0, progress=messages.append, work=tmp_path)
     assert row.command == f"pardnn place GRAPH -k {FIRST_RUN_DEVICES} -o placement.txt"

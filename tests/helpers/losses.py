@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.helpers.shared import shared
+
 
 def run_losses(run_dir: Path, ranks: int) -> np.ndarray:
     """The loss of every iteration of a ``pardnn-launch`` run, averaged over its replicas (each a mean
@@ -22,7 +24,13 @@ def run_losses(run_dir: Path, ranks: int) -> np.ndarray:
 def one_device_losses(job_name: str, ranks: int, replica_batch: int, iterations: int, *,
                       recompute: bool = False) -> np.ndarray:
     """``job_name`` trained on one device at batch ``ranks × replica_batch``: at iteration ``i`` the
-    batches ``i·ranks + r`` (r = 0..ranks-1) that the replicas read, concatenated."""
+    batches ``i·ranks + r`` (r = 0..ranks-1) that the replicas read, concatenated. Trained once per test
+    run for each set of arguments (:func:`tests.helpers.shared.shared`)."""
+    return shared(("one-device losses", job_name, ranks, replica_batch, iterations, recompute),
+                  lambda: _trained_losses(job_name, ranks, replica_batch, iterations, recompute))
+
+
+def _trained_losses(job_name: str, ranks: int, replica_batch: int, iterations: int, recompute: bool) -> np.ndarray:
     import tensorflow as tf
 
     from jobs import build, load_job
