@@ -45,7 +45,7 @@ def measure(preset_name: str | None, repeats: int) -> tuple[list[dict], dict]:
     """Rows (kernel, estimated µs, measured µs) and what the detection saw."""
     import torch
 
-    from launcher.cluster.gpus import detect_gpus, preset_for
+    from launcher.cluster.gpus import detect_gpus
     from pardnn import CostGraph
     from pardnn.costs.presets import machine_for, preset
     from pardnn.emulation.emulator import emulate
@@ -53,9 +53,10 @@ def measure(preset_name: str | None, repeats: int) -> tuple[list[dict], dict]:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     gpus = detect_gpus()
-    detected = {"gpus": None if gpus is None else gpus.count, "model": None if gpus is None else gpus.model,
-                "memory_mib": None if gpus is None else gpus.memory_mib,
-                "preset": preset_for(gpus.model) if gpus else None, "torch_device": torch.cuda.get_device_name(0)}
+    detected = {"gpus": None, "model": None, "memory_mib": None, "preset": None,
+                "torch_device": torch.cuda.get_device_name(0)}
+    if gpus is not None:
+        detected |= {"gpus": gpus.count, "model": gpus.model, "memory_mib": gpus.memory_mib, "preset": gpus.preset}
     spec = preset(preset_name or detected["preset"] or "h100-80gb")
     detected["compared_with"] = spec.name
     rows: list[dict] = []

@@ -1,18 +1,9 @@
 """The GPUs this rank may use, their model and memory, and what the run's settings take from them.
 
-:func:`detect` is a pure function of the environment and ``nvidia-smi``'s output, so it is tested
-with fixtures; :func:`detect_gpus` gathers those inputs without importing TensorFlow (``nvidia-smi
---query-gpu=name,memory.total``; TensorFlow's device list only when TensorFlow is already loaded).
-
-How many: ``CUDA_VISIBLE_DEVICES`` (what CUDA will expose; ``""`` or ``-1`` hides every GPU), else
-Slurm's ``SLURM_STEP_GPUS`` / ``SLURM_JOB_GPUS`` (index lists) or ``SLURM_GPUS_ON_NODE`` (a count),
-else the rows ``nvidia-smi`` lists. ``CUDA_VISIBLE_DEVICES`` alone is no evidence of a GPU: Slurm,
-``nvidia-smi`` or TensorFlow must report one too, so a stray variable on a CPU machine changes nothing.
-
-:func:`adapt` applies a detection to resolved settings: unless the job file or the command line
-pins them, ``devices_per_node`` becomes the GPU count, ``device_preset`` the preset of the detected
-model (:func:`preset_for`) and ``memory`` the detected memory; it fails when more devices are asked
-than there are GPUs and warns (rank 0) when GPUs are left idle. Without GPUs nothing changes.
+:func:`detect` is a pure function of the environment and ``nvidia-smi``'s output; :func:`detect_gpus`
+gathers those inputs without importing TensorFlow; :func:`adapt` applies a detection to resolved
+settings (what the job file and command line leave unset). The rules are in docs/launcher.md ("GPUs,
+presets and sizing").
 """
 
 from __future__ import annotations

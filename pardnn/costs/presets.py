@@ -1,49 +1,9 @@
 """Device presets: published peak rates of data-centre GPUs and their node interconnect.
 
 Used by :func:`pardnn.tf.estimate.estimate` (roofline costs) and :func:`machine_for` (a
-:class:`~pardnn.costs.machine.Machine` for K such GPUs). This module does not import TensorFlow, so the
-CLI and the launcher can build a machine from a preset name alone.
-
-Figures (vendor datasheets; FP32 without tensor cores, dense):
-
-============  ===========  ===========  ======  ===========================================
-preset        FP32 peak    HBM          memory  GPU-to-GPU, per direction
-============  ===========  ===========  ======  ===========================================
-v100-32gb     15.7 TFLOP/s 900 GB/s     32 GiB  150 GB/s: 6 NVLink2 links × 25 GB/s (NVSwitch, DGX-2)
-a100-80gb     19.5 TFLOP/s 2039 GB/s    80 GiB  300 GB/s: NVLink3, 12 links × 25 GB/s (DGX A100)
-h100-80gb     67 TFLOP/s   3350 GB/s    80 GiB  450 GB/s: NVLink4, 18 links × 25 GB/s (DGX H100)
-h200-141gb    67 TFLOP/s   4800 GB/s   141 GB   450 GB/s: NVLink4, 18 links × 25 GB/s (DGX H200)
-cpu-2core     0.14 TFLOP/s 19 GB/s      24 GiB  19 GB/s: logical devices share one memory
-============  ===========  ===========  ======  ===========================================
-
-The node each GPU comes in, by its alias:
-
-============  ==========  ====  ===================================
-preset        alias       GPUs  network (the node's NICs together)
-============  ==========  ====  ===================================
-v100-32gb     dgx-2       16    8 × 100 Gb/s InfiniBand: 100 GB/s
-a100-80gb     dgx-a100    8     8 × 200 Gb/s InfiniBand: 200 GB/s
-h100-80gb     dgx-h100    8     8 × 400 Gb/s InfiniBand: 400 GB/s
-h200-141gb    dgx-h200    8     8 × 400 Gb/s InfiniBand: 400 GB/s
-cpu-2core                 2     MPI between ranks in one memory
-============  ==========  ====  ===================================
-
-The gradient allreduce across nodes uses the network (:mod:`pardnn.emulation.allreduce`). Its latency per
-ring step (``network_latency_us``, 10 µs) and that of a ring step inside the node
-(``step_latency_us``, 5 µs) are model parameters; for ``cpu-2core`` both and its network are fitted to
-Horovod's allreduce between MPI ranks of the test machine (``python -m benchmarks.allreduce_model``).
-
-``cpu-2core`` is this project's test machine (2 cores of an AMD EPYC, 24 GiB), for comparing
-estimates with profiles where no GPU is: TensorFlow 2.15's FP32 matmul rate and elementwise
-bandwidth on one logical CPU device, measured by ``python -m benchmarks.estimate_vs_profile
---calibrate`` (best of 5 runs of a 2048² matmul and a 32 Mi-element add); a copy between logical CPU
-devices is a memory copy, so its link is the memory bandwidth, with 5 µs latency; 1 µs per op is the
-traced time of a scalar add (the floor of every profiled op time).
-
-The V100 row is the paper's machine (DGX-2, 16 × Tesla V100-SXM3-32GB over NVSwitch); 15.7 TFLOP/s
-is the datasheet figure for V100 SXM. Two figures are model parameters, not datasheet numbers:
-``latency_us`` (25 µs: a TensorFlow Send/Recv pair with its copy launch, far above the wire
-latency) and ``launch_us`` (5 µs: TensorFlow's per-op dispatch and kernel launch on a GPU).
+:class:`~pardnn.costs.machine.Machine` for K such GPUs); TensorFlow-free. ``preset("dgx-a100")``
+gives the A100 preset, ``machine_for("h100", 8)`` a DGX H100's machine. The figures, their sources
+and the model parameters are in docs/tensorflow.md ("Device presets").
 """
 
 from __future__ import annotations
