@@ -85,6 +85,12 @@ class Job:
     learning_rate: float = TRAIN["learning_rate"].default
     seed: int = TRAIN["seed"].default
     momentum: float = TRAIN["momentum"].default
+    weight_decay: float = TRAIN["weight_decay"].default
+    schedule: str = TRAIN["schedule"].default
+    warmup_steps: int = TRAIN["warmup_steps"].default
+    decay_steps: int | None = TRAIN["decay_steps"].default
+    decay_rate: float = TRAIN["decay_rate"].default
+    min_learning_rate: float = TRAIN["min_learning_rate"].default
     grad_clip: float = TRAIN["grad_clip"].default
     micro_batches: int | str = TRAIN["micro_batches"].default  # or "auto" (pardnn-launch, max-batch)
     loss: str | dict[str, str] = TRAIN["loss"].default

@@ -1,36 +1,28 @@
 """What a step trains with besides the model: each output's loss, their weights, and the optimizer.
 
-Every setting has one source, said in the log (:meth:`Recipe.describe`) as the launcher's settings
-say theirs: the job file's ``[train]``, else the model's own ``compile(...)`` when the model entry
-returned a compiled ``tf.keras.Model``, else the default. Where Keras and pardnn differ, the choices:
+Every setting has one source, said in the log (:meth:`Recipe.describe`): the job file's ``[train]``,
+else the model's own ``compile(...)``, else the default. The choices where Keras and pardnn differ:
 
-- Key by key: a job file that sets only ``learning_rate`` keeps the compiled optimizer at that rate.
-  A job file that sets ``optimizer`` drops the compiled one whole (its rate and hyper-parameters
-  belong to it).
-- pardnn's optimizers are TensorFlow's ``AdamOptimizer`` and ``MomentumOptimizer``. A compiled Adam
-  (``tf.keras.optimizers.Adam`` or ``tf.keras.optimizers.legacy.Adam``) keeps its learning rate,
-  ``beta_1``, ``beta_2`` and ``epsilon``; an SGD (either kind) its learning rate, ``momentum`` (0:
-  plain SGD) and ``nesterov``; ``global_clipnorm`` becomes ``grad_clip``. What those two cannot do
-  the same way (another optimizer, a learning-rate schedule, ``amsgrad``, ``clipnorm``,
-  ``clipvalue``, weight decay, EMA, the legacy ``decay``) is a one-line error naming it, never a
-  silent change: set ``[train] optimizer`` in the job file to train with pardnn's instead.
-- ``loss`` and ``loss_weights`` take Keras' forms: one loss for every output, a list in output
-  order, or a dict by output name (:func:`by_output`); a missing weight is 1.
-- A custom ``train_step`` (or ``compute_loss``) is not run: pardnn builds the step itself from the
-  loss, the optimizer and the model's update ops, and says so in the log (:attr:`Recipe.ignored`).
-
-Zoo models and steps have the optimizer part only (``loss`` is ``None``).
+- A compiled Keras optimizer (any built-in class, new or ``.legacy``, with its schedule and every
+  setting) trains with Keras' own update (:mod:`jobs.optimizers`); a job file that sets only
+  ``learning_rate`` keeps it at that constant rate; one that sets ``optimizer`` drops it whole.
+- The job file's ``adam`` and ``momentum`` on a constant rate are TensorFlow's fused ``AdamOptimizer``
+  and ``MomentumOptimizer`` (the same update as Keras' Adam and SGD); other names, a ``schedule`` or
+  ``weight_decay`` make the Keras optimizer. ``grad_clip`` clips by global norm before either.
+- ``loss`` and ``loss_weights`` take Keras' forms (:func:`by_output`); a missing weight is 1.
+- A custom ``train_step`` (or ``compute_loss``) is not run, and the log says so (:attr:`Recipe.ignored`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import tensorflow as tf
 
 from jobs.config import Job, JobError
+from jobs.optimizers import check_compiled, config_of, from_job, schedule_name
 from jobs.schema import DEFAULT, JOB_FILE
 
 v1 = tf.compat.v1
@@ -39,12 +31,6 @@ __all__ = ["COMPILED", "Recipe", "by_output", "loss_name", "recipe"]
 
 COMPILED = "model.compile"
 
-# The Keras optimizers pardnn trains the same way, and the kind (train.optimizer) each becomes.
-_KINDS = {tf.keras.optimizers.Adam: "adam", tf.keras.optimizers.legacy.Adam: "adam",
-          tf.keras.optimizers.SGD: "momentum", tf.keras.optimizers.legacy.SGD: "momentum"}
-# Their settings pardnn's optimizers have no equivalent for, each with the value that means "off".
-_UNSUPPORTED = {"amsgrad": False, "clipnorm": None, "clipvalue": None, "weight_decay": None, "use_ema": False,
-                "decay": 0.0}
 _KERAS = ("keras.", "tf_keras.", "tensorflow.")
 
 
@@ -63,6 +49,12 @@ class Recipe:
     loss_weights: Any = None
     sources: dict[str, str] = field(default_factory=dict)
     ignored: tuple[str, ...] = ()
+    keras: Callable[[], Any] | None = None
+
+    @property
+    def schedule(self) -> str:
+        """``"constant"`` or the Keras schedule's class name."""
+        return "constant" if self.keras is None else schedule_name(self.options.get("learning_rate"))
 
     def describe(self) -> str:
         """``"loss mse (job file); optimizer adam (model.compile), learning_rate 0.01 (model.compile), ..."``."""
@@ -73,6 +65,13 @@ class Recipe:
             if self.loss_weights is not None:
                 parts.append(f"loss_weights {_show(self.loss_weights)} ({src['loss_weights']})")
         parts.append(f"optimizer {self.optimizer} ({src['optimizer']})")
+        if self.keras is not None:
+            rate = self.options.get("learning_rate")
+            shown = f"{rate:g}" if isinstance(rate, (int, float)) else _schedule(rate)
+            parts.append(f"learning_rate {shown} ({src['learning_rate']})")
+            parts += [f"{key} {_setting(value)}" for key, value in self.options.items() if key != "learning_rate"]
+            parts.append(f"grad_clip {self.grad_clip:g} ({src['grad_clip']})")
+            return "; ".join(parts)
         parts.append(f"learning_rate {self.learning_rate:g} ({src['learning_rate']})")
         if self.optimizer == "momentum":
             parts.append(f"momentum {self.momentum:g} ({src['momentum']})")
@@ -81,7 +80,9 @@ class Recipe:
         return "; ".join(parts)
 
     def make_optimizer(self) -> Any:
-        """The TensorFlow (v1) optimizer that trains the step."""
+        """The optimizer that trains the step: a fresh Keras one (:attr:`keras`), else TensorFlow's (v1)."""
+        if self.keras is not None:
+            return self.keras()
         if self.optimizer == "adam":
             return v1.train.AdamOptimizer(self.learning_rate, **self.options)
         return v1.train.MomentumOptimizer(self.learning_rate, self.momentum, **self.options)
@@ -107,18 +108,57 @@ def recipe(job: Job, model: Any = None) -> Recipe:
         return compiled
 
     keras_optimizer = None if "train.optimizer" in job.given else getattr(model, "optimizer", None)
-    compiled: dict[str, Any] = {} if keras_optimizer is None else _from_keras(job, keras_optimizer)
-    kind = pick("optimizer", compiled.get("optimizer"))
     loss = weights = None
     if model is not None:
         loss = pick("loss", getattr(model, "loss", None))
         weights = pick("loss_weights", getattr(model, "loss_weights", None))
     ignored = tuple(f"{owner}.{name}" for name in ("train_step", "compute_loss")
                     if (owner := _custom(model, name)) is not None)
-    rate, momentum = pick("learning_rate", compiled.get("learning_rate")), pick("momentum", compiled.get("momentum"))
-    clip = pick("grad_clip", compiled.get("grad_clip"))
-    return Recipe(kind, float(rate), float(momentum), float(clip), dict(compiled.get("options", {})), loss, weights,
-                  sources, ignored)
+    clip = float(pick("grad_clip", None))
+    if keras_optimizer is not None:
+        own_rate = "train.learning_rate" in job.given
+        make = check_compiled(job, keras_optimizer, job.learning_rate if own_rate else None)
+        sources.update(optimizer=COMPILED, learning_rate=JOB_FILE if own_rate else COMPILED)
+        return _keras_recipe(type(keras_optimizer).__name__, make, clip, loss, weights, sources, ignored)
+    kind = pick("optimizer", None)
+    rate, momentum = pick("learning_rate", None), pick("momentum", None)
+    make = from_job(job)
+    if make is not None:
+        return _keras_recipe(kind, make, clip, loss, weights, sources, ignored)
+    return Recipe(kind, float(rate), float(momentum), clip, {}, loss, weights, sources, ignored)
+
+
+def _keras_recipe(name: str, make: Callable[[], Any], clip: float, loss: Any, weights: Any,
+                  sources: dict[str, str], ignored: tuple[str, ...]) -> Recipe:
+    """A recipe of a Keras optimizer: its settings (as its ``get_config`` says, the rate or schedule
+    as given) for the log, read from one made outside any graph."""
+    with tf.Graph().as_default():
+        made = make()
+        config = {key: value for key, value in config_of(made).items() if key not in _QUIET and value is not None
+                  and not (key in _OFF and value == _OFF[key])}
+    rate = config["learning_rate"]
+    return Recipe(name, float(rate) if isinstance(rate, (int, float)) else float("nan"), 0.0, clip, config, loss,
+                  weights, sources, ignored, keras=make)
+
+
+# Settings of a Keras optimizer's config the log leaves out: names and internals, and off switches.
+_QUIET = ("name", "is_legacy_optimizer", "jit_compile", "ema_overwrite_frequency", "decay")
+_OFF = {"use_ema": False, "amsgrad": False, "nesterov": False, "centered": False, "momentum": 0.0,
+        "ema_momentum": 0.99}
+
+
+def _schedule(rate: Any) -> str:
+    """A schedule as the log shows it: ``CosineDecay(initial_learning_rate=0, decay_steps=1000, ...)``."""
+    try:
+        config = rate.get_config()
+    except (AttributeError, NotImplementedError):
+        return type(rate).__name__
+    shown = ", ".join(f"{k}={_setting(v)}" for k, v in config.items() if k != "name" and v is not None)
+    return f"{type(rate).__name__}({shown})"
+
+
+def _setting(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _custom(model: Any, name: str) -> str | None:
@@ -127,52 +167,6 @@ def _custom(model: Any, name: str) -> str | None:
         if name in vars(cls):
             return None if cls.__module__.startswith(_KERAS) else cls.__name__
     return None
-
-
-def _hyper(optimizer: Any, name: str) -> Any:
-    """A Keras optimizer's setting, new or legacy, as a Python value (the new ones keep the rate in a
-    variable: its initial value)."""
-    legacy = getattr(optimizer, "_hyper", None)
-    if isinstance(legacy, dict) and name in legacy:
-        value = legacy[name]
-    else:
-        value = getattr(optimizer, "_learning_rate" if name == "learning_rate" else name, None)
-    if isinstance(value, tf.Variable):
-        # float32's shortest repr: 0.01, not 0.009999999776 (the optimizer casts it back to the same float32)
-        value = float(str(tf.get_static_value(value.initial_value)))
-    return value
-
-
-def _from_keras(job: Job, optimizer: Any) -> dict[str, Any]:
-    """``optimizer``, ``learning_rate`` (unless the job file sets it), ``momentum``, ``grad_clip`` and
-    ``options`` of a compiled Keras optimizer; a JobError for one pardnn cannot train the same way."""
-    kind = _KINDS.get(type(optimizer))
-    name = type(optimizer).__name__
-    if kind is None:
-        raise _unsupported(job, f"the optimizer {type(optimizer).__module__}.{name}")
-    blockers = [f"{key}={value!r}" for key, off in _UNSUPPORTED.items()
-                if (value := _hyper(optimizer, key)) is not None and value != off]
-    rate = _hyper(optimizer, "learning_rate") if "train.learning_rate" not in job.given else None
-    if rate is not None and not isinstance(rate, (int, float)):
-        blockers.append(f"learning_rate={type(rate).__name__}(...) (a schedule; pardnn's rate is constant: set "
-                        "train.learning_rate)")
-    if blockers:
-        raise _unsupported(job, f"{name}({', '.join(blockers)})")
-    found: dict[str, Any] = {"optimizer": kind, "learning_rate": rate,
-                             "grad_clip": _hyper(optimizer, "global_clipnorm")}
-    if kind == "adam":
-        found["options"] = {"beta1": float(_hyper(optimizer, "beta_1")), "beta2": float(_hyper(optimizer, "beta_2")),
-                            "epsilon": float(_hyper(optimizer, "epsilon"))}
-    else:
-        found["momentum"] = float(_hyper(optimizer, "momentum") or 0.0)
-        found["options"] = {"use_nesterov": True} if _hyper(optimizer, "nesterov") else {}
-    return found
-
-
-def _unsupported(job: Job, what: str) -> JobError:
-    return JobError(f"{job.source}: model.entry = {job.entry!r}: the model is compiled with {what}, which pardnn "
-                    "cannot train the same way; expected Adam or SGD from tf.keras.optimizers (or .legacy) without "
-                    "it, or set [train] optimizer = 'adam' or 'momentum' in the job file to train with pardnn's")
 
 
 def loss_name(loss: Any) -> str:

@@ -145,9 +145,20 @@ TRAIN: dict[str, Param] = {
     "micro_batches": IntOrAuto("int", 1, 1, help="split the node's batch into M micro-batches, gradients summed into "
                                                  "one update (M must divide the batch; 1 = the whole batch at once; "
                                                  "'auto': pardnn-launch and pardnn max-batch try M = 1, 2, 4, ...)"),
-    "optimizer": _choice("adam", "adam", "momentum"),
-    "learning_rate": _float(1e-3, 0.0, low_open=True),
+    "optimizer": _choice("adam", "adam", "momentum", "sgd", "adamw", "adamax", "nadam", "rmsprop", "adagrad",
+                         "adadelta", "ftrl", "lion",
+                         help="adam and momentum: TensorFlow's fused ones; the others (or a schedule, or weight "
+                              "decay): the Keras optimizer of that name"),
+    "learning_rate": _float(1e-3, 0.0, low_open=True, help="the rate (a schedule's peak or start)"),
     "momentum": _float(0.9, 0.0, 1.0, help="momentum optimizer's momentum"),
+    "weight_decay": _float(0.0, 0.0, help="decoupled weight decay (AdamW's); 0 = off"),
+    "schedule": _choice("constant", "constant", "cosine", "cosine_restarts", "step", "exponential", "polynomial",
+                        "inverse_time", help="the learning rate over the steps (Keras' schedules)"),
+    "warmup_steps": _int(0, 0, help="cosine: steps of linear warmup from 0 to learning_rate"),
+    "decay_steps": _int(_DERIVED, 1, help="steps of the schedule's decay (default: run.iterations)"),
+    "decay_rate": _float(0.1, 0.0, low_open=True, help="step, exponential, inverse_time: the factor per "
+                                                       "decay_steps"),
+    "min_learning_rate": _float(0.0, 0.0, help="cosine: the floor; polynomial: the end rate"),
     "grad_clip": _float(0.0, 0.0, help="clip gradients by their global norm; 0 = off"),
     "seed": _int(0, 0, help="graph-level random seed: weights, dropout and synthetic data"),
     "loss": PerOutput("str", "sparse_categorical_crossentropy", choices=KERAS_LOSSES,

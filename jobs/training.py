@@ -37,6 +37,7 @@ from jobs.costing import COSTS, cost_graph
 from jobs.data import batches
 from jobs.microbatch import mean_gradients, micro_size, split_feed, zoo_copies
 from jobs.models import model_module
+from jobs.optimizers import keras_update, order_initializers
 from jobs.recipe import Recipe, recipe
 from jobs.usermodel import build_net, entry_points, feeder
 from pardnn.costs.graph import CostGraph
@@ -59,7 +60,8 @@ class TrainGraph:
     ``[train_op, loss]``; ``variables`` are all global variables (weights, batch-norm statistics,
     optimizer slots) for broadcasting; ``parameters`` counts the trainable weights; ``recipe`` is what
     the step trains with and where each setting came from; ``gradients``: the names of the ops whose
-    outputs are the gradients the update reads (before a hook or clipping).
+    outputs are the gradients the update reads (before a hook or clipping); ``learning_rate``: the rate
+    a Keras optimizer's update applies (a schedule's value at the step; ``None``: a constant rate).
     """
 
     graph: tf.Graph
@@ -78,6 +80,7 @@ class TrainGraph:
     build_seconds: float
     recipe: Recipe
     gradients: tuple[str, ...] = ()
+    learning_rate: tf.Tensor | None = None
 
 
 def _gating(variables: list[tf.Variable]) -> int:
@@ -170,6 +173,8 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
         trainable = v1.trainable_variables()
         if net.micro_losses:
             grads_and_vars = mean_gradients(net.micro_losses, trainable, _dense_gradients)
+        elif made.keras is not None:  # ungated, as _gating's GATE_NONE
+            grads_and_vars = _dense_gradients(list(zip(tf.gradients(net.loss, trainable), trainable)))
         else:
             grads_and_vars = _dense_gradients(optimizer.compute_gradients(net.loss, var_list=trainable,
                                                                           gate_gradients=_gating(trainable)))
@@ -187,8 +192,14 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
             with v1.name_scope("clip_gradients"):
                 clipped, _ = tf.clip_by_global_norm([grad for grad, _ in grads_and_vars], made.grad_clip)
                 grads_and_vars = list(zip(clipped, (var for _, var in grads_and_vars)))
-        apply = optimizer.apply_gradients(grads_and_vars, name="apply_gradients")
+        rate = None
+        if made.keras is not None:
+            apply, rate = keras_update(optimizer, grads_and_vars)
+        else:
+            apply = optimizer.apply_gradients(grads_and_vars, name="apply_gradients")
         train_op = tf.group(apply, *net.update_ops, name="train_step")
+        if made.keras is not None:
+            order_initializers(v1.global_variables())
         init_op = v1.global_variables_initializer()
         variables = v1.global_variables()
     inputs = net.inputs
@@ -205,7 +216,7 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
     parameters = sum(math.prod(var.shape.as_list()) for var in trainable)
     return TrainGraph(graph, net.loss, train_op, init_op, variables, feed_fn, batch, net.tokens_per_step,
                       [train_op, net.loss], inputs, job, batch, parameters, time.perf_counter() - started, made,
-                      gradients)
+                      gradients, rate)
 
 
 def export_graph(job: Job | str | Path, path: str | Path, *, costs: str = "estimate", preset: str | None = None,

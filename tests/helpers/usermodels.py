@@ -96,7 +96,7 @@ def compiled_net(losses):
 def unbuilt():
     return tf.keras.Sequential([tf.keras.layers.Dense(4, activation="relu"), tf.keras.layers.Dense(3)])
 
-def heads(optimizer=None, weights=None):
+def heads(optimizer=None, weights=None, run_eagerly=False):
     x = tf.keras.Input((5,), name="features")
     h = tf.keras.layers.Dense(8, activation="relu")(x)
     model = tf.keras.Model(x, [tf.keras.layers.Dense(3, activation="softmax", name="cls")(h),
@@ -108,7 +108,9 @@ def heads(optimizer=None, weights=None):
                       "amsgrad": lambda: tf.keras.optimizers.Adam(amsgrad=True),
                       "schedule": lambda: tf.keras.optimizers.SGD(
                           tf.keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.9))}
-        model.compile(optimizer=optimizers[optimizer](),
+        schedules = tf.keras.optimizers.schedules  # for an optimizer given as an expression
+        made = optimizers[optimizer]() if optimizer in optimizers else eval(optimizer)
+        model.compile(optimizer=made, run_eagerly=run_eagerly and tf.executing_eagerly(),
                       loss={"cls": "sparse_categorical_crossentropy", "reg": tf.keras.losses.MeanSquaredError()},
                       loss_weights=weights or {"cls": 1.0, "reg": 0.5})
     return model
@@ -116,6 +118,23 @@ def heads(optimizer=None, weights=None):
 def batches(iteration, batch_size, rank, ranks):
     rng = np.random.default_rng([iteration, rank, ranks])
     return rng.normal(size=(batch_size, 5)), rng.integers(0, 3, batch_size)
+
+class Warmup(tf.keras.optimizers.schedules.LearningRateSchedule):
+    # a user's own schedule: linear warmup to 0.05 over 3 steps, then 1/sqrt decay (no get_config)
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32) + 1.0
+        return 0.05 * tf.minimum(step / 3.0, tf.math.rsqrt(step / 3.0))
+
+class OwnUpdate(tf.keras.optimizers.SGD):
+    def update_step(self, gradient, variable):
+        variable.assign_sub(gradient * 0.5)
+
+class Quieter(tf.keras.optimizers.Adam):
+    # a subclass that only changes a default: Keras' update
+
+    def __init__(self, learning_rate=0.02, **kwargs):
+        super().__init__(learning_rate, **kwargs)
 
 def pairs(iteration, batch_size, rank, ranks):
     rng = np.random.default_rng([iteration, rank, ranks])

@@ -1,0 +1,166 @@
+"""Keras optimizers and schedules train as Keras trains them.
+
+The oracle is Keras' own ``train_on_batch`` (eager, outside any graph) of the same compiled model from
+the same initial weights: after 5 steps every weight equals pardnn's graph's (rtol 1e-5), for every
+built-in class, new and legacy, with their settings, and the rate each step applied equals the
+schedule's value at that step."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from jobs import load_job
+from tests.helpers.usermodels import JOB, KERAS, MODELS, one_line_error, write
+
+tf = pytest.importorskip("tensorflow")
+pytestmark = [pytest.mark.tf, pytest.mark.filterwarnings("ignore:non-integer arguments to randrange")]
+
+K, L, S = "tf.keras.optimizers.", "tf.keras.optimizers.legacy.", "schedules."
+HEADS = JOB.replace(":build", ":heads").replace(":batches", ":two")
+STEPS = 5
+
+# (the compiled optimizer, whether Keras' oracle runs eagerly step by step: Keras 2.15's Nadam keys a
+# cache on a Python counter that its traced train_function fixes at trace time, twice)
+OPTIMIZERS = [
+    (K + "SGD(0.05, momentum=0.9, nesterov=True, clipnorm=0.5)", False),
+    (K + "SGD(0.1, weight_decay=0.05, global_clipnorm=1.0)", False),
+    (K + "Adam(0.02, amsgrad=True, clipvalue=0.05)", False),
+    (K + "AdamW(" + S + "CosineDecay(0.0, 10, warmup_target=0.05, warmup_steps=3), weight_decay=0.02)", False),
+    (K + "Adamax(0.02, use_ema=True, ema_momentum=0.9)", False),
+    (K + "Nadam(0.01)", True),
+    (K + "RMSprop(0.01, momentum=0.3, centered=True)", False),
+    (K + "Adagrad(" + S + "ExponentialDecay(0.1, 2, 0.5))", False),
+    (K + "Adadelta(1.0, rho=0.9)", False),
+    (K + "Ftrl(0.1, l1_regularization_strength=0.01, l2_regularization_strength=0.01)", False),
+    (K + "Lion(0.005, beta_1=0.8)", False),
+    (L + "SGD(" + S + "PiecewiseConstantDecay([2], [0.1, 0.01]), momentum=0.5)", False),
+    (L + "Adam(0.05, amsgrad=True, decay=0.01)", False),
+    (L + "Adamax(0.02)", False),
+    (L + "Nadam(0.01)", False),
+    (L + "RMSprop(" + S + "CosineDecayRestarts(0.02, 2), momentum=0.5, centered=True)", False),
+    (L + "Adagrad(0.1)", False),
+    (L + "Adadelta(1.0)", False),
+    (L + "Ftrl(0.1, l2_shrinkage_regularization_strength=0.01)", False),
+    ("Quieter(epsilon=1e-4)", False),  # a user's subclass that keeps Keras' update
+]
+
+
+def _train(tmp_path, optimizer, train_text=""):
+    """pardnn's graph: the initial trainable weights, the weights after STEPS steps, the rates applied."""
+    from jobs import build
+
+    text = HEADS + train_text + f"[model.args]\noptimizer = {optimizer!r}\n"
+    train = build(load_job(write(tmp_path, text, MODELS)))
+    trainable = [v for v in train.variables if v.trainable][:6]  # the model's (Nadam makes a trainable one)
+    with tf.compat.v1.Session(graph=train.graph) as session:
+        session.run(train.init_op)
+        start = session.run(trainable)
+        rates = [session.run([*train.fetches, train.learning_rate], train.feed_fn(i))[-1] for i in range(STEPS)]
+        return train, start, session.run(trainable), rates
+
+
+def _keras(start, optimizer, run_eagerly=False):
+    """Keras' own training of the same model from ``start``: its weights after STEPS steps."""
+    import usernet  # the job's module, imported by jobs.build from tmp_path
+
+    keras = usernet.heads(optimizer, run_eagerly=run_eagerly)
+    keras.set_weights(start)
+    for step in range(STEPS):
+        keras.train_on_batch(*usernet.two(step, 4, 0, 1))
+    return keras.get_weights(), keras.optimizer
+
+
+@pytest.mark.parametrize(("optimizer", "run_eagerly"), OPTIMIZERS, ids=[o.split("(")[0] for o, _ in OPTIMIZERS])
+def test_every_keras_optimizer_trains_as_keras_trains_it(tmp_path, optimizer, run_eagerly):
+    train, start, ours, rates = _train(tmp_path, optimizer)
+    theirs, keras = _keras(start, optimizer, run_eagerly)
+    assert len(ours) == len(theirs) == 6  # three Dense layers
+    for mine, their in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(mine, their, rtol=1e-5, atol=1e-7)
+    assert not any(np.array_equal(a, b) for a, b in zip(start, ours, strict=True))  # it trained
+    # the rate each step applied: the schedule (or the legacy decay) at that step, as Keras computes it
+    rate = keras._hyper["learning_rate"] if hasattr(keras, "_hyper") else keras._learning_rate
+    if isinstance(rate, tf.keras.optimizers.schedules.LearningRateSchedule):
+        expected = [float(rate(step)) for step in range(STEPS)]
+    else:
+        decay = getattr(keras, "decay", 0.0) if hasattr(keras, "_hyper") else 0.0
+        expected = [float(tf.keras.backend.get_value(rate)) / (1 + decay * step) for step in range(STEPS)]
+    np.testing.assert_allclose(rates, expected, rtol=1e-6)
+    assert train.recipe.sources["optimizer"] == "model.compile"
+
+
+def test_a_users_own_schedule_is_evaluated_on_the_step(tmp_path):
+    """A LearningRateSchedule subclass whose __call__ is TensorFlow ops (and has no get_config)."""
+    optimizer = K + "Adam(Warmup())"
+    train, start, ours, rates = _train(tmp_path, optimizer)
+    theirs, _ = _keras(start, optimizer)
+    for mine, their in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(mine, their, rtol=1e-5, atol=1e-7)
+    steps = np.arange(STEPS) + 1.0
+    np.testing.assert_allclose(rates, 0.05 * np.minimum(steps / 3, 1 / np.sqrt(steps / 3)), rtol=1e-6)
+    assert train.recipe.schedule == "Warmup"
+
+
+def test_the_job_file_names_a_keras_optimizer_and_a_warmup_cosine_schedule(tmp_path, caplog):
+    """[train] optimizer = 'adamw', weight_decay, schedule = 'cosine' with warmup on an uncompiled model
+    equals Keras' AdamW on the CosineDecay it describes."""
+    from jobs import build
+
+    text = JOB + ("optimizer = 'adamw'\nlearning_rate = 0.05\nweight_decay = 0.1\nschedule = 'cosine'\n"
+                  "warmup_steps = 2\ndecay_steps = 8\nmin_learning_rate = 0.005\nloss = 'sparse_categorical_crossentropy'\n")
+    with caplog.at_level(logging.INFO, logger="jobs"):
+        train = build(load_job(write(tmp_path, text, KERAS)))
+    assert (train.recipe.optimizer, train.recipe.schedule) == ("adamw", "CosineDecay")
+    assert ("optimizer adamw (job file); learning_rate CosineDecay(initial_learning_rate=0, decay_steps=8, "
+            "alpha=0.1, warmup_target=0.05, warmup_steps=2) (job file); weight_decay 0.1") in caplog.text
+    trainable = [v for v in train.variables if v.trainable]
+    with tf.compat.v1.Session(graph=train.graph) as session:
+        session.run(train.init_op)
+        start = session.run(trainable)
+        for step in range(STEPS):
+            session.run(train.fetches, train.feed_fn(step))
+        ours = session.run(trainable)
+    import usernet
+
+    keras = usernet.build()
+    schedule = tf.keras.optimizers.schedules.CosineDecay(0.0, 8, alpha=0.1, warmup_target=0.05, warmup_steps=2)
+    keras.compile(tf.keras.optimizers.AdamW(schedule, weight_decay=0.1), "sparse_categorical_crossentropy")
+    for variable, value in zip(keras.trainable_weights, start, strict=True):
+        variable.assign(value)
+    for step in range(STEPS):
+        batch = usernet.batches(step, 4, 0, 1)
+        keras.train_on_batch(batch["features"].astype(np.float32), batch["labels"])
+    for mine, their in zip(ours, keras.trainable_weights, strict=True):
+        np.testing.assert_allclose(mine, their.numpy(), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize(("train_text", "expected"), [
+    ("optimizer = 'adam'\n", ("adam", "constant", False)),  # pardnn's fused Adam, as before
+    ("optimizer = 'momentum'\nschedule = 'step'\ndecay_steps = 100\ndecay_rate = 0.2\n",
+     ("momentum", "ExponentialDecay", True)),
+    ("optimizer = 'adam'\nweight_decay = 0.01\n", ("adam", "constant", True)),  # Keras' AdamW
+    ("optimizer = 'rmsprop'\nschedule = 'polynomial'\n", ("rmsprop", "PolynomialDecay", True)),
+])
+def test_the_job_files_names_make_the_optimizer_they_say(tmp_path, train_text, expected):
+    from jobs.recipe import recipe
+
+    made = recipe(load_job(write(tmp_path, JOB + train_text, None)))
+    assert (made.optimizer, made.schedule, made.keras is not None) == expected
+    if made.keras is not None:
+        with tf.Graph().as_default():
+            optimizer = made.make_optimizer()
+        assert type(optimizer).__name__ == {"momentum": "SGD", "adam": "AdamW", "rmsprop": "RMSprop"}[expected[0]]
+
+
+def test_warmup_without_cosine_fails_in_one_line(tmp_path):
+    one_line_error(write(tmp_path, JOB + "schedule = 'exponential'\nwarmup_steps = 10\n", KERAS),
+                   "train.warmup_steps = 10 with train.schedule = 'exponential': expected schedule = 'cosine'")
+
+
+def test_an_optimizer_with_its_own_update_fails_in_one_line(tmp_path):
+    one_line_error(write(tmp_path, HEADS + "[model.args]\noptimizer = 'OwnUpdate()'\n", MODELS),
+                   "model.entry = 'usernet:heads': the model is compiled with usernet.OwnUpdate, whose own "
+                   "update_step pardnn does not run as Keras would", "or set [train] optimizer in the job file")
