@@ -76,11 +76,6 @@ def _build(state: RunState, runner: SharedByVariants, micro: int) -> tuple[Any, 
     return trained, hook, broadcast
 
 
-def _count_samples(state: RunState, trained: Any) -> None:
-    state.samples_per_step = int(trained.samples_per_step)
-    state.tokens_per_step = None if trained.tokens_per_step is None else int(trained.tokens_per_step)
-
-
 def _costed(state: RunState, runner: SharedByVariants, devices: Any, guard: StopGuard,
             micro: int | None = None) -> Costed:
     """Build and cost the graph, or take the comparison's (built again when a run order is in it);
@@ -95,7 +90,7 @@ def _costed(state: RunState, runner: SharedByVariants, devices: Any, guard: Stop
         return costed
     with collector.phase("build"):  # the hook's devices are set by apply
         trained, hook, broadcast = _build(state, runner, settings.micro_batches if micro is None else micro)
-    _count_samples(state, trained)  # known before placing, so a step that does not fit reports them
+    state.count(trained)  # known before placing, so a step that does not fit reports them
     guard.check()
     if costed is not None:
         costed = dataclasses.replace(costed, trained=trained, hook=hook, broadcast=broadcast, ordered=False)
@@ -278,7 +273,7 @@ def _placed_anew(state: RunState, runner: SharedByVariants, devices: Any, guard:
     topology = state.topology
     costed, (result, judged, step) = _costed_and_placed(state, runner, devices, guard, warm_up)
     trained, cost, machine = costed.trained, costed.cost, costed.machine
-    _count_samples(state, trained)  # the chosen M's (the same for every M: the node's batch)
+    state.count(trained)  # the chosen M's (the same for every M: the node's batch)
     # The placement file's bytes, as pardnn.io.write_placement writes them: the run order, if any, is in
     # them, so the nodes' digests agree on it too.
     text = format_placement(cost, result.placement, order=result.order)
@@ -322,7 +317,7 @@ def _resumed(state: RunState, runner: SharedByVariants, saved: tuple[Path, dict[
     micro = int(meta.get("micro_batches") or 1)
     with state.collector.phase("build"):
         trained, hook, broadcast = _build(state, runner, micro)
-    _count_samples(state, trained)
+    state.count(trained)
     placement, order = parse_placement_text(text)
     def check() -> None:
         change = graph_change(path, meta, trained.graph, trained.variables, placement)

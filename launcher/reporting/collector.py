@@ -197,15 +197,17 @@ class Collector:
         self.host_window = stats
         self.event("host_window", **stats)
 
-    def iteration(self, index: int, seconds: float, loss: float | None = None) -> bool:
-        """Record iteration ``index``: its wall seconds and loss; samples memory; flushes periodically
-        (and at the end of the measured window): returns whether it flushed."""
+    def iteration(self, index: int, seconds: float, loss: float | None = None, learning_rate: float | None = None) -> bool:
+        """Record iteration ``index``: its wall seconds, loss and (a Keras optimizer's) learning rate;
+        samples memory; flushes periodically (and at the end of the measured window): returns whether
+        it flushed."""
         self._sample_memory()
         self.step_seconds.append(seconds)
         if loss is not None:
             self.losses.append(float(loss))
+        rate = {} if learning_rate is None else {"learning_rate": float(learning_rate)}
         self.event("iteration", index=index, seconds=seconds, loss=None if loss is None else float(loss),
-                   rss_bytes=process_rss_bytes())
+                   rss_bytes=process_rss_bytes(), **rate)
         window_closed = self._window is not None and index + 1 == self._window[1]
         if window_closed:
             self._close_window()

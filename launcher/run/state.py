@@ -66,6 +66,7 @@ class RunState:
     plan: dict[str, Any] | None = None  # --replica-devices auto: every plan tried (launcher.placing.planning)
     samples_per_step: int = 0
     tokens_per_step: int | None = None
+    recipe: dict[str, Any] | None = None  # what the step trains with (jobs.recipe): optimizer, schedule, ...
     training: bool = False
     heartbeat: Heartbeat | None = None
     watchdog: Watchdog | None = None
@@ -88,6 +89,14 @@ class RunState:
                 return False
             self.reported = True
             return True
+
+    def count(self, trained: Any) -> None:
+        """Take a built step's samples, tokens and recipe (what the summary names it trains with)."""
+        self.samples_per_step = int(trained.samples_per_step)
+        self.tokens_per_step = None if trained.tokens_per_step is None else int(trained.tokens_per_step)
+        made = getattr(trained, "recipe", None)
+        if made is not None and hasattr(made, "describe"):
+            self.recipe = {"optimizer": made.optimizer, "schedule": made.schedule, "describe": made.describe()}
 
     # ------------------------------------------------------------------ figures and summaries
     def variant_info(self) -> dict[str, Any]:
@@ -132,6 +141,7 @@ class RunState:
                                    **self.variant_info(), "allreduce": self.allreduce, "slurm": slurm_context(),
                                    **({} if self.micro_batches is None else {"micro_batches": self.micro_batches}),
                                    **({} if self.plan is None else {"plan": self.plan}),
+                                   **({} if self.recipe is None else {"training": self.recipe}),
                                    **extra})
         write_json(self.directory / SUMMARY_FILE, summary)
         self.summary_written = True

@@ -31,6 +31,9 @@ def train(state: Any, trained: Any, broadcast: Any, devices: Any, guard: StopGua
     settings, topology, collector = state.settings, state.topology, state.collector
     config = ptf.session_config(devices.count, devices.kind)
     step = {"step": trained.fetches, "loss": trained.loss}
+    rate = getattr(trained, "learning_rate", None)
+    if rate is not None:  # a Keras optimizer's rate at the step (its schedule's)
+        step["learning_rate"] = rate
     compared = agreed_variables(trained.graph, trained.variables)
     start = 0 if resume is None else resume[0]
     traced = traced_iteration(settings.window, settings.iterations)
@@ -72,7 +75,7 @@ def train(state: Any, trained: Any, broadcast: Any, devices: Any, guard: StopGua
                     seconds = time.perf_counter() - started
                     if metadata is not None:
                         write_measured(state.directory / TIMELINE_FILE.format(rank=topology.rank), metadata)
-                    if collector.iteration(index, seconds, float(out["loss"])):
+                    if collector.iteration(index, seconds, float(out["loss"]), out.get("learning_rate")):
                         state.write_figures("running")
                     bar.update(1)
                 checkpointer.boundary(settings.iterations, start, fetch, final=True)

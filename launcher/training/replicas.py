@@ -73,8 +73,7 @@ def run_data(state: RunState, runner: SharedByVariants, guard: StopGuard) -> dic
         blocks = raise_everywhere(topology, "recomputing", lambda: check_blocks(state.job, trained.graph))
         logger.info("%s: %d blocks recomputed in the backward pass (%s)", variant.label, blocks,
                     check_wrappable(state.job))
-    state.samples_per_step = int(trained.samples_per_step)
-    state.tokens_per_step = None if trained.tokens_per_step is None else int(trained.tokens_per_step)
+    state.count(trained)
     guard.check()
     with collector.phase(settings.costs):
         cost = cost_graph(trained, settings.costs, device_preset=settings.device_preset,

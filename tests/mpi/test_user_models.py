@@ -65,7 +65,7 @@ ISSUE_JOBS = {
                    "trains with loss 'sparse_categorical_crossentropy' (job file); optimizer adam (default)"),
     "two_outputs": ("heads", "two", "loss = { cls = 'sparse_categorical_crossentropy', reg = 'mse' }\n",
                     "reg: 'mse'} (job file); optimizer adam (default)"),
-    "compiled": ("compiled", "two", "", "loss_weights {cls: 1, reg: 0.5} (model.compile); optimizer adam "
+    "compiled": ("compiled", "two", "", "loss_weights {cls: 1, reg: 0.5} (model.compile); optimizer Adam "
                                         "(model.compile); learning_rate 0.01 (model.compile)"),
 }
 
