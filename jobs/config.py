@@ -91,6 +91,7 @@ class Job:
     decay_steps: int | None = TRAIN["decay_steps"].default
     decay_rate: float = TRAIN["decay_rate"].default
     min_learning_rate: float = TRAIN["min_learning_rate"].default
+    precision: str = TRAIN["precision"].default
     grad_clip: float = TRAIN["grad_clip"].default
     micro_batches: int | str = TRAIN["micro_batches"].default  # or "auto" (pardnn-launch, max-batch)
     loss: str | dict[str, str] = TRAIN["loss"].default

@@ -51,11 +51,12 @@ def _schedule(job: Job) -> Any:
     return schedules.InverseTimeDecay(rate, steps, job.decay_rate)
 
 
-def from_job(job: Job) -> Callable[[], Any] | None:
+def from_job(job: Job, keras: bool = False) -> Callable[[], Any] | None:
     """A maker of the Keras optimizer the job file names, or ``None`` for pardnn's fused Adam or momentum
-    (``train.optimizer`` adam or momentum on a constant rate without weight decay)."""
+    (``train.optimizer`` adam or momentum on a constant rate without weight decay, unless ``keras``:
+    loss scaling gates a Keras update, not a fused one)."""
     name = job.optimizer
-    if name in ("adam", "momentum") and job.schedule == "constant" and not job.weight_decay:
+    if name in ("adam", "momentum") and job.schedule == "constant" and not job.weight_decay and not keras:
         return None
     if job.warmup_steps and job.schedule != "cosine":
         raise JobError(f"{job.source}: train.warmup_steps = {job.warmup_steps} with train.schedule = "
@@ -75,9 +76,12 @@ def from_job(job: Job) -> Callable[[], Any] | None:
     return make
 
 
-def check_compiled(job: Job, optimizer: Any, rate: float | None) -> Callable[[], Any]:
+def check_compiled(job: Job, optimizer: Any, rate: float | None, gated: bool = False) -> Callable[[], Any]:
     """A maker of a fresh copy of a model's compiled Keras optimizer (``rate``: the job file's constant
-    rate in place of its own); a JobError for one that is not Keras' update."""
+    rate in place of its own; a ``LossScaleOptimizer``'s inner one); a JobError for one that is not
+    Keras' update. ``gated`` (dynamic loss scaling): a legacy optimizer becomes the new class of its
+    name, whose update is assignments that a skipped step can gate (the legacy ones are fused kernels)."""
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)
     cls = type(optimizer)
     if not cls.__module__.startswith(_KERAS):
         keras = next((c for c in cls.__mro__ if c.__module__.startswith(_KERAS)), None)
@@ -90,6 +94,13 @@ def check_compiled(job: Job, optimizer: Any, rate: float | None) -> Callable[[],
     config = config_of(optimizer)
     if rate is not None:
         config["learning_rate"] = rate
+    if gated and isinstance(getattr(optimizer, "_hyper", None), dict):
+        if config.pop("decay", 0.0):
+            raise JobError(f"{job.source}: model.entry = {job.entry!r}: the model is compiled with "
+                           f"{cls.__name__}(decay={optimizer.decay:g}) under dynamic loss scaling, which gates Keras' "
+                           "new optimizers only; give the decay as a schedule (tf.keras.optimizers.schedules."
+                           "InverseTimeDecay)")
+        cls = getattr(tf.keras.optimizers, cls.__name__)
 
     def make() -> Any:
         return cls.from_config(dict(config))

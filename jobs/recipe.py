@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from jobs.config import Job, JobError
 from jobs.optimizers import check_compiled, config_of, from_job, schedule_name
+from jobs.precision import LossScale
 from jobs.schema import DEFAULT, JOB_FILE
 
 v1 = tf.compat.v1
@@ -50,6 +51,8 @@ class Recipe:
     sources: dict[str, str] = field(default_factory=dict)
     ignored: tuple[str, ...] = ()
     keras: Callable[[], Any] | None = None
+    precision: str = "float32"
+    loss_scale: LossScale | None = None
 
     @property
     def schedule(self) -> str:
@@ -64,6 +67,10 @@ class Recipe:
             parts.append(f"loss {_show(self.loss)} ({src['loss']})")
             if self.loss_weights is not None:
                 parts.append(f"loss_weights {_show(self.loss_weights)} ({src['loss_weights']})")
+        if self.precision != "float32":
+            parts.append(f"precision {self.precision} ({src['precision']})")
+        if self.loss_scale is not None:
+            parts.append(self.loss_scale.describe())
         parts.append(f"optimizer {self.optimizer} ({src['optimizer']})")
         if self.keras is not None:
             rate = self.options.get("learning_rate")
@@ -115,21 +122,33 @@ def recipe(job: Job, model: Any = None) -> Recipe:
     ignored = tuple(f"{owner}.{name}" for name in ("train_step", "compute_loss")
                     if (owner := _custom(model, name)) is not None)
     clip = float(pick("grad_clip", None))
+    model_policy = getattr(getattr(model, "dtype_policy", None), "name", None)
+    precision = pick("precision", None if model_policy is None or job.precision != "auto" else model_policy)
+    precision = "float32" if precision == "auto" else precision
+    if sources["precision"] == COMPILED:
+        sources["precision"] = "the model's dtype policy"
+    scale = LossScale.of(keras_optimizer)
+    if scale is None and precision == "mixed_float16":
+        scale = LossScale()  # never float16 without loss scaling
+    gated = scale is not None and scale.dynamic
     if keras_optimizer is not None:
         own_rate = "train.learning_rate" in job.given
-        make = check_compiled(job, keras_optimizer, job.learning_rate if own_rate else None)
+        make = check_compiled(job, keras_optimizer, job.learning_rate if own_rate else None, gated)
         sources.update(optimizer=COMPILED, learning_rate=JOB_FILE if own_rate else COMPILED)
-        return _keras_recipe(type(keras_optimizer).__name__, make, clip, loss, weights, sources, ignored)
+        name = type(getattr(keras_optimizer, "inner_optimizer", keras_optimizer)).__name__
+        return _keras_recipe(name, make, clip, loss, weights, sources, ignored, precision, scale)
     kind = pick("optimizer", None)
     rate, momentum = pick("learning_rate", None), pick("momentum", None)
-    make = from_job(job)
+    make = from_job(job, keras=gated)
     if make is not None:
-        return _keras_recipe(kind, make, clip, loss, weights, sources, ignored)
-    return Recipe(kind, float(rate), float(momentum), clip, {}, loss, weights, sources, ignored)
+        return _keras_recipe(kind, make, clip, loss, weights, sources, ignored, precision, scale)
+    return Recipe(kind, float(rate), float(momentum), clip, {}, loss, weights, sources, ignored,
+                  precision=precision, loss_scale=scale)
 
 
 def _keras_recipe(name: str, make: Callable[[], Any], clip: float, loss: Any, weights: Any,
-                  sources: dict[str, str], ignored: tuple[str, ...]) -> Recipe:
+                  sources: dict[str, str], ignored: tuple[str, ...], precision: str,
+                  scale: LossScale | None) -> Recipe:
     """A recipe of a Keras optimizer: its settings (as its ``get_config`` says, the rate or schedule
     as given) for the log, read from one made outside any graph."""
     with tf.Graph().as_default():
@@ -138,7 +157,7 @@ def _keras_recipe(name: str, make: Callable[[], Any], clip: float, loss: Any, we
                   and not (key in _OFF and value == _OFF[key])}
     rate = config["learning_rate"]
     return Recipe(name, float(rate) if isinstance(rate, (int, float)) else float("nan"), 0.0, clip, config, loss,
-                  weights, sources, ignored, keras=make)
+                  weights, sources, ignored, keras=make, precision=precision, loss_scale=scale)
 
 
 # Settings of a Keras optimizer's config the log leaves out: names and internals, and off switches.

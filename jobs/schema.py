@@ -159,6 +159,9 @@ TRAIN: dict[str, Param] = {
     "decay_rate": _float(0.1, 0.0, low_open=True, help="step, exponential, inverse_time: the factor per "
                                                        "decay_steps"),
     "min_learning_rate": _float(0.0, 0.0, help="cosine: the floor; polynomial: the end rate"),
+    "precision": _choice("auto", "auto", "float32", "mixed_float16", "mixed_bfloat16",
+                         help="Keras' dtype policy the model is made under (auto: the model's own); float16 "
+                              "trains with dynamic loss scaling"),
     "grad_clip": _float(0.0, 0.0, help="clip gradients by their global norm; 0 = off"),
     "seed": _int(0, 0, help="graph-level random seed: weights, dropout and synthetic data"),
     "loss": PerOutput("str", "sparse_categorical_crossentropy", choices=KERAS_LOSSES,

@@ -21,6 +21,7 @@ plain tensors (Horovod's ``sparse_as_dense``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -38,6 +39,7 @@ from jobs.data import batches
 from jobs.microbatch import mean_gradients, micro_size, split_feed, zoo_copies
 from jobs.models import model_module
 from jobs.optimizers import keras_update, order_initializers
+from jobs.precision import Scaling
 from jobs.recipe import Recipe, recipe
 from jobs.usermodel import build_net, entry_points, feeder
 from pardnn.costs.graph import CostGraph
@@ -61,7 +63,9 @@ class TrainGraph:
     optimizer slots) for broadcasting; ``parameters`` counts the trainable weights; ``recipe`` is what
     the step trains with and where each setting came from; ``gradients``: the names of the ops whose
     outputs are the gradients the update reads (before a hook or clipping); ``learning_rate``: the rate
-    a Keras optimizer's update applies (a schedule's value at the step; ``None``: a constant rate).
+    a Keras optimizer's update applies (a schedule's value at the step; ``None``: a constant rate);
+    ``loss_scale`` and ``finite``: with loss scaling (:mod:`jobs.precision`), the scale the step used
+    and whether it applied its update (every averaged gradient finite), else ``None``.
     """
 
     graph: tf.Graph
@@ -81,6 +85,8 @@ class TrainGraph:
     recipe: Recipe
     gradients: tuple[str, ...] = ()
     learning_rate: tf.Tensor | None = None
+    loss_scale: tf.Tensor | None = None
+    finite: tf.Tensor | None = None
 
 
 def _gating(variables: list[tf.Variable]) -> int:
@@ -169,15 +175,22 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
             net, made = model_module(job.model).build(dict(job.model_params), batch), recipe(job)
         logger.info("%s trains with %s%s", job.name, made.describe(),
                     f"; {micro} micro-batches of {size}" if micro > 1 else "")
+        if made.precision != "float32" and (user is None or user.model is None):
+            raise JobError(f"{job.source}: train.precision = {made.precision!r}: the zoo model {job.model!r} "
+                           "computes in float32 only; mixed precision is for a Keras [model] entry")
         optimizer = made.make_optimizer()
         trainable = v1.trainable_variables()
+        scaling = Scaling(made.loss_scale) if made.loss_scale is not None else None
+        scaled = scaling.scale_loss if scaling is not None else (lambda loss: loss)
         if net.micro_losses:
-            grads_and_vars = mean_gradients(net.micro_losses, trainable, _dense_gradients)
+            grads_and_vars = mean_gradients([scaled(loss) for loss in net.micro_losses], trainable, _dense_gradients)
         elif made.keras is not None:  # ungated, as _gating's GATE_NONE
-            grads_and_vars = _dense_gradients(list(zip(tf.gradients(net.loss, trainable), trainable)))
+            grads_and_vars = _dense_gradients(list(zip(tf.gradients(scaled(net.loss), trainable), trainable)))
         else:
-            grads_and_vars = _dense_gradients(optimizer.compute_gradients(net.loss, var_list=trainable,
+            grads_and_vars = _dense_gradients(optimizer.compute_gradients(scaled(net.loss), var_list=trainable,
                                                                           gate_gradients=_gating(trainable)))
+        if scaling is not None:
+            grads_and_vars = scaling.unscale(grads_and_vars)
         gradients = tuple(grad.op.name for grad, _ in grads_and_vars if grad is not None)
         unused = [var.name for grad, var in grads_and_vars if grad is None]
         if unused and job.entry is not None:
@@ -188,16 +201,19 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
             raise AssertionError(f"model {job.model}: variables without a gradient: {unused[:5]}")
         if gradient_hook is not None:
             grads_and_vars = list(gradient_hook(grads_and_vars))
+        scale_update = scaling.check(grads_and_vars) if scaling is not None else None  # on the averaged gradients
         if made.grad_clip > 0:
             with v1.name_scope("clip_gradients"):
                 clipped, _ = tf.clip_by_global_norm([grad for grad, _ in grads_and_vars], made.grad_clip)
                 grads_and_vars = list(zip(clipped, (var for _, var in grads_and_vars)))
         rate = None
         if made.keras is not None:
-            apply, rate = keras_update(optimizer, grads_and_vars)
+            with scaling.gated([optimizer.iterations]) if scaling is not None else contextlib.nullcontext():
+                apply, rate = keras_update(optimizer, grads_and_vars)
         else:
             apply = optimizer.apply_gradients(grads_and_vars, name="apply_gradients")
-        train_op = tf.group(apply, *net.update_ops, name="train_step")
+        extras = [] if scale_update is None else [scale_update]
+        train_op = tf.group(apply, *net.update_ops, *extras, name="train_step")
         if made.keras is not None:
             order_initializers(v1.global_variables())
         init_op = v1.global_variables_initializer()
@@ -216,7 +232,8 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
     parameters = sum(math.prod(var.shape.as_list()) for var in trainable)
     return TrainGraph(graph, net.loss, train_op, init_op, variables, feed_fn, batch, net.tokens_per_step,
                       [train_op, net.loss], inputs, job, batch, parameters, time.perf_counter() - started, made,
-                      gradients, rate)
+                      gradients, rate, None if scaling is None else scaling.scale,
+                      None if scaling is None else scaling.finite)
 
 
 def export_graph(job: Job | str | Path, path: str | Path, *, costs: str = "estimate", preset: str | None = None,

@@ -32,6 +32,7 @@ from jobs.config import Job, JobError
 from jobs.entrypoints import DATA_EXPECTED, MODEL_EXPECTED, call, model_error, resolve, takes
 from jobs.kerasnet import keras_net
 from jobs.models.layers import Net
+from jobs.precision import policy
 from jobs.recipe import Recipe, recipe
 from jobs.userbatch import Batch, Layout, as_dict, check_batch
 from pardnn.tfstack import keras3_model
@@ -89,7 +90,7 @@ def build_net(job: Job, entries: Entries, batch: int, graph: tf.Graph, micro: in
     kwargs = dict(job.model_params)
     if takes(entries.model, "batch_size"):
         kwargs["batch_size"] = batch
-    with _quiet():
+    with _quiet(), policy(job.precision):
         result = call(job, "model.entry", job.entry, entries.model, (), kwargs, MODEL_EXPECTED)
         keras3 = keras3_model(result)
         if keras3 is not None:

@@ -18,6 +18,7 @@ CPUs the K logical devices share one process, so every device reports the proces
 
 from __future__ import annotations
 
+import math
 import resource
 import threading
 import time
@@ -116,6 +117,7 @@ class Collector:
         self.step_seconds: list[float] = []
         self.first_iteration = 0  # a resumed run's first iteration: step_seconds[0] is its time
         self.losses: list[float] = []
+        self.loss_scaling: dict[str, Any] = {}  # with loss scaling: the last scale, the steps skipped
         self._probe: MemoryProbe | None = None
         self._memory_source = "process-rss"
         self.device_peak_bytes: dict[str, int] = {}
@@ -197,17 +199,22 @@ class Collector:
         self.host_window = stats
         self.event("host_window", **stats)
 
-    def iteration(self, index: int, seconds: float, loss: float | None = None, learning_rate: float | None = None) -> bool:
-        """Record iteration ``index``: its wall seconds, loss and (a Keras optimizer's) learning rate;
-        samples memory; flushes periodically (and at the end of the measured window): returns whether
-        it flushed."""
+    def iteration(self, index: int, seconds: float, loss: float | None = None, learning_rate: float | None = None,
+                  loss_scale: float | None = None, skipped: bool | None = None) -> bool:
+        """Record iteration ``index``: its wall seconds, loss, (a Keras optimizer's) learning rate and
+        (with loss scaling) the scale it used and whether it skipped its update; samples memory;
+        flushes periodically (and at the end of the measured window): returns whether it flushed."""
         self._sample_memory()
         self.step_seconds.append(seconds)
+        loss = None if loss is None or not math.isfinite(loss) else float(loss)  # JSON null: a float16 overflow
         if loss is not None:
-            self.losses.append(float(loss))
-        rate = {} if learning_rate is None else {"learning_rate": float(learning_rate)}
-        self.event("iteration", index=index, seconds=seconds, loss=None if loss is None else float(loss),
-                   rss_bytes=process_rss_bytes(), **rate)
+            self.losses.append(loss)
+        extra: dict[str, Any] = {} if learning_rate is None else {"learning_rate": float(learning_rate)}
+        if loss_scale is not None:
+            extra.update(loss_scale=loss_scale, skipped=bool(skipped))
+            self.loss_scaling = {"last_scale": loss_scale,
+                                 "skipped_steps": self.loss_scaling.get("skipped_steps", 0) + bool(skipped)}
+        self.event("iteration", index=index, seconds=seconds, loss=loss, rss_bytes=process_rss_bytes(), **extra)
         window_closed = self._window is not None and index + 1 == self._window[1]
         if window_closed:
             self._close_window()
@@ -239,6 +246,7 @@ class Collector:
             "memory": self.memory(),
             "host": self.host_window,
             "final_loss": self.losses[-1] if self.losses else None,
+            **({"loss_scaling": dict(self.loss_scaling)} if self.loss_scaling else {}),
         }
 
     def flush(self, status: str, message: str | None = None) -> None:

@@ -31,9 +31,9 @@ def train(state: Any, trained: Any, broadcast: Any, devices: Any, guard: StopGua
     settings, topology, collector = state.settings, state.topology, state.collector
     config = ptf.session_config(devices.count, devices.kind)
     step = {"step": trained.fetches, "loss": trained.loss}
-    rate = getattr(trained, "learning_rate", None)
-    if rate is not None:  # a Keras optimizer's rate at the step (its schedule's)
-        step["learning_rate"] = rate
+    for name in ("learning_rate", "loss_scale", "finite"):  # a Keras optimizer's rate; loss scaling's state
+        if getattr(trained, name, None) is not None:
+            step[name] = getattr(trained, name)
     compared = agreed_variables(trained.graph, trained.variables)
     start = 0 if resume is None else resume[0]
     traced = traced_iteration(settings.window, settings.iterations)
@@ -75,7 +75,9 @@ def train(state: Any, trained: Any, broadcast: Any, devices: Any, guard: StopGua
                     seconds = time.perf_counter() - started
                     if metadata is not None:
                         write_measured(state.directory / TIMELINE_FILE.format(rank=topology.rank), metadata)
-                    if collector.iteration(index, seconds, float(out["loss"]), out.get("learning_rate")):
+                    scaled = {} if "finite" not in out else {"loss_scale": float(out["loss_scale"]),
+                                                             "skipped": not bool(out["finite"])}
+                    if collector.iteration(index, seconds, float(out["loss"]), out.get("learning_rate"), **scaled):
                         state.write_figures("running")
                     bar.update(1)
                 checkpointer.boundary(settings.iterations, start, fetch, final=True)

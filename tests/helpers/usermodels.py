@@ -119,6 +119,24 @@ def batches(iteration, batch_size, rank, ranks):
     rng = np.random.default_rng([iteration, rank, ranks])
     return rng.normal(size=(batch_size, 5)), rng.integers(0, 3, batch_size)
 
+def mixed(optimizer="tf.keras.optimizers.legacy.Adam(0.01)", policy="mixed_float16", run_eagerly=False):
+    # float16 layers, a float32 softmax (as Keras' guide has it); compiled: Keras wraps it for loss scaling
+    tf.keras.mixed_precision.set_global_policy(policy)
+    x = tf.keras.Input((5,), name="features")
+    h = tf.keras.layers.Dense(8, activation="relu")(x)
+    h = tf.keras.layers.Dense(3)(h)
+    model = tf.keras.Model(x, tf.keras.layers.Activation("softmax", dtype="float32")(h))
+    if optimizer is not None:
+        model.compile(eval(optimizer), "sparse_categorical_crossentropy", run_eagerly=run_eagerly and tf.executing_eagerly())
+    return model
+
+def overflowing(iteration, batch_size, rank, ranks):
+    # rank 1's (or the only rank's) batch of iteration 2 overflows float16
+    x, y = batches(iteration, batch_size, rank, ranks)
+    if iteration in (2, 5) and rank == ranks - 1:
+        x = x * 1e6
+    return x.astype(np.float32), y
+
 class Warmup(tf.keras.optimizers.schedules.LearningRateSchedule):
     # a user's own schedule: linear warmup to 0.05 over 3 steps, then 1/sqrt decay (no get_config)
 

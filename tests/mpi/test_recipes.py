@@ -112,3 +112,25 @@ def test_two_nodes_train_adamw_on_a_cosine_schedule_as_keras_at_the_same_global_
     assert proc.returncode == 0, output(proc)
     [run_dir] = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     _check(run_dir, _keras(tmp_path, 2))
+
+
+def test_a_float16_overflow_on_one_node_is_skipped_on_both_and_the_scale_halved(tmp_path):
+    """Batches 2 and 5 overflow float16: node r reads batch 2i + r at iteration i, so node 0's overflows
+    at iteration 1 and node 1's at iteration 2; the averaged gradients are not finite on either node,
+    so both skip those two updates, halve the scale each time, and stay identical."""
+    (tmp_path / "usernet.py").write_text(MODELS)
+    job = tmp_path / "job.toml"
+    job.write_text("[model]\nentry = 'usernet:mixed'\n[data]\nentry = 'usernet:overflowing'\n[train]\n"
+                   "batch_size = 4\n[run]\niterations = 7\nwindow = [1, 7]\n")
+    proc, _ = mpirun_launch([*LAUNCH, str(job), "--devices-per-node", "2", "--out", str(tmp_path / "runs"),
+                             "--no-progress"], timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, output(proc)
+    assert "precision mixed_float16 (the model's dtype policy); dynamic loss scaling" in proc.stderr
+    [run_dir] = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    for rank in (0, 1):
+        steps = [r for r in read_records(run_dir / f"rank-{rank}.jsonl") if r["event"] == "iteration"]
+        assert [r["skipped"] for r in steps] == [False, True, True, False, False, False, False]
+        assert [r["loss_scale"] for r in steps] == [32768.0, 32768.0, 16384.0] + [8192.0] * 4
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["consistency"]["variables_sha256_equal"] is True
+    assert [n["loss_scaling"] for n in summary["per_node"]] == [{"last_scale": 8192.0, "skipped_steps": 2}] * 2
