@@ -20,11 +20,11 @@ from pardnn.tfstack import prepare as _prepare
 
 _prepare()  # before anything imports TensorFlow (pardnn.tfstack)
 
-from jobs.config import JOBS_DIR, Job, JobError, job_from_dict, load_job, preset_names
+from jobs.config import JOBS_DIR, Job, JobError, job_from_dict, load_job, preset_names, with_setting
 from jobs.costing import cost_graph
 
 __all__ = ["JOBS_DIR", "Job", "JobError", "TrainGraph", "build", "cost_graph", "export_graph", "job_from_dict",
-           "load_job", "preset_names"]
+           "load_job", "preset_names", "with_setting"]
 
 _NEEDS_TF = ("TrainGraph", "build", "export_graph")
 

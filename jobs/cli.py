@@ -15,7 +15,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from jobs.schema import micro_batches_arg, micro_batches_number, positive_int
+from jobs.config import with_setting
+from jobs.schema import PRECISIONS, micro_batches_arg, micro_batches_number, positive_int
 from jobs.tfimport import quiet
 from pardnn.cli.options import EXIT_OK, add_parser, param_type, us
 from pardnn.costs.machine import format_bytes
@@ -172,6 +173,19 @@ def cmd_max_batch(args: argparse.Namespace) -> int:
                "cache": args.cache or None, "limit": args.max_batch, "rebuild": args.rebuild, "on_probe": on_probe,
                "on_note": on_note}
     micro = job.micro_batches if args.micro_batches is None else args.micro_batches
+    preset = args.device_preset or job.device_preset
+    reserve = job.reserve if args.reserve is None else args.reserve
+    machine = job_machine(preset, 1, args.memory if args.memory is not None else job.memory, reserve)
+    title = (f"{job.name}: largest batch on {preset} devices of {format_bytes(int(machine.memory_bytes[0]))}, "
+             f"{reserve:.0%} reserve")
+    if args.precision not in (None, "auto", "float32") and not args.json:
+        # float32's answer first, to read the precision's beside it
+        print(format_rows(job_max_batch(with_setting(job, "precision", "float32"), args.devices,
+                                        micro_batches=1 if micro == "auto" else micro, **options),
+                          title + "; precision float32"))
+        title += f"; precision {args.precision}"
+    if args.precision is not None:
+        job = with_setting(job, "precision", args.precision)
     tried = None
     if micro == "auto":
         from jobs.maxbatch import job_max_batch_auto
@@ -179,11 +193,6 @@ def cmd_max_batch(args: argparse.Namespace) -> int:
         rows, tried = job_max_batch_auto(job, args.devices, **options)
     else:
         rows = job_max_batch(job, args.devices, micro_batches=micro, **options)
-    preset = args.device_preset or job.device_preset
-    reserve = job.reserve if args.reserve is None else args.reserve
-    machine = job_machine(preset, 1, args.memory if args.memory is not None else job.memory, reserve)
-    title = (f"{job.name}: largest batch on {preset} devices of {format_bytes(int(machine.memory_bytes[0]))}, "
-             f"{reserve:.0%} reserve")
     if args.json:
         from jobs.maxbatch import describe_machine
 
@@ -237,6 +246,10 @@ def register_max_batch(sub: Any) -> None:
                            help="split each batch into M micro-batches (the job's [train] micro_batches by default): "
                                 "only multiples of M are probed, each the M-copy graph; 'auto' answers for M = "
                                 "1, 2, 4, 8, 16 and keeps per K the M with the largest batch, with the table of M")
+    max_batch.add_argument("--precision", choices=PRECISIONS, default=None,
+                           help="the Keras dtype policy to build the model under (a Keras [model] entry; default the "
+                                "job's train.precision); mixed_float16 or mixed_bfloat16 also prints float32's "
+                                "table first, to compare (float16 activations take half the bytes)")
     max_batch.add_argument("--json", action="store_true", help="print JSON")
     max_batch.add_argument("--csv", help="also write the table as CSV to this file")
     max_batch.add_argument("--plot", help="also plot max batch against K (PNG) to this file")

@@ -17,6 +17,8 @@ This module does not import TensorFlow.
 
 from __future__ import annotations
 
+import dataclasses
+
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -135,6 +137,11 @@ class Job:
         loss = f", loss {self.loss}" if self.entry else ""
         return (f"{self.name}: {self.model}({params}); batch {self.batch_size}, {self.optimizer} "
                 f"lr {self.learning_rate:g}{loss}; data {self.data_entry or self.data.get('source')}")
+
+
+def with_setting(job: Job, key: str, value: Any) -> Job:
+    """``job`` with ``[train] key = value``, as if its file had said so (a command line's override)."""
+    return dataclasses.replace(job, **{key: value}, given=tuple(dict.fromkeys((*job.given, f"train.{key}"))))
 
 
 def preset_names() -> list[str]:

@@ -171,8 +171,17 @@ def call(job: Job, key: str, entry: str, function: Callable[..., Any], args: tup
     except JobError:
         raise
     except Exception as error:
-        raise JobError(f"{prefix}: {describe_call(function, args, kwargs)} raised {user_error(error, job)}") \
-            from error
+        raise JobError(f"{prefix}: {describe_call(function, args, kwargs)} raised {user_error(error, job)}"
+                       f"{_hint(error)}") from error
+
+
+def _hint(error: Exception) -> str:
+    """What to do about an error Keras raises in a model entry that pardnn knows the answer to."""
+    if "tf.keras.optimizers.legacy.Optimizer when a dype policy with a loss scale" in str(error):
+        return ("; under mixed_float16, Keras 2.15's compile in a graph takes only tf.keras.optimizers.legacy "
+                "optimizers: compile with tf.keras.optimizers.legacy.<Name>(...) (pardnn trains it with Keras' "
+                "<Name> update and dynamic loss scaling), or leave the optimizer to the job file's [train] optimizer")
+    return ""
 
 
 def takes(function: Callable[..., Any], name: str) -> bool:

@@ -21,9 +21,8 @@ import tensorflow as tf
 
 v1 = tf.compat.v1
 
-__all__ = ["PRECISIONS", "LossScale", "Scaling", "policy"]
+__all__ = ["LossScale", "Scaling", "policy"]
 
-PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 
 
 @dataclass(frozen=True)

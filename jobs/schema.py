@@ -30,6 +30,7 @@ from pardnn.settings import RUN as SHARED_RUN
 
 __all__ = [
     "AUTO",
+    "PRECISIONS",
     "COMMAND_LINE",
     "DATASETS",
     "DEFAULT",
@@ -130,6 +131,9 @@ class IntOrAuto(Param):
         return AUTO if text.strip().lower() == AUTO else super().parse(text)
 
 
+# Keras' dtype policies a model entry can be made under (train.precision; auto: the model's own).
+PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
+
 TOP: dict[str, Param] = {"name": Param("str", _DERIVED, help="job name (default: the file's stem)")}
 
 # The names tf.keras.losses.get accepts (Keras 2.15), aliases included: train.loss of a Keras model entry.
@@ -159,7 +163,7 @@ TRAIN: dict[str, Param] = {
     "decay_rate": _float(0.1, 0.0, low_open=True, help="step, exponential, inverse_time: the factor per "
                                                        "decay_steps"),
     "min_learning_rate": _float(0.0, 0.0, help="cosine: the floor; polynomial: the end rate"),
-    "precision": _choice("auto", "auto", "float32", "mixed_float16", "mixed_bfloat16",
+    "precision": _choice("auto", *PRECISIONS,
                          help="Keras' dtype policy the model is made under (auto: the model's own); float16 "
                               "trains with dynamic loss scaling"),
     "grad_clip": _float(0.0, 0.0, help="clip gradients by their global norm; 0 = off"),

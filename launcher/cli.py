@@ -28,7 +28,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from jobs.schema import PLACEMENT_TABLE, RUN_TABLE, TRAIN, micro_batches_arg
+from jobs.schema import PLACEMENT_TABLE, PRECISIONS, RUN_TABLE, TRAIN, micro_batches_arg
 from launcher.cluster import hosts
 from launcher.core import run
 from launcher.env import EMULATE_NODES, launch_rank
@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     _option(run_group, "window", type=_window, metavar="START:END")
     _option(run_group, "batch_size", "samples per step on one node", metavar="B")
     _option(run_group, "micro_batches", type=micro_batches_arg, metavar="M|auto")
+    run_group.add_argument("--precision", choices=PRECISIONS, default=None,
+                           help="the Keras dtype policy the model entry is made under; mixed_float16 trains with "
+                                "dynamic loss scaling (job file: [train] precision; default auto: the model's own)")
     run_group.add_argument("--out", help=f"output directory (default {LAUNCHER_DEFAULTS['out']})")
     run_group.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                            help="no progress bar")
@@ -194,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.start(launch_rank())
     args = parser.parse_args(argv)
     _configure_logging(args.verbose)
-    overrides = {name: getattr(args, name) for name in OVERRIDABLE}
+    overrides = {name: getattr(args, name) for name in (*OVERRIDABLE, "precision")}  # precision: a job override
     try:
         run(args.job, **overrides)
     except SystemExit:

@@ -77,6 +77,9 @@ def _read_settings(job: Any, overrides: dict[str, Any]) -> tuple[Any, Settings |
     """The job and its settings, the output folder checked; or the error (ranks agree on it next)."""
     try:
         job = load_job(job)
+        precision = overrides.pop("precision", None)
+        if precision is not None:  # a [train] key: the job file's, overridden
+            job = _zoo("with_setting")(job, "precision", precision)
         settings = resolve(job, overrides)
         check_output_folder(settings.out)
         if any(variant.recompute for variant in variants_of(settings)):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jobs import load_job
-from tests.helpers.usermodels import JOB, MODELS, one_line_error, write
+from tests.helpers.usermodels import JOB, KERAS, MODELS, one_line_error, write
 
 tf = pytest.importorskip("tensorflow")
 pytestmark = [pytest.mark.tf, pytest.mark.filterwarnings("ignore:non-integer arguments to randrange")]
@@ -86,3 +86,25 @@ def test_the_job_file_asks_for_mixed_float16_and_gets_loss_scaling(tmp_path, cap
         assert np.isfinite(loss) and used == scale
         scale = scale if applied else scale / 2
     assert out[-1][3]
+
+
+def test_max_batch_prints_float32_beside_the_precision_asked(tmp_path, capsys):
+    """pardnn max-batch --precision mixed_float16 on a Keras job: float32's table, then float16's, whose
+    one-device batch is larger (its float16 activations take 2 bytes)."""
+    from pardnn.cli import main
+
+    path = write(tmp_path, JOB.replace("batch_size = 4", "batch_size = 8") + "[model.args]\nwidth = 64\n", KERAS)
+    assert main(["max-batch", str(path), "--precision", "mixed_float16", "--devices", "1", "--memory", "1MiB",
+                 "--cache", "", "-q"]) == 0
+    out = capsys.readouterr().out
+    tables = out.split("; precision ")[1:]
+    assert [table.split("\n")[0] for table in tables] == ["float32", "mixed_float16"]
+    batches = [int(table.split("\n")[2].split()[1]) for table in tables]
+    assert batches[1] > batches[0] > 0
+
+
+def test_a_new_optimizer_compiled_under_mixed_float16_fails_in_one_line_saying_what_to_do(tmp_path):
+    text = MIXED.replace(":overflowing", ":batches") + "[model.args]\noptimizer = 'tf.keras.optimizers.Adam(0.01)'\n"
+    one_line_error(write(tmp_path, text, MODELS), "model.entry = 'usernet:mixed': ",
+                   "under mixed_float16, Keras 2.15's compile in a graph takes only tf.keras.optimizers.legacy "
+                   "optimizers: compile with tf.keras.optimizers.legacy.<Name>(...)")

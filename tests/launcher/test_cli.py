@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import build_parser
+from launcher.settings import OVERRIDABLE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,6 +87,16 @@ def test_parser_maps_options_to_settings():
         8, 160, "100:150", "32GiB", "estimate", False)
     assert args.stall_timeout == 20.0
     assert build_parser().parse_args(["job.toml"]).progress is None  # not given: the job file or default decides
+
+
+def test_precision_on_the_command_line_overrides_the_job_files(tmp_path):
+    from launcher.core import _read_settings
+
+    args = build_parser().parse_args(["trn-tiny", "--precision", "mixed_float16", "--out", str(tmp_path)])
+    overrides = {key: getattr(args, key) for key in (*OVERRIDABLE, "precision")}  # as main() passes them
+    job, settings, error = _read_settings(args.job, overrides)
+    assert error is None and settings is not None
+    assert (job.precision, "train.precision" in job.given) == ("mixed_float16", True)
 
 
 @pytest.mark.tf
