@@ -38,6 +38,7 @@ from jobs.costing import COSTS, cost_graph
 from jobs.data import batches
 from jobs.microbatch import mean_gradients, micro_size, split_feed, zoo_copies
 from jobs.models import model_module
+from jobs.models.layers import computing
 from jobs.optimizers import keras_update, order_initializers
 from jobs.precision import Scaling
 from jobs.recipe import Recipe, recipe
@@ -107,6 +108,17 @@ def _gating(variables: list[tf.Variable]) -> int:
     return v1.train.Optimizer.GATE_OP
 
 
+def _zoo_precision(job: Job, module: Any) -> Any:
+    """The zoo model's layers computing in the job's precision (:func:`jobs.models.layers.computing`)."""
+    if job.precision in ("auto", "float32"):
+        return contextlib.nullcontext()
+    if job.precision not in getattr(module, "PRECISIONS", ("float32",)):
+        raise JobError(f"{job.source}: train.precision = {job.precision!r}: the zoo model {job.model!r} computes "
+                       "in float32 only (the transformer computes in any); mixed precision is also for a Keras "
+                       "[model] entry")
+    return computing({"mixed_float16": tf.float16, "mixed_bfloat16": tf.bfloat16}[job.precision])
+
+
 def _dense_gradients(grads_and_vars: GradsAndVars) -> GradsAndVars:
     out: GradsAndVars = []
     with v1.name_scope("dense_gradients"):
@@ -169,15 +181,16 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
                 raise JobError(f"{job.source}: micro_batches {micro} with a [data] entry for the zoo model "
                                f"{job.model!r} is not built yet; use micro_batches = 1 or the zoo's data")
             module = model_module(job.model)
-            net = zoo_copies(lambda size: module.build(dict(job.model_params), size), micro, size)
+            with _zoo_precision(job, module):
+                net = zoo_copies(lambda size: module.build(dict(job.model_params), size), micro, size)
             made = recipe(job)
         else:
-            net, made = model_module(job.model).build(dict(job.model_params), batch), recipe(job)
+            module = model_module(job.model)
+            with _zoo_precision(job, module):
+                net = module.build(dict(job.model_params), batch)
+            made = recipe(job)
         logger.info("%s trains with %s%s", job.name, made.describe(),
                     f"; {micro} micro-batches of {size}" if micro > 1 else "")
-        if made.precision != "float32" and (user is None or user.model is None):
-            raise JobError(f"{job.source}: train.precision = {made.precision!r}: the zoo model {job.model!r} "
-                           "computes in float32 only; mixed precision is for a Keras [model] entry")
         optimizer = made.make_optimizer()
         trainable = v1.trainable_variables()
         scaling = Scaling(made.loss_scale) if made.loss_scale is not None else None

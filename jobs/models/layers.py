@@ -25,7 +25,7 @@ import tensorflow as tf
 
 v1 = tf.compat.v1
 
-__all__ = ["LayerNorm", "Net", "block", "dense", "dropout", "keras_blocks", "layer_norm", "lstm_layer", "lstm_stack",
+__all__ = ["LayerNorm", "Net", "block", "compute", "computing", "dense", "dropout", "keras_blocks", "layer_norm", "lstm_layer", "lstm_stack",
            "placeholder", "recomputing", "variable", "weights"]
 
 _RECOMPUTE = contextvars.ContextVar("recompute", default=False)
@@ -93,6 +93,25 @@ class Net:
     micro_losses: list[tf.Tensor] = field(default_factory=list)  # one per micro-batch (jobs.microbatch)
 
 
+_COMPUTE = [tf.float32]  # the dtype zoo layers compute in (float32 variables are cast to it)
+
+
+@contextlib.contextmanager
+def computing(dtype: tf.DType) -> Iterator[None]:
+    """Zoo layers that support it compute in ``dtype`` (float16, bfloat16) over float32 variables,
+    as a Keras ``mixed_*`` policy does; norms, softmax and losses stay float32."""
+    _COMPUTE.append(dtype)
+    try:
+        yield
+    finally:
+        _COMPUTE.pop()
+
+
+def compute(x: tf.Tensor) -> tf.Tensor:
+    """``x`` in the compute dtype (no op in float32)."""
+    return tf.cast(x, _COMPUTE[-1]) if x.dtype != _COMPUTE[-1] else x
+
+
 def placeholder(dtype: tf.DType, shape: Sequence[int], name: str) -> tf.Tensor:
     return v1.placeholder(dtype, list(shape), name=name)
 
@@ -141,8 +160,11 @@ class LayerNorm:
                        weights("bias", [channels], v1.zeros_initializer()), tuple(axes))
 
     def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        given = x.dtype
+        x = tf.cast(x, tf.float32) if given != tf.float32 else x  # in float32, as Keras' LayerNormalization
         mean, variance = tf.nn.moments(x, list(self.axes), keepdims=True)
-        return (x - mean) * tf.math.rsqrt(variance + self.epsilon) * self.gain + self.bias
+        y = (x - mean) * tf.math.rsqrt(variance + self.epsilon) * self.gain + self.bias
+        return tf.cast(y, given) if given != tf.float32 else y
 
 
 def layer_norm(x: tf.Tensor, name: str, *, axes: Sequence[int] = (-1,)) -> tf.Tensor:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from jobs.models.layers import Net, dropout, layer_norm, placeholder, variable
+from jobs.models.layers import Net, compute, dropout, layer_norm, placeholder, variable
 
 v1 = tf.compat.v1
 
@@ -45,10 +45,10 @@ class _Builder:
     def project(self, x: tf.Tensor, units: int, name: str, *, bias: bool = False) -> tf.Tensor:
         """Dense layer over the last axis of a ``[batch, length, d]`` tensor."""
         length, width = int(x.shape[1]), int(x.shape[2])
-        kernel = variable(f"{name}/kernel", [width, units])
+        kernel = compute(variable(f"{name}/kernel", [width, units]))
         y = tf.matmul(tf.reshape(x, [self.batch * length, width]), kernel)
         if bias:
-            y = tf.nn.bias_add(y, variable(f"{name}/bias", [units], v1.zeros_initializer()))
+            y = tf.nn.bias_add(y, compute(variable(f"{name}/bias", [units], v1.zeros_initializer())))
         return tf.reshape(y, [self.batch, length, units])
 
     def split_heads(self, x: tf.Tensor) -> tf.Tensor:
@@ -61,7 +61,9 @@ class _Builder:
             q = self.split_heads(self.project(query, self.dim, "q")) * (self.dim // self.heads) ** -0.5
             k = self.split_heads(self.project(memory, self.dim, "k"))
             v = self.split_heads(self.project(memory, self.dim, "v"))
-            weights = tf.nn.softmax(tf.matmul(q, k, transpose_b=True) + bias)
+            scores = tf.matmul(q, k, transpose_b=True)
+            weights = compute(tf.nn.softmax(tf.cast(scores, tf.float32) + bias if scores.dtype != tf.float32
+                                            else scores + bias))  # the softmax in float32
             context = tf.matmul(dropout(weights, self.rate), v)
             context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [self.batch, int(query.shape[1]), self.dim])
             return self.project(context, self.dim, "output")
@@ -76,8 +78,12 @@ class _Builder:
             return x + dropout(sublayer(layer_norm(x, "layer_norm")), self.rate)
 
     def embed(self, ids: tf.Tensor, embedding: tf.Variable) -> tf.Tensor:
-        x = tf.nn.embedding_lookup(embedding, ids) * self.dim**0.5
-        return dropout(x + positions(int(ids.shape[1]), self.dim), self.rate)
+        x = compute(tf.nn.embedding_lookup(embedding, ids)) * self.dim**0.5
+        signal = positions(int(ids.shape[1]), self.dim)
+        return dropout(x + (signal if x.dtype == tf.float32 else tf.cast(signal, x.dtype)), self.rate)
+
+
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")  # computes in any (jobs.models.layers.computing)
 
 
 def build(params: dict[str, Any], batch_size: int) -> Net:
@@ -114,7 +120,9 @@ def build(params: dict[str, Any], batch_size: int) -> Net:
                                      lambda z: net.attention(z, encoded, source_bias, "attention"))
                     y = net.residual(y, "ffn", lambda z: net.feed_forward(z, "ffn"))
             decoded = layer_norm(y, "output_norm")
-        logits = tf.matmul(tf.reshape(decoded, [batch_size * length, dim]), softmax, transpose_b=True)
+        logits = tf.matmul(tf.reshape(decoded, [batch_size * length, dim]), compute(softmax),
+                           transpose_b=True)
+        logits = tf.cast(logits, tf.float32) if logits.dtype != tf.float32 else logits  # the loss in float32
         labels = tf.reshape(target, [-1])
         weights = tf.cast(tf.not_equal(labels, 0), tf.float32)
         losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)

@@ -96,7 +96,11 @@ class RunState:
         self.tokens_per_step = None if trained.tokens_per_step is None else int(trained.tokens_per_step)
         made = getattr(trained, "recipe", None)
         if made is not None and hasattr(made, "describe"):
-            self.recipe = {"optimizer": made.optimizer, "schedule": made.schedule, "describe": made.describe()}
+            scale = getattr(made, "loss_scale", None)
+            self.recipe = {"optimizer": made.optimizer, "schedule": made.schedule,
+                           "precision": getattr(made, "precision", "float32"),
+                           "loss_scale": None if scale is None else dataclasses.asdict(scale),
+                           "describe": made.describe()}
 
     # ------------------------------------------------------------------ figures and summaries
     def variant_info(self) -> dict[str, Any]:

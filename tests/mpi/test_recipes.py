@@ -134,3 +134,29 @@ def test_a_float16_overflow_on_one_node_is_skipped_on_both_and_the_scale_halved(
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["consistency"]["variables_sha256_equal"] is True
     assert [n["loss_scaling"] for n in summary["per_node"]] == [{"last_scale": 8192.0, "skipped_steps": 2}] * 2
+
+
+def test_two_nodes_train_the_zoo_transformer_with_adamw_on_warmup_cosine_in_mixed_float16(tmp_path):
+    """trn-tiny as large models are trained: AdamW, warmup then cosine, float16 with loss scaling."""
+    from jobs import JOBS_DIR
+
+    text = (JOBS_DIR / "trn-tiny.toml").read_text().replace(
+        'optimizer = "adam"\n', 'optimizer = "adamw"\nweight_decay = 0.01\nschedule = "cosine"\nwarmup_steps = 5\n'
+                                 'precision = "mixed_float16"\n')
+    job = tmp_path / "trn-mixed.toml"
+    job.write_text(text)
+    proc, _ = mpirun_launch([*LAUNCH, str(job), "--devices-per-node", "2", "--out", str(tmp_path / "runs"),
+                             "--no-progress"], timeout=400, cwd=tmp_path)
+    assert proc.returncode == 0, output(proc)
+    [run_dir] = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    training = summary["training"]
+    assert (training["optimizer"], training["schedule"], training["precision"]) == ("adamw", "CosineDecay",
+                                                                                     "mixed_float16")
+    assert training["loss_scale"] == {"initial": 32768.0, "growth_steps": 2000, "dynamic": True}
+    assert summary["consistency"]["variables_sha256_equal"] is True
+    steps = [r for r in read_records(run_dir / "rank-0.jsonl") if r["event"] == "iteration"]
+    rates = [r["learning_rate"] for r in steps]
+    assert rates[0] == 0.0 and rates[5] == pytest.approx(0.003) and rates[-1] < rates[5]  # warmup, then decay
+    losses = [r["loss"] for r in steps if not r["skipped"]]
+    assert len(losses) >= 25 and np.mean(losses[-5:]) < np.mean(losses[:5])  # it learns
