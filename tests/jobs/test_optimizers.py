@@ -2,8 +2,9 @@
 
 The oracle is Keras' own ``train_on_batch`` (eager, outside any graph) of the same compiled model from
 the same initial weights: after 5 steps every weight equals pardnn's graph's (rtol 1e-5), for every
-built-in class, new and legacy, with their settings, and the rate each step applied equals the
-schedule's value at that step."""
+built-in class, new and legacy, with their settings, its ops spread over 4 logical devices, and the
+rate each step applied equals the schedule's value at that step. (One device: the schedule and job
+file tests here; 2 nodes with both allreduce backends: tests/mpi/test_recipes.py.)"""
 
 from __future__ import annotations
 
@@ -48,14 +49,29 @@ OPTIMIZERS = [
 ]
 
 
-def _train(tmp_path, optimizer, train_text=""):
-    """pardnn's graph: the initial trainable weights, the weights after STEPS steps, the rates applied."""
+def _scatter(graph, devices=4):
+    """Every op on one of ``devices`` logical CPU devices, round robin (a colocation group together):
+    the update's ordering must hold across devices, as a placement spreads it."""
+    from pardnn.tf import apply, colocation_groups, device_names, session_config
+
+    groups = colocation_groups(graph)
+    labels = {label: index for index, label in enumerate(dict.fromkeys(groups.values()))}
+    placement = {op.name: labels[groups[op.name]] % devices if op.name in groups else index % devices
+                 for index, op in enumerate(graph.get_operations())}
+    apply(graph, placement, device_names(devices))
+    return session_config(devices)
+
+
+def _train(tmp_path, optimizer, train_text="", devices=1):
+    """pardnn's graph (its ops spread over ``devices`` logical devices): the initial trainable weights,
+    the weights after STEPS steps, the rates applied."""
     from jobs import build
 
     text = HEADS + train_text + f"[model.args]\noptimizer = {optimizer!r}\n"
     train = build(load_job(write(tmp_path, text, MODELS)))
     trainable = [v for v in train.variables if v.trainable][:6]  # the model's (Nadam makes a trainable one)
-    with tf.compat.v1.Session(graph=train.graph) as session:
+    config = _scatter(train.graph, devices) if devices > 1 else None
+    with tf.compat.v1.Session(graph=train.graph, config=config) as session:
         session.run(train.init_op)
         start = session.run(trainable)
         rates = [session.run([*train.fetches, train.learning_rate], train.feed_fn(i))[-1] for i in range(STEPS)]
@@ -74,8 +90,8 @@ def _keras(start, optimizer, run_eagerly=False):
 
 
 @pytest.mark.parametrize(("optimizer", "run_eagerly"), OPTIMIZERS, ids=[o.split("(")[0] for o, _ in OPTIMIZERS])
-def test_every_keras_optimizer_trains_as_keras_trains_it(tmp_path, optimizer, run_eagerly):
-    train, start, ours, rates = _train(tmp_path, optimizer)
+def test_every_keras_optimizer_trains_as_keras_trains_it_on_4_devices(tmp_path, optimizer, run_eagerly):
+    train, start, ours, rates = _train(tmp_path, optimizer, devices=4)
     theirs, keras = _keras(start, optimizer, run_eagerly)
     assert len(ours) == len(theirs) == 6  # three Dense layers
     for mine, their in zip(ours, theirs, strict=True):
@@ -164,3 +180,23 @@ def test_an_optimizer_with_its_own_update_fails_in_one_line(tmp_path):
     one_line_error(write(tmp_path, HEADS + "[model.args]\noptimizer = 'OwnUpdate()'\n", MODELS),
                    "model.entry = 'usernet:heads': the model is compiled with usernet.OwnUpdate, whose own "
                    "update_step pardnn does not run as Keras would", "or set [train] optimizer in the job file")
+
+
+def test_slots_count_in_the_cost_graph_with_their_variable(tmp_path):
+    """AdamW's two slots per weight are variables of the step: ParDNN's cost graph holds them (twice the
+    weights' bytes) in the colocation group of their weight, so they are placed on its device."""
+    from jobs import build
+    from jobs.costing import cost_graph
+
+    text = HEADS + f"[model.args]\noptimizer = {K + 'AdamW(0.01)'!r}\n"
+    train = build(load_job(write(tmp_path, text, MODELS)))
+    graph = cost_graph(train, "estimate", device_preset="v100-32gb")
+    index = {name: i for i, name in enumerate(graph.names)}
+    weights = [v.handle.op.name for v in train.variables if v.trainable][:6]
+    slots = {name: [f"{kind}/{name}" for kind in ("m", "v")] for name in weights}
+    assert all(slot in index for pair in slots.values() for slot in pair), sorted(graph.names)[:20]
+    weight_bytes = sum(int(graph.out_bytes[index[name]]) for name in weights)
+    slot_bytes = sum(int(graph.out_bytes[index[slot]]) for pair in slots.values() for slot in pair)
+    assert weight_bytes > 0 and slot_bytes == 2 * weight_bytes
+    for name, pair in slots.items():
+        assert {int(graph.colocation[index[slot]]) for slot in pair} == {int(graph.colocation[index[name]])} != {-1}
