@@ -18,7 +18,6 @@ This module does not import TensorFlow.
 from __future__ import annotations
 
 import dataclasses
-
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field

@@ -18,7 +18,8 @@ from jobs.config import Job, JobError
 
 v1 = tf.compat.v1
 
-__all__ = ["KERAS_OPTIMIZERS", "SCHEDULES", "check_compiled", "config_of", "order_initializers", "from_job", "keras_update", "rate_of", "schedule_name"]
+__all__ = ["KERAS_OPTIMIZERS", "SCHEDULES", "check_compiled", "config_of", "from_job", "keras_update",
+           "order_initializers", "rate_of", "schedule_name"]
 
 # train.optimizer names that are Keras classes (adam and momentum are pardnn's fused TensorFlow ones,
 # unless a schedule or weight decay asks for Keras' Adam and SGD).

@@ -30,7 +30,6 @@ from pardnn.settings import RUN as SHARED_RUN
 
 __all__ = [
     "AUTO",
-    "PRECISIONS",
     "COMMAND_LINE",
     "DATASETS",
     "DEFAULT",
@@ -40,6 +39,7 @@ __all__ = [
     "MODEL_PARAMS",
     "PLACEMENT_KEYS",
     "PLACEMENT_TABLE",
+    "PRECISIONS",
     "RUN_TABLE",
     "TOP",
     "TRAIN",

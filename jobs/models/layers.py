@@ -25,7 +25,8 @@ import tensorflow as tf
 
 v1 = tf.compat.v1
 
-__all__ = ["LayerNorm", "Net", "block", "compute", "computing", "dense", "dropout", "keras_blocks", "layer_norm", "lstm_layer", "lstm_stack",
+__all__ = ["LayerNorm", "Net", "block", "compute", "computing", "dense", "dropout", "keras_blocks", "layer_norm",
+           "lstm_layer", "lstm_stack",
            "placeholder", "recomputing", "variable", "weights"]
 
 _RECOMPUTE = contextvars.ContextVar("recompute", default=False)

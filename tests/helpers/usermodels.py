@@ -127,7 +127,8 @@ def mixed(optimizer="tf.keras.optimizers.legacy.Adam(0.01)", policy="mixed_float
     h = tf.keras.layers.Dense(3)(h)
     model = tf.keras.Model(x, tf.keras.layers.Activation("softmax", dtype="float32")(h))
     if optimizer is not None:
-        model.compile(eval(optimizer), "sparse_categorical_crossentropy", run_eagerly=run_eagerly and tf.executing_eagerly())
+        model.compile(eval(optimizer), "sparse_categorical_crossentropy",
+                      run_eagerly=run_eagerly and tf.executing_eagerly())
     return model
 
 def overflowing(iteration, batch_size, rank, ranks):

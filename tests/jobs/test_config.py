@@ -110,7 +110,8 @@ def test_overrides_win_over_the_file_and_are_validated():
     (MINIMAL.replace("[train]", "layerz = 3\n[train]"),
      r"unknown key model.layerz; \[model\] of type 'word_rnn' allows: dropout, embedding_size, forget_bias, "
      r"hidden_size, layers, seq_length, type, vocab_size"),
-    (MINIMAL + "batch = 2\n", r"unknown key train.batch; \[train\] allows: batch_size, decay_rate, decay_steps, grad_clip"),
+    (MINIMAL + "batch = 2\n",
+     r"unknown key train.batch; \[train\] allows: batch_size, decay_rate, decay_steps, grad_clip"),
     (MINIMAL.replace("[train]", "layers = '8'\n[train]"), r"model.layers = '8': expected a whole number >= 1"),
     (MINIMAL.replace("[train]", "layers = 0\n[train]"), r"model.layers = 0: expected a whole number >= 1"),
     (MINIMAL.replace("[train]", "layers = 2.0\n[train]"), r"model.layers = 2.0: expected a whole number >= 1"),

@@ -126,7 +126,8 @@ def test_the_job_file_names_a_keras_optimizer_and_a_warmup_cosine_schedule(tmp_p
     from jobs import build
 
     text = JOB + ("optimizer = 'adamw'\nlearning_rate = 0.05\nweight_decay = 0.1\nschedule = 'cosine'\n"
-                  "warmup_steps = 2\ndecay_steps = 8\nmin_learning_rate = 0.005\nloss = 'sparse_categorical_crossentropy'\n")
+                  "warmup_steps = 2\ndecay_steps = 8\nmin_learning_rate = 0.005\n"
+                  "loss = 'sparse_categorical_crossentropy'\n")
     with caplog.at_level(logging.INFO, logger="jobs"):
         train = build(load_job(write(tmp_path, text, KERAS)))
     assert (train.recipe.optimizer, train.recipe.schedule) == ("adamw", "CosineDecay")
