@@ -108,7 +108,7 @@ def test_two_nodes_train_adamw_on_a_cosine_schedule_as_keras_at_the_same_global_
     job = _job(tmp_path, GLOBAL_BATCH // 2)
     proc, _ = mpirun_launch([*LAUNCH, str(job), "--devices-per-node", "2", "--allreduce", allreduce,
                              "--checkpoint-every", str(ITERATIONS), "--out", str(tmp_path / "runs"),
-                             "--no-progress"], timeout=300, cwd=tmp_path)
+                             "--no-progress"], timeout=300, cwd=tmp_path, horovod=allreduce == "horovod")
     assert proc.returncode == 0, output(proc)
     [run_dir] = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     _check(run_dir, _keras(tmp_path, 2))
