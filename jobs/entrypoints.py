@@ -181,6 +181,9 @@ def _hint(error: Exception) -> str:
         return ("; under mixed_float16, Keras 2.15's compile in a graph takes only tf.keras.optimizers.legacy "
                 "optimizers: compile with tf.keras.optimizers.legacy.<Name>(...) (pardnn trains it with Keras' "
                 "<Name> update and dynamic loss scaling), or leave the optimizer to the job file's [train] optimizer")
+    if type(error).__name__ == "OperatorNotAllowedInGraphError":
+        return ("; pardnn builds the model, its loss and its optimizer's schedule in a graph, where a Python if on a "
+                "tensor (the step, a batch value) cannot run: use TensorFlow ops (tf.where, tf.cond)")
     return ""
 
 

@@ -222,7 +222,14 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
         rate = None
         if made.keras is not None:
             with scaling.gated([optimizer.iterations]) if scaling is not None else contextlib.nullcontext():
-                apply, rate = keras_update(optimizer, grads_and_vars)
+                try:
+                    apply, rate = keras_update(optimizer, grads_and_vars)
+                except Exception as error:  # the user's schedule or optimizer, evaluated in a graph
+                    raise JobError(f"{job.source}: the optimizer {made.optimizer} (learning_rate "
+                                   f"{type(made.options.get('learning_rate')).__name__}) could not build its update in "
+                                   f"the step's graph: {type(error).__name__}: {str(error).splitlines()[0]}; expected "
+                                   "a schedule whose __call__(step) is TensorFlow ops (tf.where, not a Python if on "
+                                   "the step)") from error
         else:
             apply = optimizer.apply_gradients(grads_and_vars, name="apply_gradients")
         extras = [] if scale_update is None else [scale_update]

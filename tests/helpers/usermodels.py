@@ -145,6 +145,11 @@ class Warmup(tf.keras.optimizers.schedules.LearningRateSchedule):
         step = tf.cast(step, tf.float32) + 1.0
         return 0.05 * tf.minimum(step / 3.0, tf.math.rsqrt(step / 3.0))
 
+class PythonIf(tf.keras.optimizers.schedules.LearningRateSchedule):
+    # a schedule that branches in Python on the step: it cannot run in a graph
+    def __call__(self, step):
+        return 0.1 if step < 10 else 0.01
+
 class OwnUpdate(tf.keras.optimizers.SGD):
     def update_step(self, gradient, variable):
         variable.assign_sub(gradient * 0.5)

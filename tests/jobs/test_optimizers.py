@@ -201,3 +201,13 @@ def test_slots_count_in_the_cost_graph_with_their_variable(tmp_path):
     assert weight_bytes > 0 and slot_bytes == 2 * weight_bytes
     for name, pair in slots.items():
         assert {int(graph.colocation[index[slot]]) for slot in pair} == {int(graph.colocation[index[name]])} != {-1}
+
+
+def test_a_schedule_that_cannot_run_in_a_graph_fails_in_one_line(tmp_path):
+    """A schedule branching in Python on the step: the new optimizers evaluate it in compile, the legacy
+    ones in the update; either way one line says what to do."""
+    for optimizer, part in (("SGD", "raised OperatorNotAllowedInGraphError: "),
+                            ("legacy.SGD", "the optimizer SGD (learning_rate PythonIf) could not build its update "
+                                           "in the step's graph: OperatorNotAllowedInGraphError")):
+        text = HEADS + f"[model.args]\noptimizer = 'tf.keras.optimizers.{optimizer}(PythonIf())'\n"
+        one_line_error(write(tmp_path, text, MODELS), part, "TensorFlow ops (tf.where")
