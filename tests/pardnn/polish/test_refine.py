@@ -14,7 +14,7 @@ from pardnn.emulation.emulator import emulate
 from pardnn.emulation.memory import track_memory
 from pardnn.partitioner import PAPER
 from pardnn.polish.refine import DEVICE, TRANSFER, critical_chain, evaluations_for, refine
-from tests.conftest import random_dags
+from tests.conftest import most_reach, random_dags, reached
 
 # 1 MB/s and 0 latency: an edge of B bytes takes B us when cut.
 SLOW = dict(bandwidth="1MB/s", latency="0us")
@@ -95,6 +95,43 @@ def test_refine_never_slows_never_splits_a_group_and_is_deterministic(g, k, band
     assert first.placement.tobytes() == second.placement.tobytes()
     assert colocation_violations(g, first.placement) == []
     assert emulate(g, machine, first.placement).makespan_us == pytest.approx(first.schedule.makespan_us)
+
+
+@most_reach
+@given(random_dags(max_ops=25), st.integers(2, 4), st.sampled_from(["150GB/s", "1GB/s"]), st.floats(0.5, 1.0),
+       st.sampled_from([None, "upward_rank"]))
+def test_the_compiled_sweep_makes_the_same_search_as_the_python_one(g, k, bandwidth, tight, order):
+    """The sweep's moves tried in compiled code give the same moves, evaluations and answer as tried
+    one by one in Python, with memory limits that bind and in both emulated run orders."""
+    from pardnn.polish import refine as module
+
+    limit = max(1, int(track_memory(g, Machine(1), np.zeros(g.n, np.int64),
+                                    emulate(g, Machine(1), np.zeros(g.n, np.int64))).peak_bytes.max() * tight))
+    machine = Machine(k, bandwidth=bandwidth, memory=limit, reserve=0.0)
+    try:
+        placement = partition(g, machine, **PAPER).placement
+    except Exception:  # no placement fits: nothing to refine
+        return
+    start = Emulated(placement, emulate(g, machine, placement, order=order), None)
+    runs, sweeps = [], []
+    compiled_sweep = module._first_shorter
+
+    def counted(*args):
+        sweeps.append(args[4])
+        return compiled_sweep(*args)
+
+    for compiled in (True, False):
+        search = module._Search(g, machine, start, evaluations_for(g, 0.05), order)
+        search.compiled = compiled and search.compiled
+        module._first_shorter = counted
+        try:
+            search.descend()
+            search.iterate()
+        finally:
+            module._first_shorter = compiled_sweep
+        runs.append((search.out.placement.tolist(), search.out.evaluations, search.out.moves))
+    reached(bool(sweeps), "the compiled sweep ran")
+    assert runs[0] == runs[1]
 
 
 def test_a_linked_pair_moves_together_when_no_single_move_helps():
