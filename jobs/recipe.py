@@ -37,9 +37,11 @@ _KERAS = ("keras.", "tf_keras.", "tensorflow.")
 
 @dataclass(frozen=True)
 class Recipe:
-    """The loss (``None`` for a zoo model or a step) and the optimizer of a job's step, with
-    ``sources`` (setting → ``job file``, ``model.compile`` or ``default``) and ``ignored`` (what of the
-    model pardnn does not run). ``options`` are the TensorFlow optimizer's other arguments."""
+    """The loss (``None`` for a zoo model or a step), the optimizer and the precision of a job's step,
+    with ``sources`` (setting → ``job file``, ``model.compile`` or ``default``) and ``ignored`` (what of
+    the model pardnn does not run). ``keras`` makes the Keras optimizer (``None``: TensorFlow's fused
+    one); ``options`` are its settings as its config says them (``learning_rate``: the rate or the
+    schedule object), or the fused one's other arguments; ``loss_scale``: float16's loss scaling."""
 
     optimizer: str
     learning_rate: float
