@@ -211,3 +211,14 @@ def test_a_schedule_that_cannot_run_in_a_graph_fails_in_one_line(tmp_path):
                                            "in the step's graph: OperatorNotAllowedInGraphError")):
         text = HEADS + f"[model.args]\noptimizer = 'tf.keras.optimizers.{optimizer}(PythonIf())'\n"
         one_line_error(write(tmp_path, text, MODELS), part, "TensorFlow ops (tf.where")
+
+
+def test_micro_batches_apply_one_keras_update_of_the_mean_gradient(tmp_path):
+    """M = 2 micro-batches: the Keras optimizer applies the mean of their gradients once, so the weights
+    equal Keras' own steps on the whole batch (AdamW on a warmup cosine schedule)."""
+    optimizer = K + "AdamW(" + S + "CosineDecay(0.0, 10, warmup_target=0.05, warmup_steps=3), weight_decay=0.02)"
+    train, start, ours, rates = _train(tmp_path, optimizer, "micro_batches = 2\n")
+    assert train.recipe.optimizer == "AdamW"
+    theirs, _ = _keras(start, optimizer)
+    for mine, their in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(mine, their, rtol=1e-5, atol=1e-6)
