@@ -174,3 +174,31 @@ def two_as_list(iteration, batch_size, rank, ranks):
     x, y = two(iteration, batch_size, rank, ranks)
     return x, [y["cls"], y["reg"]]
 """
+
+
+# Every built-in Keras optimizer class, new and legacy, with settings and schedules (expressions
+# evaluated in the MODELS module), and whether Keras' oracle runs eagerly step by step: Keras 2.15's
+# Nadam keys a cache on a Python counter that its traced train_function fixes at trace time, twice.
+K, L, S = "tf.keras.optimizers.", "tf.keras.optimizers.legacy.", "schedules."
+OPTIMIZERS = [
+    (K + "SGD(0.05, momentum=0.9, nesterov=True, clipnorm=0.5)", False),
+    (K + "SGD(0.1, weight_decay=0.05, global_clipnorm=1.0)", False),
+    (K + "Adam(0.02, amsgrad=True, clipvalue=0.05)", False),
+    (K + "AdamW(" + S + "CosineDecay(0.0, 10, warmup_target=0.05, warmup_steps=3), weight_decay=0.02)", False),
+    (K + "Adamax(0.02, use_ema=True, ema_momentum=0.9)", False),
+    (K + "Nadam(0.01)", True),
+    (K + "RMSprop(0.01, momentum=0.3, centered=True)", False),
+    (K + "Adagrad(" + S + "ExponentialDecay(0.1, 2, 0.5))", False),
+    (K + "Adadelta(1.0, rho=0.9)", False),
+    (K + "Ftrl(0.1, l1_regularization_strength=0.01, l2_regularization_strength=0.01)", False),
+    (K + "Lion(0.005, beta_1=0.8)", False),
+    (L + "SGD(" + S + "PiecewiseConstantDecay([2], [0.1, 0.01]), momentum=0.5)", False),
+    (L + "Adam(0.05, amsgrad=True, decay=0.01)", False),
+    (L + "Adamax(0.02)", False),
+    (L + "Nadam(0.01)", False),
+    (L + "RMSprop(" + S + "CosineDecayRestarts(0.02, 2), momentum=0.5, centered=True)", False),
+    (L + "Adagrad(0.1)", False),
+    (L + "Adadelta(1.0)", False),
+    (L + "Ftrl(0.1, l2_shrinkage_regularization_strength=0.01)", False),
+    ("Quieter(epsilon=1e-4)", False),  # a user's subclass that keeps Keras' update
+]

@@ -4,7 +4,7 @@ The oracle is Keras' own ``train_on_batch`` (eager, outside any graph) of the sa
 the same initial weights: after 5 steps every weight equals pardnn's graph's (rtol 1e-5), for every
 built-in class, new and legacy, with their settings, its ops spread over 4 logical devices, and the
 rate each step applied equals the schedule's value at that step. (One device: the schedule and job
-file tests here; 2 nodes with both allreduce backends: tests/mpi/test_recipes.py.)"""
+file tests here; every class on 2 ranks with both allreduce backends: tests/mpi/test_recipes.py.)"""
 
 from __future__ import annotations
 
@@ -14,39 +14,13 @@ import numpy as np
 import pytest
 
 from jobs import load_job
-from tests.helpers.usermodels import JOB, KERAS, MODELS, one_line_error, write
+from tests.helpers.usermodels import JOB, KERAS, MODELS, OPTIMIZERS, K, S, one_line_error, write
 
 tf = pytest.importorskip("tensorflow")
 pytestmark = [pytest.mark.tf, pytest.mark.filterwarnings("ignore:non-integer arguments to randrange")]
 
-K, L, S = "tf.keras.optimizers.", "tf.keras.optimizers.legacy.", "schedules."
 HEADS = JOB.replace(":build", ":heads").replace(":batches", ":two")
 STEPS = 5
-
-# (the compiled optimizer, whether Keras' oracle runs eagerly step by step: Keras 2.15's Nadam keys a
-# cache on a Python counter that its traced train_function fixes at trace time, twice)
-OPTIMIZERS = [
-    (K + "SGD(0.05, momentum=0.9, nesterov=True, clipnorm=0.5)", False),
-    (K + "SGD(0.1, weight_decay=0.05, global_clipnorm=1.0)", False),
-    (K + "Adam(0.02, amsgrad=True, clipvalue=0.05)", False),
-    (K + "AdamW(" + S + "CosineDecay(0.0, 10, warmup_target=0.05, warmup_steps=3), weight_decay=0.02)", False),
-    (K + "Adamax(0.02, use_ema=True, ema_momentum=0.9)", False),
-    (K + "Nadam(0.01)", True),
-    (K + "RMSprop(0.01, momentum=0.3, centered=True)", False),
-    (K + "Adagrad(" + S + "ExponentialDecay(0.1, 2, 0.5))", False),
-    (K + "Adadelta(1.0, rho=0.9)", False),
-    (K + "Ftrl(0.1, l1_regularization_strength=0.01, l2_regularization_strength=0.01)", False),
-    (K + "Lion(0.005, beta_1=0.8)", False),
-    (L + "SGD(" + S + "PiecewiseConstantDecay([2], [0.1, 0.01]), momentum=0.5)", False),
-    (L + "Adam(0.05, amsgrad=True, decay=0.01)", False),
-    (L + "Adamax(0.02)", False),
-    (L + "Nadam(0.01)", False),
-    (L + "RMSprop(" + S + "CosineDecayRestarts(0.02, 2), momentum=0.5, centered=True)", False),
-    (L + "Adagrad(0.1)", False),
-    (L + "Adadelta(1.0)", False),
-    (L + "Ftrl(0.1, l2_shrinkage_regularization_strength=0.01)", False),
-    ("Quieter(epsilon=1e-4)", False),  # a user's subclass that keeps Keras' update
-]
 
 
 def _scatter(graph, devices=4):
@@ -217,7 +191,7 @@ def test_micro_batches_apply_one_keras_update_of_the_mean_gradient(tmp_path):
     """M = 2 micro-batches: the Keras optimizer applies the mean of their gradients once, so the weights
     equal Keras' own steps on the whole batch (AdamW on a warmup cosine schedule)."""
     optimizer = K + "AdamW(" + S + "CosineDecay(0.0, 10, warmup_target=0.05, warmup_steps=3), weight_decay=0.02)"
-    train, start, ours, rates = _train(tmp_path, optimizer, "micro_batches = 2\n")
+    train, start, ours, _ = _train(tmp_path, optimizer, "micro_batches = 2\n")
     assert train.recipe.optimizer == "AdamW"
     theirs, _ = _keras(start, optimizer)
     for mine, their in zip(ours, theirs, strict=True):

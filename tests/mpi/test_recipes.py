@@ -160,3 +160,20 @@ def test_two_nodes_train_the_zoo_transformer_with_adamw_on_warmup_cosine_in_mixe
     assert rates[0] == 0.0 and rates[5] == pytest.approx(0.003) and rates[-1] < rates[5]  # warmup, then decay
     losses = [r["loss"] for r in steps if not r["skipped"]]
     assert len(losses) >= 25 and np.mean(losses[-5:]) < np.mean(losses[:5])  # it learns
+
+
+@pytest.mark.parametrize("allreduce", ["horovod", "mpi4py"])
+def test_every_keras_optimizer_on_two_ranks_trains_as_keras_on_the_global_batch(tmp_path, allreduce):
+    """tests/mpi/every_optimizer.py on 2 ranks: each of the 20 optimizer settings of
+    tests/jobs/test_optimizers.py, its gradients averaged by the backend, ends within rtol 1e-5 of
+    Keras' own train_on_batch on the global batch."""
+    from tests.helpers.mpi import ROOT
+    from tests.helpers.usermodels import OPTIMIZERS
+
+    out = tmp_path / "found.json"
+    proc, _ = mpirun_launch([sys.executable, str(ROOT / "tests" / "mpi" / "every_optimizer.py"), allreduce,
+                             str(tmp_path), str(out)], timeout=600, cwd=tmp_path, horovod=allreduce == "horovod")
+    assert proc.returncode == 0, output(proc)
+    found = json.loads(out.read_text())
+    assert sorted(found) == sorted(optimizer for optimizer, _ in OPTIMIZERS)
+    assert {optimizer: excess for optimizer, excess in found.items() if excess > 0} == {}
