@@ -33,7 +33,7 @@ _KERAS = ("keras.", "tf_keras.")
 
 
 def _schedule(job: Job) -> Any:
-    """The job file's learning rate: a float, or a Keras schedule (see docs/launcher.md)."""
+    """The job file's learning rate: a float, or a Keras schedule (docs/training.md has the table)."""
     rate, kind, steps = job.learning_rate, job.schedule, job.decay_steps or job.iterations
     schedules = tf.keras.optimizers.schedules
     if kind == "constant":
@@ -57,11 +57,11 @@ def from_job(job: Job, keras: bool = False) -> Callable[[], Any] | None:
     (``train.optimizer`` adam or momentum on a constant rate without weight decay, unless ``keras``:
     loss scaling gates a Keras update, not a fused one)."""
     name = job.optimizer
-    if name in ("adam", "momentum") and job.schedule == "constant" and not job.weight_decay and not keras:
-        return None
     if job.warmup_steps and job.schedule != "cosine":
         raise JobError(f"{job.source}: train.warmup_steps = {job.warmup_steps} with train.schedule = "
                        f"{job.schedule!r}: expected schedule = 'cosine' (Keras' CosineDecay has the warmup)")
+    if name in ("adam", "momentum") and job.schedule == "constant" and not job.weight_decay and not keras:
+        return None
     if name == "adam" and job.weight_decay:
         name = "adamw"
     settings: dict[str, Any] = {"learning_rate": None}

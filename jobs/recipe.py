@@ -134,6 +134,11 @@ def recipe(job: Job, model: Any = None) -> Recipe:
         scale = LossScale()  # never float16 without loss scaling
     gated = scale is not None and scale.dynamic
     if keras_optimizer is not None:
+        own = [key for key in _JOB_OPTIMIZER_KEYS if f"train.{key}" in job.given]
+        if own:
+            raise JobError(f"{job.source}: train.{own[0]} is a setting of the job file's optimizer, but the model is "
+                           f"compiled with its own ({type(keras_optimizer).__name__}); set [train] optimizer too, or "
+                           "give the setting to the optimizer the model compiles")
         own_rate = "train.learning_rate" in job.given
         make = check_compiled(job, keras_optimizer, job.learning_rate if own_rate else None, gated)
         sources.update(optimizer=COMPILED, learning_rate=JOB_FILE if own_rate else COMPILED)
@@ -162,6 +167,9 @@ def _keras_recipe(name: str, make: Callable[[], Any], clip: float, loss: Any, we
                   weights, sources, ignored, keras=make, precision=precision, loss_scale=scale)
 
 
+# The job file's optimizer settings that a compiled optimizer has its own of (learning_rate may replace its rate).
+_JOB_OPTIMIZER_KEYS = ("momentum", "weight_decay", "schedule", "warmup_steps", "decay_steps", "decay_rate",
+                       "min_learning_rate")
 # Settings of a Keras optimizer's config the log leaves out: names and internals, and off switches.
 _QUIET = ("name", "is_legacy_optimizer", "jit_compile", "ema_overwrite_frequency", "decay")
 _OFF = {"use_ema": False, "amsgrad": False, "nesterov": False, "centered": False, "momentum": 0.0,

@@ -146,9 +146,16 @@ def test_the_job_files_names_make_the_optimizer_they_say(tmp_path, train_text, e
         assert type(optimizer).__name__ == {"momentum": "SGD", "adam": "AdamW", "rmsprop": "RMSprop"}[expected[0]]
 
 
-def test_warmup_without_cosine_fails_in_one_line(tmp_path):
-    one_line_error(write(tmp_path, JOB + "schedule = 'exponential'\nwarmup_steps = 10\n", KERAS),
-                   "train.warmup_steps = 10 with train.schedule = 'exponential': expected schedule = 'cosine'")
+@pytest.mark.parametrize("schedule", ["exponential", "constant"])
+def test_warmup_without_cosine_fails_in_one_line(tmp_path, schedule):
+    one_line_error(write(tmp_path, JOB + f"schedule = '{schedule}'\nwarmup_steps = 10\n", KERAS),
+                   f"train.warmup_steps = 10 with train.schedule = '{schedule}': expected schedule = 'cosine'")
+
+
+def test_a_schedule_for_a_compiled_optimizer_fails_in_one_line_instead_of_being_ignored(tmp_path):
+    one_line_error(write(tmp_path, HEADS + "schedule = 'cosine'\n[model.args]\noptimizer = 'adam'\n", MODELS),
+                   "train.schedule is a setting of the job file's optimizer, but the model is compiled with its own "
+                   "(Adam); set [train] optimizer too")
 
 
 def test_an_optimizer_with_its_own_update_fails_in_one_line(tmp_path):
