@@ -8,8 +8,7 @@
     cost = cost_graph(train, job.costs)         # CostGraph, memory_limit_bytes = the job's memory
     jobs.export_graph("trn-2", "trn-2.json.gz") # paper-size graph with estimated V100 costs
 
-``Job``, ``JobError``, ``load_job`` and ``JOBS_DIR`` do not need TensorFlow; ``build``,
-``TrainGraph`` and ``export_graph`` import it on first use, ``cost_graph`` when called.
+Only ``build``, ``TrainGraph``, ``export_graph`` and ``cost_graph`` import TensorFlow (on first use).
 """
 
 from __future__ import annotations

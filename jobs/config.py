@@ -1,16 +1,10 @@
 """Job files: what to train and how to place it, read from TOML and validated in one place.
 
-A job file has a top-level ``name`` (default: the file's stem) and the tables ``[model]`` (``type``
-and the model's hyperparameters, or ``entry = "module:function"`` and ``[model.args]`` for the
-user's own model), ``[train]``, ``[run]``, ``[placement]`` and ``[data]`` (``source`` and ``path``,
-or ``entry``). Every key
-is listed in :mod:`jobs.schema` with its type, default and allowed values (``[placement]`` is the
-shared schema :data:`pardnn.settings.PLACEMENT`, so the launcher and the ``pardnn`` command agree
-with job files on every default, range and choice); an unknown key, a value of
-the wrong type or out of range raises :class:`JobError` naming the file, the dotted key, the value
-and what is allowed. Precedence: ``overrides`` (the command line), then the file, then the defaults.
-An entry point is checked here in form only (``module:function``); :func:`jobs.build` imports and
-calls it (:mod:`jobs.entrypoints`, :mod:`jobs.usermodel`).
+A job file has a top-level ``name`` and the tables ``[model]`` (a zoo ``type`` and its
+hyperparameters, or ``entry = "module:function"`` and ``[model.args]``), ``[train]``, ``[run]``,
+``[placement]`` and ``[data]``; every key is in :mod:`jobs.schema`. :func:`load_job` reads one; a bad
+key or value raises :class:`JobError` naming the file, the dotted key, the value and what is
+allowed. Precedence: ``overrides`` (the command line), then the file, then the defaults.
 
 This module does not import TensorFlow.
 """

@@ -1,10 +1,8 @@
 """Import and call the user's code a job names: ``[model] entry`` and ``[data] entry``.
 
-An entry is ``"package.module:function"``. The module is imported with the job file's folder and
-the working directory first on ``sys.path`` (so ``examples/keras_cnn/job.toml`` finds
-``examples/keras_cnn/net.py`` as ``net``). They stay there (a function may import more later) until
-a job from other folders is built; then a module of the same name imported for an earlier job
-(the ``net`` of another example) is forgotten, so each job gets its own.
+An entry is ``"package.module:function"``, imported with the job file's folder and the working
+directory first on ``sys.path`` (``examples/keras_cnn/job.toml`` finds its ``net.py`` as ``net``); a
+module of the same name imported for an earlier job is forgotten, so each job gets its own.
 
 Every failure is one :class:`~jobs.config.JobError` line naming the job file, the key, the value and
 what is expected; an exception raised by the user's code shows its type, message and the last line

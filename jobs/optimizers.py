@@ -9,6 +9,7 @@ all gradients (the ``tf.function`` call's inputs). Keras' eager ``train_on_batch
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -85,9 +86,9 @@ def check_compiled(job: Job, optimizer: Any, rate: float | None, gated: bool = F
     optimizer = getattr(optimizer, "inner_optimizer", optimizer)
     cls = type(optimizer)
     if not cls.__module__.startswith(_KERAS):
-        keras = next((c for c in cls.__mro__ if c.__module__.startswith(_KERAS)), None)
-        own = [m for m in _UPDATE_METHODS if any(m in vars(c) for c in cls.__mro__[:cls.__mro__.index(keras)])]
-        if keras is None or own:
+        users = list(itertools.takewhile(lambda c: not c.__module__.startswith(_KERAS), cls.__mro__))
+        own = [m for m in _UPDATE_METHODS if any(m in vars(c) for c in users)]
+        if len(users) == len(cls.__mro__) or own:  # not a Keras optimizer at all, or its own update
             raise JobError(f"{job.source}: model.entry = {job.entry!r}: the model is compiled with "
                            f"{cls.__module__}.{cls.__name__}, whose own {own[0] if own else 'update'} pardnn does "
                            "not run as Keras would; compile with a tf.keras.optimizers class (or .legacy), or set "
@@ -95,7 +96,7 @@ def check_compiled(job: Job, optimizer: Any, rate: float | None, gated: bool = F
     config = config_of(optimizer)
     if rate is not None:
         config["learning_rate"] = rate
-    if gated and isinstance(getattr(optimizer, "_hyper", None), dict):
+    if gated and _legacy(optimizer):
         if config.pop("decay", 0.0):
             raise JobError(f"{job.source}: model.entry = {job.entry!r}: the model is compiled with "
                            f"{cls.__name__}(decay={optimizer.decay:g}) under dynamic loss scaling, which gates Keras' "
@@ -113,8 +114,7 @@ def config_of(optimizer: Any) -> dict[str, Any]:
     """A Keras optimizer's ``get_config()`` in graph mode, with its rate as :func:`rate_of` says it (a
     schedule as the object itself: a user's schedule needs no ``get_config``)."""
     rate = rate_of(optimizer)
-    legacy = isinstance(getattr(optimizer, "_hyper", None), dict)
-    holder, key = (optimizer._hyper, "learning_rate") if legacy else (vars(optimizer), "_learning_rate")
+    holder, key = (optimizer._hyper, "learning_rate") if _legacy(optimizer) else (vars(optimizer), "_learning_rate")
     kept, holder[key] = holder[key], 0.0  # the new ones would call .numpy() on the rate's variable
     try:
         config = optimizer.get_config()
@@ -125,11 +125,14 @@ def config_of(optimizer: Any) -> dict[str, Any]:
     return config
 
 
+def _legacy(optimizer: Any) -> bool:
+    """A ``tf.keras.optimizers.legacy`` optimizer (its settings in ``_hyper``, fused update kernels)."""
+    return isinstance(getattr(optimizer, "_hyper", None), dict)
+
+
 def rate_of(optimizer: Any) -> Any:
     """What the log shows of a Keras optimizer's rate: a float, or the schedule object."""
-    learning = getattr(optimizer, "_learning_rate", None)
-    if isinstance(getattr(optimizer, "_hyper", None), dict):
-        learning = optimizer._hyper.get("learning_rate", learning)
+    learning = optimizer._hyper["learning_rate"] if _legacy(optimizer) else optimizer._learning_rate
     if isinstance(learning, tf.Variable):
         return float(str(tf.get_static_value(learning.initial_value)))
     return learning
@@ -185,7 +188,7 @@ def keras_update(optimizer: Any, grads_and_vars: list[tuple[tf.Tensor, tf.Variab
     from tensorflow.python.framework import auto_control_deps
 
     variables = [var for _, var in grads_and_vars]
-    legacy = hasattr(optimizer, "_create_all_weights")
+    legacy = _legacy(optimizer)
     if legacy:
         optimizer._create_all_weights(variables)
     else:

@@ -1,16 +1,10 @@
-"""What a step trains with besides the model: each output's loss, their weights, and the optimizer.
+"""What a step trains with besides the model: each output's loss, their weights, the optimizer and
+the precision (:func:`recipe`, :class:`Recipe`).
 
 Every setting has one source, said in the log (:meth:`Recipe.describe`): the job file's ``[train]``,
-else the model's own ``compile(...)``, else the default. The choices where Keras and pardnn differ:
-
-- A compiled Keras optimizer (any built-in class, new or ``.legacy``, with its schedule and every
-  setting) trains with Keras' own update (:mod:`jobs.optimizers`); a job file that sets only
-  ``learning_rate`` keeps it at that constant rate; one that sets ``optimizer`` drops it whole.
-- The job file's ``adam`` and ``momentum`` on a constant rate are TensorFlow's fused ``AdamOptimizer``
-  and ``MomentumOptimizer`` (the same update as Keras' Adam and SGD); other names, a ``schedule`` or
-  ``weight_decay`` make the Keras optimizer. ``grad_clip`` clips by global norm before either.
-- ``loss`` and ``loss_weights`` take Keras' forms (:func:`by_output`); a missing weight is 1.
-- A custom ``train_step`` (or ``compute_loss``) is not run, and the log says so (:attr:`Recipe.ignored`).
+else the model's own ``compile(...)`` (or dtype policy), else the default. A compiled Keras optimizer
+trains with Keras' own update (:mod:`jobs.optimizers`); the job file's ``adam`` and ``momentum`` on a
+constant rate are TensorFlow's fused ones. docs/user-models.md and docs/training.md have the rules.
 """
 
 from __future__ import annotations

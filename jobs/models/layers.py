@@ -5,12 +5,11 @@ paper's models (one op per step of a cell, unrolled time steps) and build in a `
 Keras' graph-mode quirks. Every function creates its variables with ``get_variable`` under the
 current variable scope, so names are deterministic.
 
-Weights used at many time steps are read once (:func:`weights`), as a TF1 ``RefVariable``'s
-``kernel/read`` snapshot was: a resource variable used directly gets a new ``ReadVariableOp`` at
-every use, and a cost graph would count every such read as a copy of the weights.
+Weights used at many time steps are read once (:func:`weights`), as TF1's ``kernel/read`` was, so a
+cost graph does not count a copy of the weights at every use.
 
-A model marks its blocks with :func:`block`; inside :func:`recomputing` (``pardnn-launch --recompute``)
-each block is built with ``tf.recompute_grad`` (gradient checkpointing), else called as it is.
+Blocks (:func:`block`) are built with ``tf.recompute_grad`` inside :func:`recomputing`; layers compute
+in float16 or bfloat16 inside :func:`computing`.
 """
 
 from __future__ import annotations
