@@ -47,10 +47,7 @@ the chain is O(|V| log |V|) per accepted move (a sort of each device's ops; the 
 reads only the inputs of the ops on the chain). The deep search runs only on graphs small
 enough that ``2 (U + |E|) K`` emulations fit the budget (at the default 0.1 s, up to about 55 ops
 at K = 16, 130 at K = 4 and 190 at K = 2). The sweep's moves are tried in compiled code
-(:func:`_first_shorter`, the emulator's sweep called directly), the same moves in the same order on
-the same budget as one by one in Python (:meth:`_Search.attempt`, still used for the chain's moves,
-the kicks and a run order given as positions): 40 partitions of 15-39-op random DAGs, K = 2-4, most
-under memory limits, 7.8 s against 22.9 s, the same answers (RESULTS.md, "refine-sweep").
+(:func:`_first_shorter`): the same moves, order and budget as :meth:`_Search.attempt` one by one.
 """
 
 from __future__ import annotations
