@@ -130,6 +130,7 @@ class Machine:
     memory_bytes: np.ndarray = field(init=False, repr=False, compare=False)
     bandwidth_Bps: float = field(init=False, repr=False, compare=False)
     latency_us: float = field(init=False, repr=False, compare=False)
+    _limits: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.devices, bool) or not isinstance(self.devices, (int, np.integer)) or self.devices < 1:
@@ -141,6 +142,7 @@ class Machine:
         object.__setattr__(self, "memory_bytes", self._memory_array())
         object.__setattr__(self, "bandwidth_Bps", parse_bandwidth(self.bandwidth))
         object.__setattr__(self, "latency_us", parse_duration_us(self.latency))
+        object.__setattr__(self, "_limits", self._limits_array())
 
     def _memory_array(self) -> np.ndarray:
         k = self.devices
@@ -175,13 +177,19 @@ class Machine:
     def limits_bytes(self) -> np.ndarray:
         """Usable memory per device: ``memory × (1 − reserve)`` (int64; huge when unbounded), at most
         2^63 - 2 bytes: the memory tracker's usage saturates at 2^63 - 1 (:mod:`pardnn.emulation.memory`), which
-        must never fit."""
+        must never fit. Read-only."""
+        return self._limits
+
+    def _limits_array(self) -> np.ndarray:
         if not self.bounded:
-            return self.memory_bytes.copy()
-        usable = np.floor(self.memory_bytes * (1.0 - self.reserve))
-        past = usable >= 2.0**63  # float64 rounds sizes near 2**63 up, past int64: those keep their exact size
-        exact = np.where(past, self.memory_bytes, np.where(past, 0.0, usable).astype(np.int64))
-        return np.minimum(exact, _INT64_MAX - 1)
+            array = self.memory_bytes.copy()
+        else:
+            usable = np.floor(self.memory_bytes * (1.0 - self.reserve))
+            past = usable >= 2.0**63  # float64 rounds sizes near 2**63 up, past int64: those keep their exact size
+            exact = np.where(past, self.memory_bytes, np.where(past, 0.0, usable).astype(np.int64))
+            array = np.minimum(exact, _INT64_MAX - 1)
+        array.flags.writeable = False
+        return array
 
     def comm_us(self, nbytes: np.ndarray | float) -> np.ndarray | float:
         """Cost of moving ``nbytes`` between two different devices, in microseconds."""

@@ -41,8 +41,8 @@ while n runs + every buffer owned by n live at ``t``
 saturates at 2^63 - 1 instead of wrapping around, so it fits no limit (a machine's stop at 2^63 - 2).
 
 Complexity: O(|V| + |E|) to build the buffers and O(B log B) to sweep their B <= |V| + |E| events in
-time order (both compiled with numba), twice when a sum is rewritten; potentials at one instant are
-O(B) with NumPy.
+time order (both compiled with numba; the sweep in :mod:`pardnn.emulation.peaks`), twice when a sum is
+rewritten; potentials at one instant are O(B) with NumPy.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from numba import njit
 from pardnn.costs.graph import CostGraph, Kind
 from pardnn.costs.machine import Machine
 from pardnn.emulation.emulator import Schedule
+from pardnn.emulation.peaks import INT64_MAX, add_bytes, peaks, residual_bytes
 
 __all__ = ["ACCUMULATING_TYPES", "REWRITE_FRACTION", "MemoryProfile", "accumulating_ops", "saturated_bytes",
            "track_memory"]
@@ -67,7 +68,6 @@ ACCUMULATING_TYPES = frozenset({"AddN", "AccumulateNV2"})
 ACCUMULATING_MIN_INPUTS = 3
 REWRITE_FRACTION = 0.8
 # Bumped whenever the tracker's rules change what a placement needs: keys cached answers (max-batch probes).
-INT64_MAX = 2**63 - 1  # where usage saturates (module docstring, "Exabytes")
 MEMORY_MODEL = 2  # 2: sums done in place under pressure, as Grappler's memory optimizer does
 
 _accumulating_cache: dict[int, tuple[weakref.ref, np.ndarray]] = {}
@@ -136,7 +136,7 @@ class MemoryProfile:
         live = self.live(None, time_us)
         transient = np.bincount(self.buffer_device[live], weights=self.buffer_bytes[live],
                                 minlength=self.residual_bytes.size)
-        return _add_bytes(self.residual_bytes, saturated_bytes(transient))
+        return add_bytes(self.residual_bytes, saturated_bytes(transient))
 
     def usage_at(self, device: int, time_us: float) -> int:
         """Bytes in use on ``device`` at ``time_us`` (Eq. 3)."""
@@ -232,59 +232,10 @@ def _buffers(n: int, k: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_bytes:
     return device[:b], alloc[:b], free[:b], nbytes[:b], owner[:b], producer[:b]
 
 
-def _peaks(k: int, residual: np.ndarray, device: np.ndarray, alloc: np.ndarray, free: np.ndarray,
-           nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per device, the peak of residual + live buffers and the first instant it is reached.
-
-    At one instant: releases of buffers that lived a while (their consumer finished), then
-    allocations (ops starting), then releases of buffers allocated at that same instant. Events are
-    laid out in that phase order and sorted stably by time (NumPy's sort: a sort compiled by numba
-    would add seconds to the first run's compile), then swept in order.
-    """
-    index = np.arange(device.size, dtype=np.int64)
-    lived = free > alloc
-    time = np.concatenate([free[lived], alloc, free[~lived]])
-    event = np.concatenate([-index[lived] - 1, index, -index[~lived] - 1])  # negated-minus-one: a release
-    order = np.argsort(time, kind="stable")
-    peak, peak_time = _sweep_peaks(k, order, time, event, device, nbytes)
-    return _add_bytes(peak, residual), peak_time
-
-
 def saturated_bytes(total: np.ndarray) -> np.ndarray:
     """Byte counts summed in float64 (``np.bincount`` with weights) as int64, 2^63 - 1 from 2^63 on."""
     past = total >= 2.0**63
     return np.where(past, INT64_MAX, np.where(past, 0.0, total).astype(np.int64))
-
-
-def _add_bytes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a + b`` of non-negative int64 byte counts, 2^63 - 1 where it would pass int64."""
-    return np.where(a > INT64_MAX - b, INT64_MAX, a + b)
-
-
-@njit(cache=True, nogil=True)
-def _sweep_peaks(k: int, order: np.ndarray, time: np.ndarray, event: np.ndarray, device: np.ndarray,
-                 nbytes: np.ndarray):
-    # in_use is exact modulo 2^64 (int64 wraps): negative once past 2^63; about, its float shadow, tells
-    # when it has passed 2^64 (and wrapped back to positive).
-    in_use = np.zeros(k, np.int64)
-    about = np.zeros(k)
-    peak = np.zeros(k, np.int64)
-    peak_time = np.zeros(k)
-    for j in order:
-        x = event[j]
-        if x >= 0:
-            d = device[x]
-            in_use[d] += nbytes[x]
-            about[d] += nbytes[x]
-            now = in_use[d] if in_use[d] >= 0 and about[d] < 1.5e19 else INT64_MAX  # past 2^64: about says
-            if now > peak[d]:
-                peak[d] = now
-                peak_time[d] = time[j]
-        else:
-            x = -x - 1
-            in_use[device[x]] -= nbytes[x]
-            about[device[x]] -= nbytes[x]
-    return peak, peak_time
 
 
 def _rewritten(graph: CostGraph, place: np.ndarray, candidates: np.ndarray, limits: np.ndarray,
@@ -310,14 +261,13 @@ def track_memory(graph: CostGraph, machine: Machine, placement: np.ndarray, sche
     residual baseline, buffers, peak and time of peak, and the sums done in place."""
     k = machine.devices
     place = np.asarray(placement, dtype=np.int64)
-    residual = saturated_bytes(np.bincount(place, weights=np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0),
-                                           minlength=k))
+    residual = residual_bytes(k, place, graph.kind, graph.out_bytes)
 
     def sweep(accumulates: np.ndarray, alloc_at: np.ndarray):
         buffers = _buffers(graph.n, k, graph.succ_ptr, graph.succ, graph.edge_bytes, place, graph.kind,
                            graph.out_bytes, schedule.start_us, schedule.finish_us, schedule.edge_arrival_us,
                            accumulates, alloc_at)
-        return buffers, _peaks(k, residual, *buffers[:4])
+        return buffers, peaks(k, residual, *buffers[:4])
 
     candidates = accumulating_ops(graph)
     buffers, (peak, peak_time) = sweep(np.zeros(graph.n, dtype=bool), schedule.start_us)

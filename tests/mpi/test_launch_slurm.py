@@ -151,15 +151,15 @@ def test_a_requeued_job_resumes_from_its_newest_checkpoint(slurm_conf, tmp_path)
         time.sleep(0.2)
     subprocess.run(["scontrol", "requeue", job_id], env=env, check=True, capture_output=True)
     deadline = time.monotonic() + 240
-    while True:  # requeued: pending again, then running, then done
+    while True:  # requeued: completing, then pending again, then running, then done
         shown = subprocess.run(["scontrol", "show", "job", "-o", job_id], env=env, capture_output=True,
                                text=True).stdout
         restarts = re.search(r"Restarts=(\d+)", shown)
-        if restarts and int(restarts.group(1)) >= 1:
+        if restarts and int(restarts.group(1)) >= 1 and "JobState=PENDING" in shown:
             break
         assert time.monotonic() < deadline, shown
         time.sleep(0.5)
-    # Slurm holds a requeued job back for a while (its begin time): start it now.
+    # Slurm holds a requeued job back for a while (its begin time, set once it is pending again): start it now.
     subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, capture_output=True)
     state, exit_code = _wait(job_id, env, timeout=300)
     output = log.read_text() if log.exists() else "(no output)"

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from pardnn import CostGraph, Machine
 from pardnn.emulation.emulator import emulate
 from pardnn.emulation.memory import track_memory
+from pardnn.emulation.peaks import SMALL_BUFFERS, peaks, peaks_compiled, stable_order
 from tests.conftest import random_dags
 
 SLOW_LINK = {"bandwidth": 1e6, "latency": 1.0}
@@ -133,3 +134,25 @@ def test_usage_at_peak_time_equals_peak(k):
     _, mem = profile(g, k, place)
     for d in range(k):
         assert mem.usage_at(d, mem.peak_time_us[d]) == mem.peak_bytes[d]
+
+
+@given(st.lists(st.integers(0, 6), max_size=300), st.integers(1, 4))
+def test_the_compiled_peaks_are_numpys_stable_sweep(times, k):
+    """Few buffers take one compiled call (its own merge sort), many NumPy's stable sort: the same
+    order (ties included: few distinct times) and the same peaks and instants."""
+    key = np.array(times, dtype=float)
+    np.testing.assert_array_equal(stable_order(key), np.argsort(key, kind="stable"))
+    rng = np.random.default_rng(len(times))
+    b = len(times) // 2
+    alloc = key[:b]
+    free = alloc + rng.integers(0, 3, b)  # some freed at their allocation
+    device, nbytes = rng.integers(0, k, b), rng.integers(0, 1000, b)
+    residual = rng.integers(0, 100, k)
+    compiled = peaks_compiled(k, residual, device, alloc, free, nbytes)
+    assert b <= SMALL_BUFFERS
+    big = np.full(SMALL_BUFFERS + 1, 0.0), np.zeros(SMALL_BUFFERS + 1, np.int64)
+    # the NumPy path, reached by padding with empty buffers of device 0 at time 0 (no bytes: no peak change)
+    numpy_path = peaks(k, residual, np.concatenate([device, big[1]]), np.concatenate([alloc, big[0]]),
+                        np.concatenate([free, big[0]]), np.concatenate([nbytes, big[1]]))
+    np.testing.assert_array_equal(compiled[0], numpy_path[0])
+    np.testing.assert_array_equal(compiled[1], numpy_path[1])
