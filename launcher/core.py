@@ -143,11 +143,11 @@ def run(job: Any, *, build: BuildFn | None = None, **overrides: Any) -> dict[str
     build:
         The graph builder (default ``jobs.build``; the signature of the jobs contract).
     **overrides:
-        Settings that take precedence over the job file (see :mod:`launcher.settings`):
-        ``devices_per_node``, ``iterations``, ``window`` (``"100:150"`` or a pair), ``out``,
-        ``memory``, ``costs``, ``batch_size``, ``reserve``, ``memory_heuristic``, ``device_preset``,
-        ``profile_steps``, ``progress``, ``stall_timeout``, ``placer``, ``parallelism``, ``recompute``,
-        ``compare``. ``None`` means not given.
+        Settings that take precedence over the job file: any name of
+        :data:`launcher.settings.OVERRIDABLE` (the options of ``pardnn-launch --help``, e.g.
+        ``devices_per_node``, ``iterations``, ``window`` as ``"100:150"`` or a pair, ``micro_batches``,
+        ``replica_devices``, ``allreduce``, ``checkpoint_every``, ``resume``), plus ``precision``.
+        ``None`` means not given.
 
     Returns
     -------
