@@ -1,25 +1,13 @@
 """The one core behind ``pardnn-launch`` and ``launcher.run``: per node, place the replica and train.
 
-Per node (one MPI rank per node, :mod:`launcher.cluster.topology`; one per device for data parallelism):
-
-0. **set up**: read the job and settings and check the output folder (before Horovod and
-   TensorFlow load); ranks agree on the outcome, so an error every rank finds is printed once;
-   rank 0 makes the run directory (:mod:`launcher.lifecycle`); each rank starts its log, heartbeat
-   and stall watchdog (:mod:`launcher.reporting.console`, :mod:`launcher.run.heartbeat`) and Horovod;
-1. train the run's variant (:mod:`launcher.variants`): a placer's placement of the node's replica
-   (:mod:`launcher.placing.model`: build, profile or estimate, place, apply, train) or plain data
-   parallelism (:mod:`launcher.training.replicas`); ``--compare`` trains several, one after the other
-   (:mod:`launcher.compare`);
-2. compare the replicas' weights and optimizer state (a mismatch fails the run); rank 0 gathers
-   every replica's figures and writes ``summary.json``, ``status.json`` and a row of ``results.csv``
-   (:mod:`launcher.run.outcome`); a step that does not fit the devices' memory ends before training with
-   status ``does_not_fit``, a row and one line.
-
-Outputs go to ``<out>/<run id>/`` (:mod:`launcher.run.state`): per rank ``rank-<r>.jsonl``,
-``rank-<r>.log``, ``figures-<r>.json``, ``heartbeat-<r>.json``; from rank 0 ``placement.txt``,
-``summary.json`` and ``status.json``; ``<out>/results.csv`` collects one row per run for sweeps.
-Failures end every rank within seconds (:mod:`launcher.run.failure`); stop signals and stalls end it
-with every live rank's files written (:mod:`launcher.run.ending`).
+Each rank (one per node, :mod:`launcher.cluster.topology`; one per device for data parallelism) reads
+the job and settings before TensorFlow loads, agreeing with the others so an error every rank finds is
+printed once; trains the run's variant (:mod:`launcher.variants`: a placed replica,
+:mod:`launcher.placing.model`, or plain data parallelism, :mod:`launcher.training.replicas`;
+``--compare`` trains several, :mod:`launcher.compare`); then the replicas' weights are compared and
+rank 0 writes ``summary.json``, ``status.json`` and a ``results.csv`` row (:mod:`launcher.run.outcome`).
+Failures, stop signals and stalls end every rank with its files written (:mod:`launcher.run.failure`,
+:mod:`launcher.run.ending`). docs/launcher.md describes the outputs.
 """
 
 from __future__ import annotations

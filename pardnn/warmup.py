@@ -1,15 +1,10 @@
 """Compile (or load) every numba kernel now, not inside the first placement or the first job.
 
-pardnn's sequential sweeps (emulator, memory tracker, slicing, LFLAM mapping, heuristics, baselines)
-are compiled by numba with ``cache=True``: the first call in a fresh install compiles them (about
-8 s on 2 cores; on a cluster every rank of the first job at once) and writes the machine code to
-numba's cache (``__pycache__`` beside the modules, or ``NUMBA_CACHE_DIR``), later processes load
-it (a second or two, for all of them). :func:`warm_up` runs every placer on a small synthetic graph, without and under
-both memory heuristics, so that every kernel a placement can reach is in the cache; ``pardnn
-warmup`` runs it from the command line, ``scripts/setup.sh`` at install time, and the launcher as
-its own ``compile`` phase before ``partition`` so the two are timed apart.
-
-Complexity: a few placements of a 150-op graph; the time is numba's compilation or cache loading.
+:func:`warm_up` runs every placer on a small synthetic graph, without and under both memory heuristics,
+so every kernel a placement can reach is in numba's cache (``__pycache__`` beside the modules, or
+``NUMBA_CACHE_DIR``). ``pardnn warmup`` runs it, ``scripts/setup.sh`` at install time, and the launcher
+as its own ``compile`` phase before ``partition``. A fresh install compiles for about 45 s on 2 cores;
+later processes load the cache in a second or two.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Building blocks shared by the models, in ``tf.compat.v1`` graph mode with resource variables.
 
-Written with plain ops rather than Keras layers so that the graphs look like the TF1 code of the
-paper's models (one op per step of a cell, unrolled time steps) and build in a ``tf.Graph`` without
-Keras' graph-mode quirks. Every function creates its variables with ``get_variable`` under the
-current variable scope, so names are deterministic.
+Plain ops rather than Keras layers, so the graphs look like the TF1 code of the paper's models (one
+op per step of a cell, unrolled time steps); variables come from ``get_variable`` under the current
+variable scope, so names are deterministic.
 
 Weights used at many time steps are read once (:func:`weights`), as TF1's ``kernel/read`` was, so a
 cost graph does not count a copy of the weights at every use.

@@ -1,48 +1,11 @@
 """Memory consumption tracker (the paper's Eq. 3) and memory potentials (``M_pot``).
 
-Given a placement and its emulated :class:`~pardnn.emulation.emulator.Schedule`, memory in use on device
-``pe`` at time ``t`` is the sum of:
-
-1. every residual op on ``pe`` (variables, optimizer slots): its ``out_bytes`` for the whole step;
-2. every normal op on ``pe``: its ``out_bytes`` from its start until its output is released — when
-   its last consumer on ``pe`` has finished and its last transfer to another device has completed
-   (the sender keeps the buffer until the copy lands; with neither, at its own finish);
-3. every tensor received on ``pe`` from a producer on another device (any kind): from the *start*
-   of its transfer — the producer's finish, when the receiver allocates the buffer the copy lands
-   in — until its last consumer on ``pe`` finishes, so the bytes in flight count on both ends. A
-   producer sends one copy per destination device (TensorFlow's Send/Recv pair), sized by the
-   largest edge from that producer to that device.
-
-**In-place sums.** TensorFlow's runtime does not keep every input of a large sum until the sum
-runs. Grappler's memory optimizer (on by default: ``SchedulingPass`` in ``memory_optimizer.cc``)
-estimates each device's peak of op outputs (variables and optimizer slots, held as resources, are
-not counted) and, where it exceeds 80 % of the device's memory, rewrites every ``AddN`` of three or
-more inputs whose inputs are live at that peak into a ``TemporaryVariable`` that each input is
-``AssignAdd``-ed into when it arrives. The tracker does the same. After sweeping terms 1-3, on each
-device whose transient peak (peak less residual bytes) exceeds :data:`REWRITE_FRACTION` of its limit
-(``memory × (1 − reserve)``, standing for TensorFlow's allocator limit), every
-:func:`accumulating_ops` op on that device fed by one of its outputs live at its peak is
-*rewritten*: it holds its output from the arrival of its first input until its own release, and
-each of its inputs is released on arrival (its producer's finish, or the landing of the copy) instead
-of at the sum's finish; then the buffers are swept again (:attr:`MemoryProfile.rewritten`). An
-unrolled RNN's weight gradient is such a sum, of one term per time step: kept whole until one
-``AddN`` they need ~25 GiB in the paper's Word-RNN (``benchmarks/MODELS.md``, "Memory realism of the
-unrolled RNNs"). As in TensorFlow, a device just under the threshold keeps its sums whole, so it
-can peak higher than the same device just over it.
-
-Reference ops hold nothing of their own. Each transient term is a *buffer* ``(device, alloc, free,
-bytes, owner)``. ``owner`` is the op whose finish releases the buffer — the last consumer on that
-device, or the producer itself when the buffer is released by its own finish or by an outgoing
-transfer landing — which is what moving an op can relieve, so ``M_pot(n, t)`` = n's own output
-while n runs + every buffer owned by n live at ``t``
-(the paper's Table "Terminology").
-
-**Exabytes.** Usage that would pass int64 (2^63 bytes, e.g. a few 2^62-byte tensors on one device)
-saturates at 2^63 - 1 instead of wrapping around, so it fits no limit (a machine's stop at 2^63 - 2).
-
-Complexity: O(|V| + |E|) to build the buffers and O(B log B) to sweep their B <= |V| + |E| events in
-time order (both compiled with numba; the sweep in :mod:`pardnn.emulation.peaks`), twice when a sum is
-rewritten; potentials at one instant are O(B) with NumPy.
+:func:`track_memory` sweeps a placement's emulated :class:`~pardnn.emulation.emulator.Schedule`: per
+device, residual ops for the whole step, each op's output from its start to its release, each
+received tensor from the start of its transfer to its last consumer there; the sums TensorFlow does
+in place are rewritten as Grappler does on a device near its limit. Usage saturates at 2^63 - 1
+bytes. The result is a :class:`MemoryProfile` (peaks, their instants, the buffers). The rules and
+their reasons are in docs/internals.md ("The memory tracker").
 """
 
 from __future__ import annotations

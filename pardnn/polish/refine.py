@@ -1,53 +1,11 @@
 """After the guard: local search on the emulated schedule (the refinement stage).
 
-Step 1 places clusters by expected levels and Step 2 moves units for memory; neither looks at the
-schedule the placement really produces. The refinement does: it emulates the step, follows its
-*critical chain* back from the op that finishes last, and tries the moves that could shorten it:
-
-- a **transfer link** (consumer ``v`` waited for the copy of ``u``'s output from another device):
-  move ``v``'s unit to ``u``'s device, or ``u``'s unit to ``v``'s — pulling the chain's heavy
-  transfers onto one device (what Baechi's m-SCT does when it schedules a child on its favourite
-  parent's device);
-- a **device link** (``v`` was ready but its device was busy with ``w``): move ``v``'s unit to the
-  device its inputs come from most, else to the least loaded other device — an insertion-style
-  rebalancing of the bottleneck device (HEFT's earliest-finish idea, judged by the emulator).
-
-Units are colocation groups and single ops (:mod:`pardnn.steps.units`), so groups stay whole. Moves are
-tried in order of the time their link costs the chain (largest first; ties by the unit's first op,
-then the target), each judged by a full emulation: a move is accepted only if it lowers the makespan
-and, on a machine with memory limits, every device still fits. After an accepted move the chain is
-recomputed (first improvement, as in Kernighan–Lin / Fiduccia–Mattheyses passes, without their
-tentative uphill moves). When no move on the chain helps and the budget can afford a sweep of the
-whole neighbourhood (every unit to every other device: small graphs), that is searched too, in op
-order, first improvement. When the budget affords two sweeps of the *deep* neighbourhood (also
-every pair of units joined by an edge, moved together to one device — the move that un-cuts an edge
-whose two ends each stay put alone, since moving either end cuts its other edges), the search goes
-on as an iterated local search: a *kick* moves :data:`KICK_UNITS` units chosen at random (a seeded
-generator: deterministic) to random devices, the descent runs again, and the result is kept only if
-it is faster, else the placement before the kick comes back. The search stops at a local optimum
-(no kicks) or when its budget is spent.
-
-On 208 small random DAGs with a proven CP-SAT optimum (``python -m benchmarks.exact``) the deep
-search took ParDNN's mean ratio to the optimum from 1.066 to 1.037 and its p95 from 1.283 to 1.159
-with about 900 moves per graph; with the cost model measured, the default budget buys about 6,000
-there, and the mean is 1.029, the p95 1.142 (RESULTS.md, "exact").
-
-Choices where nothing says what to do:
-
-- **Budget, deterministic.** ``seconds`` is turned into a number of emulations by a fixed cost model
-  (:data:`SECONDS_PER_MOVE` plus :data:`SECONDS_PER_ELEMENT` per op and edge), never by the clock,
-  so every node of a cluster computes the same placement; the search is anytime (each accepted
-  move is kept). Only the costliest links that the budget can try give moves.
-- **Chain.** From the last op to finish: the input whose arrival set its start (a data link),
-  else the op before it on its device if that one finished exactly then (a device link); the walk
-  ends at an op that started when it was ready on an idle device.
-
-Complexity: O(|V| log |V| + |E|) per emulation, times the budget's number of emulations; building
-the chain is O(|V| log |V|) per accepted move (a sort of each device's ops; the walk itself, compiled,
-reads only the inputs of the ops on the chain). The deep search runs only on graphs small
-enough that ``2 (U + |E|) K`` emulations fit the budget (at the default 0.1 s, up to about 55 ops
-at K = 16, 130 at K = 4 and 190 at K = 2). The sweep's moves are tried in compiled code
-(:func:`_first_shorter`): the same moves, order and budget as :meth:`_Search.attempt` one by one.
+:func:`refine` emulates the step, follows its critical chain back from the op that finishes last and
+tries the moves that could shorten it (a unit to the device of the transfer it waited for, or off a
+busy device), keeping a move only when the step gets strictly shorter and every device still fits;
+on small graphs it also sweeps every unit and linked pair, then iterates with seeded random kicks.
+``seconds`` of budget becomes a fixed number of emulations (deterministic on every node).
+docs/internals.md ("The refinement") has the rules, the choices and the measurements.
 """
 
 from __future__ import annotations
