@@ -36,6 +36,7 @@ import tensorflow as tf
 from jobs.config import Job, JobError, load_job
 from jobs.costing import COSTS, cost_graph
 from jobs.data import batches
+from jobs.export import describe_keras, describe_variables
 from jobs.microbatch import mean_gradients, micro_size, split_feed, zoo_copies
 from jobs.models import model_module
 from jobs.models.layers import computing
@@ -66,7 +67,8 @@ class TrainGraph:
     outputs are the gradients the update reads (before a hook or clipping); ``learning_rate``: the rate
     a Keras optimizer's update applies (a schedule's value at the step; ``None``: a constant rate);
     ``loss_scale`` and ``finite``: with loss scaling (:mod:`jobs.precision`), the scale the step used
-    and whether it applied its update (every averaged gradient finite), else ``None``.
+    and whether it applied its update (every averaged gradient finite), else ``None``; ``model``: which
+    variables are the model's weights, for writing it in Keras' files (:mod:`jobs.export`).
     """
 
     graph: tf.Graph
@@ -88,6 +90,8 @@ class TrainGraph:
     learning_rate: tf.Tensor | None = None
     loss_scale: tf.Tensor | None = None
     finite: tf.Tensor | None = None
+    model: dict[str, Any] | None = None
+
 
 
 def _gating(variables: list[tf.Variable]) -> int:
@@ -189,6 +193,10 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
             with _zoo_precision(job, module):
                 net = module.build(dict(job.model_params), batch)
             made = recipe(job)
+        if user is not None and user.keras is not None:
+            model = describe_keras(user.keras, user.layout, net.inputs)
+        else:  # the zoo's variables, or a step's: those made before the optimizer's
+            model = describe_variables(v1.global_variables())
         logger.info("%s trains with %s%s", job.name, made.describe(),
                     f"; {micro} micro-batches of {size}" if micro > 1 else "")
         optimizer = made.make_optimizer()
@@ -253,7 +261,7 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
     return TrainGraph(graph, net.loss, train_op, init_op, variables, feed_fn, batch, net.tokens_per_step,
                       [train_op, net.loss], inputs, job, batch, parameters, time.perf_counter() - started, made,
                       gradients, rate, None if scaling is None else scaling.scale,
-                      None if scaling is None else scaling.finite)
+                      None if scaling is None else scaling.finite, model)
 
 
 def export_graph(job: Job | str | Path, path: str | Path, *, costs: str = "estimate", preset: str | None = None,

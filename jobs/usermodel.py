@@ -51,6 +51,7 @@ class Entries:
     data: Callable[[int], Any] | None
     first: Any = None
     layout: Layout | None = None
+    keras: Any = None  # the tf.keras.Model built in the graph, once build_net made it
 
 
 def entry_points(job: Job, batch: int, shard: tuple[int, int]) -> Entries | None:
@@ -105,6 +106,7 @@ def build_net(job: Job, entries: Entries, batch: int, graph: tf.Graph, micro: in
                 logger.warning("%s: model.entry = %r: %s is not run: pardnn builds the step from the loss, the "
                                "optimizer and the model's update ops", job.source, job.entry, method)
             net, entries.layout = keras_net(job, result, made, entries.first, batch, micro)
+            entries.keras = result
             return net, made
     if micro > 1:
         raise JobError(f"{job.source}: model.entry = {job.entry!r}: it returned a step (loss and inputs), which "

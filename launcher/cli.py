@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_group.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                            help="no progress bar")
     _option(run_group, "stall_timeout", show_default=False, metavar="SECONDS")
-    checkpoints = parser.add_argument_group("checkpoints")
+    checkpoints = parser.add_argument_group("checkpoints and the trained model")
     checkpoints.add_argument("--checkpoint-every", type=int, metavar="N",
                              help="rank 0 saves the variables every N iterations, and on SIGTERM/SIGUSR1 "
                                   "(default 0: only on a stop signal when --checkpoint-dir is given)")
@@ -128,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     checkpoints.add_argument("--keep-checkpoints", type=int, metavar="N",
                              help="keep the newest N checkpoints of the folder, deleting older ones once a newer one "
                                   "is whole (default 3; 0 keeps all)")
+    checkpoints.add_argument("--save-model", metavar="PATH",
+                             help="at the end, rank 0 writes the trained model in Keras' files: PATH.weights.h5 "
+                                  "(model.load_weights after your build()), PATH.keras (whole, where Keras can "
+                                  "save the model); a zoo model's weights go into an HDF5 file by variable name")
     checkpoints.add_argument("--replace", action="store_true", default=None,
                              help="with --resume: place the graph anew (profile, place) and load the saved values by "
                                   "variable name, for a graph or cluster that changed since the checkpoint")

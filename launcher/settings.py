@@ -39,6 +39,8 @@ LAUNCHER_DEFAULTS: dict[str, Any] = {"out": Path("runs"), "progress": True}
 # folder keeps (0: all); --replace: place a resumed graph anew instead of taking the saved placement.
 LAUNCHER_DEFAULTS.update({"checkpoint_every": 0, "checkpoint_dir": None, "resume": None, "keep_checkpoints": 3,
                           "replace": False})
+# Where rank 0 writes the trained model in Keras' files at the end (jobs.export; None: nowhere).
+LAUNCHER_DEFAULTS.update({"save_model": None})
 # What runs (launcher.variants): model or data parallelism, gradient checkpointing, placers side by side.
 LAUNCHER_DEFAULTS.update({"parallelism": "model", "recompute": False, "compare": None})
 # How gradients are averaged across ranks (launcher.training.dataparallel): auto, horovod or mpi4py.
@@ -78,6 +80,7 @@ class Settings:
     resume: str | None = None
     keep_checkpoints: int = 3
     replace: bool = False
+    save_model: Path | None = None  # the trained model's file (jobs.export), written by rank 0 at the end
     run_order: bool = True
     micro_batches: int | str = 1  # the batch split into M micro-batches per step (jobs.microbatch), or "auto"
     placer: str = "pardnn"
@@ -105,6 +108,7 @@ class Settings:
         out["out"] = str(self.out)
         out["window"] = list(self.window)
         out["checkpoint_dir"] = None if self.checkpoint_dir is None else str(self.checkpoint_dir)
+        out["save_model"] = None if self.save_model is None else str(self.save_model)
         return out
 
 
@@ -174,12 +178,29 @@ def resolve(job: Any, overrides: dict[str, Any] | None = None) -> Settings:
                           f"{', '.join(ALLREDUCE_CHOICES)}")
     settings = Settings(**checked, out=Path(values["out"]), progress=bool(values["progress"]), sources=sources,
                         allreduce=values["allreduce"], replica_devices=_replica_devices(values["replica_devices"]),
+                        save_model=_save_model(values["save_model"], values["compare"]),
                         **_checkpoint_settings(values), **variant_settings(values, sources))
     check_auto(settings)  # --micro-batches auto: one placer's model-parallel run only
     # The GPUs there set what the user left unpinned (devices_per_node, device_preset, memory).
     settings = adapt(settings, job, detect_gpus())
     check_replicas(settings)
     return settings
+
+
+def _save_model(value: Any, compare: Any) -> Path | None:
+    """``--save-model PATH``: a file name Keras can write there (:func:`jobs.export.check_path`), for one run."""
+    if value is None:
+        return None
+    if compare:
+        raise LaunchError(f"--save-model {value}: saves the model of one run; --compare trains several (run the one "
+                          "to keep without --compare)")
+    from jobs.config import JobError
+    from jobs.export import check_path
+
+    try:
+        return check_path(value)
+    except JobError as error:
+        raise LaunchError(str(error)) from None
 
 
 def _replica_devices(value: Any) -> int | str | None:

@@ -245,7 +245,7 @@ def run_model(state: RunState, runner: SharedByVariants, guard: StopGuard) -> di
     state.placement["apply"] = dataclasses.asdict(applied)
     guard.check()
 
-    checkpointer = make_checkpointer(state, trained.variables, placed.digest, graph_digest=graph_digest,
+    checkpointer = make_checkpointer(state, trained, placed.digest, graph_digest=graph_digest,
                                      placement_text=placed.text, micro_batches=placed.micro_batches)
     digests = train(state, trained, placed.broadcast, devices, guard, tf, ptf, checkpointer=checkpointer,
                     resume=resume)

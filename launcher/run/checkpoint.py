@@ -231,9 +231,11 @@ def graph_ops_digest(graph: Any) -> str:
     return hashlib.sha256("\n".join(op.name for op in graph.get_operations()).encode("utf-8")).hexdigest()
 
 
-def make_checkpointer(state: Any, variables: Sequence[Any], digest: str, *, graph_digest: str | None = None,
+def make_checkpointer(state: Any, trained: Any, digest: str, *, graph_digest: str | None = None,
                       placement_text: str | None = None, micro_batches: int | None = None) -> Checkpointer:
-    """The run's checkpointer: rank 0 saves when ``--checkpoint-every`` or ``--checkpoint-dir`` is given.
+    """The run's checkpointer for the built step ``trained``: rank 0 saves when ``--checkpoint-every`` or
+    ``--checkpoint-dir`` is given. Each checkpoint names the job file and the model's weights
+    (``trained.model``), so ``pardnn export`` can write the model from it.
 
     A model-parallel run passes what a resumed run needs to rebuild the same replica without profiling
     or placing: ``placement_text`` (the placement file, run order included), ``graph_digest``
@@ -243,12 +245,19 @@ def make_checkpointer(state: Any, variables: Sequence[Any], digest: str, *, grap
     saving = topology.is_root and (settings.checkpoint_every > 0 or settings.checkpoint_dir is not None)
     info = {"job": str(getattr(state.job, "name", "job")), "nodes": topology.size,
             "batch_size": settings.batch_size, "placement_sha256": digest, "run_dir": str(state.directory),
-            "shape": cluster_shape(state), "slurm_job_id": os.environ.get("SLURM_JOB_ID")}
+            "shape": cluster_shape(state), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "job_file": _job_file(state.job), "precision": getattr(state.job, "precision", None),
+            "model": getattr(trained, "model", None)}
     if placement_text is not None:
         info.update({"graph_ops_sha256": graph_digest, "micro_batches": micro_batches,
                      "placement": {k: v for k, v in state.placement.items() if k != "apply"}})
-    return Checkpointer(folder, settings.checkpoint_every, [v.name for v in variables], info, saving=saving,
+    return Checkpointer(folder, settings.checkpoint_every, [v.name for v in trained.variables], info, saving=saving,
                         keep=settings.keep_checkpoints, placement_text=placement_text)
+
+
+def _job_file(job: Any) -> str | None:
+    path = getattr(job, "path", None)
+    return None if path is None else str(Path(path).resolve())
 
 
 def cluster_shape(state: Any) -> dict[str, Any]:

@@ -72,6 +72,7 @@ class RunState:
     watchdog: Watchdog | None = None
     finisher: Finisher | None = None
     checkpointer: Any = None  # launcher.run.checkpoint.Checkpointer once training began
+    trained: tuple[dict[str, Any] | None, dict[str, Any]] | None = None  # --save-model: the model, its final values
     reported: bool = False  # the one line of a stop or stall was printed
     summary_written: bool = False
     _figures_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)

@@ -81,6 +81,8 @@ def train(state: Any, trained: Any, broadcast: Any, devices: Any, guard: StopGua
                         state.write_figures("running")
                     bar.update(1)
                 checkpointer.boundary(settings.iterations, start, fetch, final=True)
+                if settings.save_model is not None and topology.is_root:  # written by finish (launcher.run.outcome)
+                    state.trained = (trained.model, dict(zip((v.name for v in trained.variables), fetch())))
         finally:
             checkpointer.active = False
             bar.close()

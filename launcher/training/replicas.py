@@ -107,6 +107,6 @@ def run_data(state: RunState, runner: SharedByVariants, guard: StopGuard) -> dic
     state.placement["apply"] = dataclasses.asdict(applied)
     guard.check()
 
-    checkpointer = make_checkpointer(state, trained.variables, digest)
+    checkpointer = make_checkpointer(state, trained, digest)
     digests = train(state, trained, broadcast, devices, guard, tf, ptf, checkpointer=checkpointer, resume=resume)
     return finish(state, digests)

@@ -104,14 +104,36 @@ def test_precision_on_the_command_line_overrides_the_job_files(tmp_path):
 def test_one_node_run_of_a_tiny_job(tmp_path):
     import json
 
+    import h5py
+    import numpy as np
+
+    saved = tmp_path / "model" / "word-rnn.weights.h5"
     proc = _launch("word-rnn-tiny", "--iterations", "30", "--window", "10:30", "--devices-per-node", "2",
-                   "--out", str(tmp_path), "--no-progress")
+                   "--out", str(tmp_path), "--no-progress", "--save-model", str(saved), "--checkpoint-every", "20")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(next(tmp_path.glob("*/summary.json")).read_text())
     assert summary["nodes"] == 1 and summary["devices_per_node"] == 2
     assert summary["throughput"]["tokens_per_s"] == pytest.approx(summary["throughput"]["samples_per_s"] * 10)
     assert summary["settings"]["sources"]["iterations"] == "command line"
     assert (tmp_path / "results.csv").read_text().count("\n") == 2
+    # --save-model: the zoo model's variables by name, as the last checkpoint (iteration 30) holds them;
+    # pardnn export writes the same file from that checkpoint.
+    assert summary["saved_model"]["path"] == str(saved) and "saved the trained model to" in proc.stderr
+    [run] = [p for p in tmp_path.iterdir() if p.name.startswith("word-rnn-tiny")]
+    last = json.loads((run / "checkpoint" / "ckpt-00000030.json").read_text())
+    assert last["model"]["kind"] == "variables" and last["job_file"].endswith("jobs/word-rnn-tiny.toml")
+    with np.load(run / "checkpoint" / "ckpt-00000030.npz") as arrays:
+        values = {name: arrays[f"arr_{i}"] for i, name in enumerate(last["variables"])}
+    exported = tmp_path / "exported.h5"
+    export = subprocess.run([sys.executable, "-m", "pardnn", "export", str(run), "-o", str(exported)], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert export.returncode == 0 and f"wrote {exported} from {run / 'checkpoint' / 'ckpt-00000030.json'}" in (
+        export.stderr), export.stderr
+    for path in (saved, exported):
+        with h5py.File(path) as handle:
+            for name in last["model"]["weights"]:
+                np.testing.assert_array_equal(handle[name.removesuffix(":0")][()], values[name])
+            assert handle.attrs["job"] == "word-rnn-tiny"
 
 
 @pytest.mark.tf

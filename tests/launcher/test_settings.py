@@ -55,6 +55,10 @@ def test_window_from_job_must_fit_iterations_from_command_line_and_names_both():
     ({"batch_size": -1}, r"batch_size \(command line\): -1: expected a whole number >= 1"),
     ({"window": "150:100"}, "0 <= start < end"),
     ({"colour": "blue"}, "unknown setting colour"),
+    ({"save_model": "model.npz"}, r"--save-model model\.npz: expected a file name ending in \.weights\.h5, \.h5, "),
+    ({"save_model": "/dev/null/m.keras"}, r"--save-model /dev/null/m\.keras: cannot write into /dev/null"),
+    ({"save_model": "m.weights.h5", "compare": "pardnn,metis"},
+     r"--save-model m\.weights\.h5: saves the model of one run; --compare trains several"),
 ])
 def test_bad_values_name_the_setting_and_what_is_allowed(overrides, message):
     with pytest.raises(LaunchError, match=message):

@@ -27,11 +27,14 @@ def test_two_nodes_train_a_users_keras_model(tmp_path, example):
     work.mkdir()
     job = ROOT / "examples" / example / "job.toml"
     out = tmp_path / "runs"
-    proc, seconds = mpirun_launch([*LAUNCH, str(job), "--out", str(out), "--no-progress"], timeout=400, cwd=work)
+    saved = tmp_path / f"{example}.weights.h5"
+    proc, seconds = mpirun_launch([*LAUNCH, str(job), "--out", str(out), "--no-progress", "--save-model", str(saved),
+                                   "--checkpoint-every", "30"], timeout=400, cwd=work)
     assert proc.returncode == 0, output(proc)
     assert "Traceback" not in proc.stderr, output(proc)
     [run_dir] = [p for p in out.iterdir() if p.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
+    _loads_the_last_checkpoint(example, saved, run_dir / "checkpoint" / "ckpt-00000030.json")
 
     assert summary["status"] == "complete" and summary["nodes"] == 2 and summary["emulated_nodes"] is True
     assert summary["job"]["model"] == "net:build" and summary["job"]["data"] == {"entry": "net:batches"}
@@ -56,6 +59,38 @@ def test_two_nodes_train_a_users_keras_model(tmp_path, example):
     assert (row["job"], row["model"], row["nodes"], row["devices_per_node"], row["status"]) == (
         example.replace("_", "-"), "net:build", "2", "4", "complete")
     print(f"\n{example}: {seconds:.1f} s wall, {summary['throughput']['samples_per_s']:.1f} samples/s")
+
+
+def _loads_the_last_checkpoint(example, saved, checkpoint):
+    """--save-model's file, loaded by the example's own build() in plain Keras (eager), holds the
+    weights of the last checkpoint, by the names the trained graph gave them."""
+    import sys
+
+    import numpy as np
+    import tensorflow as tf
+
+    meta = json.loads(checkpoint.read_text())
+    with np.load(checkpoint.with_suffix(".npz")) as arrays:
+        values = {name: arrays[f"arr_{i}"] for i, name in enumerate(meta["variables"])}
+    folder = str(ROOT / "examples" / example)
+    sys.path.insert(0, folder)
+    sys.modules.pop("net", None)
+    try:
+        import net
+
+        from jobs import load_job
+
+        model = net.build(**dict(load_job(meta["job_file"]).model_params))
+        x = [np.zeros([1, *spec["shape"]], spec["dtype"]) for spec in meta["model"]["inputs"]]
+        model(x[0] if len(x) == 1 else x, training=False)
+        model.load_weights(saved)
+        assert len(model.weights) == len(meta["model"]["weights"])
+        for variable, name in zip(model.weights, meta["model"]["weights"], strict=True):
+            np.testing.assert_array_equal(variable.numpy(), values[name], err_msg=name)
+    finally:
+        sys.path.remove(folder)
+        sys.modules.pop("net", None)
+        tf.keras.backend.clear_session()
 
 
 # The job files of the three users' models: the entries, the batch size (a job file's one required
