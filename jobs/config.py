@@ -65,7 +65,8 @@ class Job:
     ``model`` is a zoo model type, or for the user's own model its ``[model] entry``
     (``"mypkg.net:build"``, also :attr:`entry`). ``model_params`` holds every key of a zoo model's
     schema (defaults filled in; lists as tuples), or the ``[model.args]`` of an entry. ``data`` is
-    ``{"source", "path", ...}``, or ``{"entry": "mypkg.net:batches"}`` (:attr:`data_entry`).
+    ``{"source", "path", ...}``, ``{"entry": "mypkg.net:batches"}`` (:attr:`data_entry`) or
+    ``{"dataset": "mypkg.net:dataset"}`` (:attr:`dataset`).
     ``loss`` is one Keras loss name or a table by output name; ``given`` lists the dotted keys the
     file (or the overrides) set, so that what the file leaves out can come from a compiled model.
     Build it with :func:`load_job` or :func:`job_from_dict`.
@@ -122,14 +123,19 @@ class Job:
 
     @property
     def data_entry(self) -> str | None:
-        """The ``[data] entry`` giving the batches (``None``: the zoo's data)."""
+        """The ``[data] entry`` giving the batches (``None``: the zoo's data, or a dataset)."""
         return self.data.get("entry")
+
+    @property
+    def dataset(self) -> str | None:
+        """The ``[data] dataset`` making a ``tf.data.Dataset`` of batches (``None``: none)."""
+        return self.data.get("dataset")
 
     def describe(self) -> str:
         params = ", ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in self.model_params.items())
         loss = f", loss {self.loss}" if self.entry else ""
         return (f"{self.name}: {self.model}({params}); batch {self.batch_size}, {self.optimizer} "
-                f"lr {self.learning_rate:g}{loss}; data {self.data_entry or self.data.get('source')}")
+                f"lr {self.learning_rate:g}{loss}; data {self.data_entry or self.dataset or self.data.get('source')}")
 
 
 def with_setting(job: Job, key: str, value: Any) -> Job:
@@ -325,6 +331,19 @@ def _user_model(raw: dict[str, Any], check: _Validator) -> tuple[str, dict[str, 
 def _data(raw: Any, model: str, check: _Validator) -> dict[str, Any]:
     if not isinstance(raw, dict):
         check.fail("data", raw, "a table [data]")
+    if "dataset" in raw:
+        others = sorted(set(raw) - {"dataset"})
+        if others:
+            raise JobError(f"{check.source}: data.dataset and data.{others[0]}: expected one of them: dataset = "
+                           f"{ENTRY} making a tf.data.Dataset, entry = {ENTRY} giving NumPy batches, or source "
+                           "(and path) of the zoo's data")
+        if not is_entry(raw["dataset"]):
+            check.fail("data.dataset", raw["dataset"], f"{ENTRY}: a function fn(batch_size, rank, ranks) returning "
+                       "a tf.data.Dataset of batches")
+        if ":" not in model:
+            raise JobError(f"{check.source}: data.dataset = {_show(raw['dataset'])}: the zoo model {model!r} reads "
+                           "its own data ([data] source); a tf.data.Dataset feeds a [model] entry")
+        return {"dataset": raw["dataset"]}
     if "entry" in raw:
         others = sorted(set(raw) - {"entry"})
         if others:
@@ -337,7 +356,8 @@ def _data(raw: Any, model: str, check: _Validator) -> dict[str, Any]:
     if ":" in model:
         raise JobError(f"{check.source}: missing key data.entry: expected {ENTRY}, a function "
                        "fn(iteration, batch_size, rank, ranks) giving the batches of model.entry = "
-                       f"{_show(model)}")
+                       f"{_show(model)} (or data.dataset = {ENTRY}, a function fn(batch_size, rank, ranks) "
+                       "returning a tf.data.Dataset)")
     sources = ["synthetic", *(name for name, (models, _) in DATASETS.items() if model in models)]
     source = raw.get("source", "synthetic")
     if source not in sources:

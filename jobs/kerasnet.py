@@ -28,19 +28,22 @@ from typing import Any
 import tensorflow as tf
 
 from jobs.config import Job, JobError
+from jobs.datasets import Stream
 from jobs.entrypoints import model_error, user_error
 from jobs.microbatch import Copies, micro_step, scope
 from jobs.models.layers import Net, keras_blocks
 from jobs.recipe import COMPILED, Recipe, by_output, loss_name
-from jobs.userbatch import LABELS, Batch, Layout, as_dict, check_batch, dtype_of, label_key, layout_of
+from jobs.userbatch import LABELS, Batch, Layout, as_dict, check_batch, dtype_of, label_key, layout_of, where
 
 v1 = tf.compat.v1
 
 __all__ = ["keras_net"]
 
 
-def _input_placeholders(job: Job, model: tf.keras.Model, first: Any, batch: int) -> tuple[Layout, dict[str, tf.Tensor]]:
-    """The model's layout and input placeholders (see the module docstring)."""
+def _input_placeholders(job: Job, model: tf.keras.Model, first: Any, batch: int,
+                        stream: Stream | None = None) -> tuple[Layout, dict[str, tf.Tensor]]:
+    """The model's layout and input placeholders (see the module docstring); with a ``stream`` (a
+    ``[data] dataset``) each placeholder's default is the stream's batch."""
     known = bool(model.inputs)
     if known:
         names = list(model.input_names)
@@ -51,21 +54,31 @@ def _input_placeholders(job: Job, model: tf.keras.Model, first: Any, batch: int)
         fix = "rename the tf.keras.Input" if known else "rename that key of x in the data"
         raise model_error(job, f"a model input is named {LABELS!r}, the name of the batch's labels: {fix}")
     values = as_dict(job, 0, first, layout, batch)
-    placeholders: dict[str, tf.Tensor] = {}
+    specs: dict[str, tf.TensorSpec] = {}
+    for index, name in enumerate(layout.inputs):
+        given = values.get(name)
+        if known:
+            symbolic = model.inputs[index]
+            dims, dtype = symbolic.shape.as_list()[1:], symbolic.dtype
+            if given is not None and given.ndim == len(dims) + 1:  # unknown dimensions from batch 0
+                dims = [g if d is None else d for d, g in zip(dims, given.shape[1:])]
+        else:  # batch 0 has every input: the layout is its own (a scalar fails check_batch)
+            assert given is not None
+            dims, dtype = list(given.shape[1:]), dtype_of(given)
+        specs[name] = tf.TensorSpec([batch, *dims], dtype)
+    check_batch(job, 0, {k: v for k, v in values.items() if k in layout.inputs}, specs)
+    streamed = stream.tensors(layout) if stream is not None else {}
     with v1.name_scope("inputs"):
-        for index, name in enumerate(layout.inputs):
-            given = values.get(name)
-            if known:
-                symbolic = model.inputs[index]
-                dims, dtype = symbolic.shape.as_list()[1:], symbolic.dtype
-                if given is not None and given.ndim == len(dims) + 1:  # unknown dimensions from batch 0
-                    dims = [g if d is None else d for d, g in zip(dims, given.shape[1:])]
-            else:  # batch 0 has every input: the layout is its own (a scalar fails check_batch)
-                assert given is not None
-                dims, dtype = list(given.shape[1:]), dtype_of(given)
-            placeholders[name] = v1.placeholder(dtype, [batch, *dims], name=_op_name(name))
-    check_batch(job, 0, {k: v for k, v in values.items() if k in layout.inputs}, placeholders)
+        placeholders = {name: _placeholder(spec, _op_name(name), streamed.get(name), stream)
+                        for name, spec in specs.items()}
     return layout, placeholders
+
+
+def _placeholder(spec: tf.TensorSpec, name: str, value: tf.Tensor | None, stream: Stream | None) -> tf.Tensor:
+    """A placeholder, or (from a stream) one whose default is the stream's ``value``."""
+    if stream is None or value is None:
+        return v1.placeholder(spec.dtype, spec.shape, name=name)
+    return stream.default(name, value, spec.dtype, spec.shape.as_list())
 
 
 def _op_name(name: str) -> str:
@@ -97,8 +110,10 @@ def _call(job: Job, model: tf.keras.Model, layout: Layout, inputs: dict[str, tf.
     return named
 
 
-def _label_placeholders(job: Job, values: Batch, layout: Layout, batch: int) -> dict[str, tf.Tensor]:
+def _label_placeholders(job: Job, values: Batch, layout: Layout, batch: int,
+                        stream: Stream | None = None) -> dict[str, tf.Tensor]:
     assert layout.outputs is not None
+    streamed = stream.tensors(layout) if stream is not None else {}
     placeholders = {}
     with v1.name_scope("inputs/"):  # the input placeholders' scope, entered again
         for output in layout.outputs:
@@ -106,9 +121,10 @@ def _label_placeholders(job: Job, values: Batch, layout: Layout, batch: int) -> 
             labels = values.get(key)
             if labels is None or labels.ndim == 0 or labels.shape[0] != batch:
                 shown = "none" if labels is None else f"shape {list(labels.shape)}"
-                raise JobError(f"{job.source}: data.entry = {job.data_entry!r}: batch 0 has {key} {shown}; expected "
+                raise JobError(f"{job.source}: {where(job, 0)} has {key} {shown}; expected "
                                f"{key!r} (or y of (x, y)) with batch dimension {batch}, the batch size")
-            placeholders[key] = v1.placeholder(dtype_of(labels), [batch, *labels.shape[1:]], name=_op_name(key))
+            spec = tf.TensorSpec([batch, *labels.shape[1:]], dtype_of(labels))
+            placeholders[key] = _placeholder(spec, _op_name(key), streamed.get(key), stream)
     return placeholders
 
 
@@ -135,7 +151,7 @@ def _loss(job: Job, recipe: Recipe, outputs: list[tuple[str, tf.Tensor]], labels
 
 
 def keras_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batch: int,
-              micro: int = 1) -> tuple[Net, Layout]:
+              micro: int = 1, stream: Stream | None = None) -> tuple[Net, Layout]:
     """The step of a Keras ``model`` (see the module docstring) and its batch layout; ``micro`` > 1
     calls the model once per micro-batch (:func:`_micro_net`).
 
@@ -145,13 +161,13 @@ def keras_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batch
         Batch 0 that does not fit the model, calling the model failing, or a loss that does not fit an
         output or its labels; one line naming the file, the key, the input or output and what to do.
     """
-    layout, inputs = _input_placeholders(job, model, first, batch)
+    layout, inputs = _input_placeholders(job, model, first, batch, stream)
     if micro > 1:
-        return _micro_net(job, model, recipe, first, batch, micro, layout, inputs), layout
+        return _micro_net(job, model, recipe, first, batch, micro, layout, inputs, stream), layout
     outputs = _call(job, model, layout, inputs)
     layout.outputs = [name for name, _ in outputs]
     values = as_dict(job, 0, first, layout, batch)
-    labels = _label_placeholders(job, values, layout, batch)
+    labels = _label_placeholders(job, values, layout, batch, stream)
     loss = _loss(job, recipe, outputs, labels, values)
     x = [inputs[name] for name in layout.inputs]
     loss, updates = _with_model_extras(model, x, loss)
@@ -170,7 +186,7 @@ def _with_model_extras(model: tf.keras.Model, x: list[tf.Tensor], loss: tf.Tenso
 
 
 def _micro_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batch: int, micro: int, layout: Layout,
-               inputs: dict[str, tf.Tensor]) -> Net:
+               inputs: dict[str, tf.Tensor], stream: Stream | None = None) -> Net:
     """The model called on each of ``micro`` slices of the full-batch placeholders (``tf.split`` in the
     graph, so the feed is the plain step's), each slice's loss against its slice of the labels."""
     with v1.name_scope("micro_batches/"):
@@ -187,7 +203,7 @@ def _micro_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batc
             if index == 0:
                 layout.outputs = [name for name, _ in outputs]
                 values = as_dict(job, 0, first, layout, batch)
-                labels = _label_placeholders(job, values, layout, batch)
+                labels = _label_placeholders(job, values, layout, batch, stream)
                 with v1.name_scope("micro_batches/"):
                     label_pieces = {key: tf.split(tensor, micro, name=f"split_{_op_name(key)}")
                                     for key, tensor in labels.items()}

@@ -36,6 +36,7 @@ import tensorflow as tf
 from jobs.config import Job, JobError, load_job
 from jobs.costing import COSTS, cost_graph
 from jobs.data import batches
+from jobs.datasets import Stream
 from jobs.export import describe_keras, describe_variables
 from jobs.microbatch import mean_gradients, micro_size, split_feed, zoo_copies
 from jobs.models import model_module
@@ -68,7 +69,8 @@ class TrainGraph:
     a Keras optimizer's update applies (a schedule's value at the step; ``None``: a constant rate);
     ``loss_scale`` and ``finite``: with loss scaling (:mod:`jobs.precision`), the scale the step used
     and whether it applied its update (every averaged gradient finite), else ``None``; ``model``: which
-    variables are the model's weights, for writing it in Keras' files (:mod:`jobs.export`).
+    variables are the model's weights, for writing it in Keras' files (:mod:`jobs.export`); ``stream``: a
+    ``[data] dataset`` read in the graph (:mod:`jobs.datasets`; ``feed_fn`` then feeds nothing).
     """
 
     graph: tf.Graph
@@ -91,6 +93,12 @@ class TrainGraph:
     loss_scale: tf.Tensor | None = None
     finite: tf.Tensor | None = None
     model: dict[str, Any] | None = None
+    stream: Stream | None = None
+
+
+def _no_feed(iteration: int) -> dict[str, np.ndarray]:
+    """A ``[data] dataset`` step's batch: none to feed (the placeholders default to the stream's)."""
+    return {}
 
 
 
@@ -174,10 +182,13 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
     size = micro_size(job, batch, micro)
     started = time.perf_counter()
     user = entry_points(job, batch, shard)  # the job's own model and data functions, if any
-    feed = batches(job, batch, shard=shard) if user is None or user.data is None else None
+    streamed = user is not None and user.dataset is not None
+    feed = batches(job, batch, shard=shard) if user is None or (user.data is None and not streamed) else None
     graph = tf.Graph()
     with graph.as_default():
         tf.keras.utils.set_random_seed(job.seed)
+        if user is not None and user.dataset is not None:
+            user.stream = Stream(job, user.dataset, batch, shard)
         if user is not None and user.model is not None:
             net, made = build_net(job, user, batch, graph, micro)
         elif micro > 1:
@@ -245,9 +256,14 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
         if made.keras is not None:
             order_initializers(v1.global_variables())
         init_op = v1.global_variables_initializer()
+        stream = user.stream if user is not None else None
+        if stream is not None:
+            init_op = tf.group(init_op, stream.initializer, name="init_with_input")
         variables = v1.global_variables()
     inputs = net.inputs
-    if feed is None:
+    if stream is not None:
+        feed = _no_feed
+    elif feed is None:
         assert user is not None
         feed = feeder(job, user, inputs, batch)
 
@@ -261,7 +277,7 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
     return TrainGraph(graph, net.loss, train_op, init_op, variables, feed_fn, batch, net.tokens_per_step,
                       [train_op, net.loss], inputs, job, batch, parameters, time.perf_counter() - started, made,
                       gradients, rate, None if scaling is None else scaling.scale,
-                      None if scaling is None else scaling.finite, model)
+                      None if scaling is None else scaling.finite, model, stream)
 
 
 def export_graph(job: Job | str | Path, path: str | Path, *, costs: str = "estimate", preset: str | None = None,

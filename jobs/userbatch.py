@@ -49,11 +49,19 @@ def label_key(outputs: list[str] | None, output: str) -> str:
     return LABELS if outputs is None or len(outputs) == 1 else f"{LABELS}/{output}"
 
 
+def where(job: Job, iteration: int) -> str:
+    """``data.entry = 'm:f': batch 3`` (or the dataset's, whose batch 0 is its first element)."""
+    if job.dataset is not None:
+        return f"data.dataset = {job.dataset!r}: " + ("its first batch" if iteration == 0 else f"batch {iteration}")
+    return f"data.entry = {job.data_entry!r}: batch {iteration}"
+
+
 def _failer(job: Job, iteration: int, batch: int, keras: bool) -> Callable[[str], JobError]:
     def fail(problem: str) -> JobError:
         tuple_form = " or (x, y) with x an array, a list of arrays in model input order or a dict" if keras else ""
-        return JobError(f"{job.source}: data.entry = {job.data_entry!r}: batch {iteration} (fn({iteration}, "
-                        f"{batch}, ...)) {problem}; expected a dict {{input name: array}}{tuple_form}")
+        called = "" if job.dataset is not None else f" (fn({iteration}, {batch}, ...))"
+        return JobError(f"{job.source}: {where(job, iteration)}{called} {problem}; expected a dict "
+                        f"{{input name: array}}{tuple_form}")
     return fail
 
 
@@ -94,13 +102,14 @@ def _labels(job: Job, iteration: int, y: Any, outputs: list[str], fail: Callable
         return {label_key(outputs, o): v for o, v in zip(outputs, y)}
     count = f"{len(y)} label arrays" if arrays else "one labels array"
     raise JobError(f"{job.source}: model.entry = {job.entry!r}: the model has {len(outputs)} outputs ({shown}) but "
-                   f"data.entry = {job.data_entry!r} gives {count} (batch {iteration}); expected labels as a list "
-                   "of arrays in output order or a dict by output name")
+                   f"{where(job, iteration).replace(': ', ' gives ' + count + ' (', 1)}); expected labels as a list of "
+                   "arrays in output order or a dict by output name")
 
 
-def as_dict(job: Job, iteration: int, raw: Any, layout: Layout | None, batch: int) -> Batch:
+def as_dict(job: Job, iteration: int, raw: Any, layout: Layout | None, batch: int, *, arrays: bool = True) -> Batch:
     """A raw batch as {name: array}: a step's dict as it is, a Keras model's by its ``layout`` (its
-    labels by :func:`label_key` once ``layout.outputs`` is known, left out before)."""
+    labels by :func:`label_key` once ``layout.outputs`` is known, left out before); ``arrays=False``
+    keeps the values as they are (a dataset's tensors)."""
     fail = _failer(job, iteration, batch, layout is not None)
     if isinstance(raw, Mapping):
         out = dict(raw)
@@ -125,6 +134,8 @@ def as_dict(job: Job, iteration: int, raw: Any, layout: Layout | None, batch: in
     bad = [key for key in out if not isinstance(key, str)]
     if bad:
         raise fail(f"has the key {bad[0]!r}, not a name")
+    if not arrays:
+        return out
     try:
         return {key: np.asarray(value) for key, value in out.items()}
     except Exception as error:
@@ -145,7 +156,7 @@ def _shape(tensor: tf.Tensor) -> str:
 def check_batch(job: Job, iteration: int, values: Batch, inputs: Mapping[str, tf.Tensor]) -> None:
     """Raise a one-line JobError unless ``values`` has exactly the keys of ``inputs``, each of a fitting
     shape and of a dtype that casts to the placeholder's (``np.can_cast``, ``same_kind``)."""
-    prefix = f"{job.source}: data.entry = {job.data_entry!r}: batch {iteration}"
+    prefix = f"{job.source}: {where(job, iteration)}"
     if values.keys() != inputs.keys():
         missing, extra = sorted(inputs.keys() - values.keys()), sorted(values.keys() - inputs.keys())
         problem = "; ".join(part for part in (missing and f"no key {', '.join(map(repr, missing))}",

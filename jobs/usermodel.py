@@ -29,6 +29,7 @@ from typing import Any
 import tensorflow as tf
 
 from jobs.config import Job, JobError
+from jobs.datasets import Stream, first_batch
 from jobs.entrypoints import DATA_EXPECTED, MODEL_EXPECTED, call, model_error, resolve, takes
 from jobs.kerasnet import keras_net
 from jobs.models.layers import Net
@@ -52,6 +53,8 @@ class Entries:
     first: Any = None
     layout: Layout | None = None
     keras: Any = None  # the tf.keras.Model built in the graph, once build_net made it
+    dataset: Callable[..., Any] | None = None  # [data] dataset: fn(batch_size, rank, ranks) -> tf.data.Dataset
+    stream: Stream | None = None  # that dataset in the step's graph (jobs.datasets), once made
 
 
 def entry_points(job: Job, batch: int, shard: tuple[int, int]) -> Entries | None:
@@ -59,6 +62,9 @@ def entry_points(job: Job, batch: int, shard: tuple[int, int]) -> Entries | None
     if job.entry is None and job.data_entry is None:
         return None
     model = resolve(job, "model.entry", job.entry) if job.entry is not None else None
+    if job.dataset is not None:
+        function = resolve(job, "data.dataset", job.dataset)
+        return Entries(model, None, first_batch(job, function, batch, shard), dataset=function)
     data: Callable[[int], Any] | None = None
     first = None
     if job.data_entry is not None:
@@ -105,9 +111,13 @@ def build_net(job: Job, entries: Entries, batch: int, graph: tf.Graph, micro: in
             for method in made.ignored:
                 logger.warning("%s: model.entry = %r: %s is not run: pardnn builds the step from the loss, the "
                                "optimizer and the model's update ops", job.source, job.entry, method)
-            net, entries.layout = keras_net(job, result, made, entries.first, batch, micro)
+            net, entries.layout = keras_net(job, result, made, entries.first, batch, micro, entries.stream)
             entries.keras = result
             return net, made
+    if entries.stream is not None:
+        raise JobError(f"{job.source}: model.entry = {job.entry!r}: it returned a step (loss and inputs), whose "
+                       f"placeholders data.dataset = {job.dataset!r} cannot feed; return the tf.keras.Model, or give "
+                       "the batches with data.entry = 'module:function'")
     if micro > 1:
         raise JobError(f"{job.source}: model.entry = {job.entry!r}: it returned a step (loss and inputs), which "
                        f"cannot be split into micro_batches = {micro}; "

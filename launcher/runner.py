@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BuildFn", "SharedByVariants"]
+__all__ = ["BuildFn", "SharedByVariants", "dataset_shard"]
 
 BuildFn = Callable[..., Any]
 
@@ -32,3 +32,11 @@ class SharedByVariants:
         """The next variant trains on the group of replicas of ``k`` devices (``None``: every rank)."""
         self.training_k = k
         self.training_set = None if k is None else self.groups.get(k)
+
+
+def dataset_shard(state: Any) -> dict[str, Any]:
+    """``shard=(rank, ranks)`` for the builder when the job reads a ``[data] dataset``: each rank's
+    ``fn(batch_size, rank, ranks)`` makes its own shard (a function's batches are sharded by iteration)."""
+    if getattr(state.job, "dataset", None) is None:
+        return {}
+    return {"shard": (state.topology.rank, state.topology.size)}

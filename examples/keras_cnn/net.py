@@ -46,3 +46,18 @@ def batches(iteration: int, batch_size: int, rank: int, ranks: int) -> dict[str,
     labels = rng.integers(0, CLASSES, batch_size)
     noise = rng.normal(size=(batch_size, IMAGE, IMAGE, CHANNELS)).astype(np.float32)
     return {"images": _patterns()[labels] + noise, "labels": labels.astype(np.int32)}
+
+
+def dataset(batch_size: int, rank: int, ranks: int) -> tf.data.Dataset:
+    """The same kind of images as a tf.data pipeline (``[data] dataset = "net:dataset"``): 4,096
+    samples, this rank's shard of them, shuffled each epoch, batched, a random flip in a parallel map."""
+    rng = np.random.default_rng(2)
+    labels = rng.integers(0, CLASSES, 4096).astype(np.int32)
+    images = (_patterns()[labels] + rng.normal(size=(4096, IMAGE, IMAGE, CHANNELS))).astype(np.float32)
+
+    def flip(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return tf.image.random_flip_left_right(x, seed=3), y
+
+    return (tf.data.Dataset.from_tensor_slices((images, labels)).shard(ranks, rank)
+            .shuffle(1024, seed=4).batch(batch_size, drop_remainder=True)
+            .map(flip, num_parallel_calls=tf.data.AUTOTUNE))

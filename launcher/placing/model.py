@@ -38,7 +38,7 @@ from launcher.run.outcome import end_untrained, finish
 from launcher.run.resume import graph_change, locate, parse_placement_text, resume_point, saved_placement
 from launcher.run.signals import StopGuard
 from launcher.run.state import RunState
-from launcher.runner import SharedByVariants
+from launcher.runner import SharedByVariants, dataset_shard
 from launcher.training.dataparallel import local_costs
 from launcher.training.loop import train
 from launcher.variants import check_fits, place, replica_batch
@@ -70,7 +70,7 @@ def _build(state: RunState, runner: SharedByVariants, micro: int) -> tuple[Any, 
     backend, among = runner.allreduce if state.topology.size > 1 else None, runner.training_set
     hook = backend.averager(among) if backend is not None else None
     # micro_batches is passed only when > 1, so builders without micro-batches still serve
-    trained = runner.build(state.job, batch_size=state.replica_batch, gradient_hook=hook,
+    trained = runner.build(state.job, batch_size=state.replica_batch, gradient_hook=hook, **dataset_shard(state),
                            **({} if micro == 1 else {"micro_batches": micro}))
     broadcast = backend.broadcast(trained.graph, trained.variables, among) if backend is not None else None
     return trained, hook, broadcast

@@ -117,6 +117,8 @@ class Collector:
         self.step_seconds: list[float] = []
         self.first_iteration = 0  # a resumed run's first iteration: step_seconds[0] is its time
         self.losses: list[float] = []
+        self.input_waits: list[float] = []  # seconds each iteration waited for its batch (the input)
+        self.input_source: str | None = None  # "dataset" (tf.data in the graph) or "function" (fed per step)
         self.loss_scaling: dict[str, Any] = {}  # with loss scaling: the last scale, the steps skipped
         self._probe: MemoryProbe | None = None
         self._memory_source = "process-rss"
@@ -200,16 +202,22 @@ class Collector:
         self.event("host_window", **stats)
 
     def iteration(self, index: int, seconds: float, loss: float | None = None, learning_rate: float | None = None,
-                  loss_scale: float | None = None, skipped: bool | None = None) -> bool:
-        """Record iteration ``index``: its wall seconds, loss, (a Keras optimizer's) learning rate and
-        (with loss scaling) the scale it used and whether it skipped its update; samples memory;
-        flushes periodically (and at the end of the measured window): returns whether it flushed."""
+                  loss_scale: float | None = None, skipped: bool | None = None,
+                  input_wait: float | None = None) -> bool:
+        """Record iteration ``index``: its wall seconds, loss, (a Keras optimizer's) learning rate,
+        (with loss scaling) the scale it used and whether it skipped its update, and the seconds it
+        waited for its batch; samples memory; flushes periodically (and at the end of the measured
+        window): returns whether it flushed."""
         self._sample_memory()
         self.step_seconds.append(seconds)
+        if input_wait is not None:
+            self.input_waits.append(max(float(input_wait), 0.0))
         loss = None if loss is None or not math.isfinite(loss) else float(loss)  # JSON null: a float16 overflow
         if loss is not None:
             self.losses.append(loss)
         extra: dict[str, Any] = {} if learning_rate is None else {"learning_rate": float(learning_rate)}
+        if input_wait is not None:
+            extra["input_wait_s"] = max(float(input_wait), 0.0)
         if loss_scale is not None:
             extra.update(loss_scale=loss_scale, skipped=bool(skipped))
             self.loss_scaling = {"last_scale": loss_scale,
@@ -247,7 +255,18 @@ class Collector:
             "host": self.host_window,
             "final_loss": self.losses[-1] if self.losses else None,
             **({"loss_scaling": dict(self.loss_scaling)} if self.loss_scaling else {}),
+            **({"input": self.input_figures(shifted)} if self.input_waits else {}),
         }
+
+    def input_figures(self, window: tuple[int, int]) -> dict[str, Any]:
+        """How long the steps of ``window`` (positions in this run's lists) waited for their batches."""
+        start, end = window
+        waits = np.asarray(self.input_waits[start:end] or self.input_waits, dtype=np.float64)
+        steps = np.asarray(self.step_seconds[start:end] or self.step_seconds, dtype=np.float64)
+        # A dataset's wait is inside the step; a function's batch is made before it (the step's time excludes it).
+        total = float(steps.sum()) + (float(waits.sum()) if self.input_source == "function" else 0.0)
+        return {"source": self.input_source, "wait_ms_median": float(np.median(waits) * 1e3),
+                "wait_ms_max": float(waits.max() * 1e3), "wait_share": float(waits.sum() / max(total, 1e-12))}
 
     def flush(self, status: str, message: str | None = None) -> None:
         """Write every record so far, then a ``status`` record, to :attr:`path` atomically. After a final

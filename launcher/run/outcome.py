@@ -59,6 +59,13 @@ def finish(state: RunState, digests: dict[str, str]) -> dict[str, Any]:
         if problem is None:
             state.write_status(status, None, 0)
             throughput = summary["throughput"]
+            waited = figures.get("input")
+            if waited:
+                logger.info("input (%s): a step waited %.2f ms for its batch (median; %.1f %% of the time)%s",
+                            "tf.data in the graph" if waited["source"] == "dataset" else "a Python function, fed",
+                            waited["wait_ms_median"], 100 * waited["wait_share"],
+                            "; the input pipeline slows training: prefetch more, or read with tf.data (parallel map)"
+                            if waited["wait_share"] > 0.1 else "")
             logger.info("throughput over iterations %d-%d: %.1f samples/s%s (%s)", *settings.window,
                         throughput["samples_per_s"],
                         "" if throughput["tokens_per_s"] is None else f", {throughput['tokens_per_s']:.1f} tokens/s",

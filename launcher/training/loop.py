@@ -34,6 +34,10 @@ def train(state: Any, trained: Any, broadcast: Any, devices: Any, guard: StopGua
     for name in ("learning_rate", "loss_scale", "finite"):  # a Keras optimizer's rate; loss scaling's state
         if getattr(trained, name, None) is not None:
             step[name] = getattr(trained, name)
+    stream = getattr(trained, "stream", None)  # a [data] dataset read in the graph: its wait is in the step
+    if stream is not None:
+        step["input_wait"] = stream.wait
+    collector.input_source = "dataset" if stream is not None else "function"
     compared = agreed_variables(trained.graph, trained.variables)
     start = 0 if resume is None else resume[0]
     traced = traced_iteration(settings.window, settings.iterations)
@@ -44,6 +48,8 @@ def train(state: Any, trained: Any, broadcast: Any, devices: Any, guard: StopGua
             session.run(trained.init_op)
             if resume is not None:
                 restore(session, trained.variables, resume[1], resume[2])
+                if stream is not None:  # the dataset goes on after the batches the checkpoint's iterations read
+                    session.run(stream.initializer, {stream.skip: start})
                 logger.info("resumed from %s at iteration %d", resume[2], start)
             if broadcast is not None:
                 session.run(broadcast)
@@ -64,7 +70,9 @@ def train(state: Any, trained: Any, broadcast: Any, devices: Any, guard: StopGua
                 for index in range(start, settings.iterations):
                     checkpointer.boundary(index, start, fetch, stopping=guard.stopping)
                     guard.check()
+                    fed = time.perf_counter()
                     feed = trained.feed_fn(index * topology.size + topology.rank)
+                    fed = time.perf_counter() - fed  # a function's batch, made in Python before the step
                     collector.before_iteration(index)
                     options = metadata = None
                     if index == traced:
@@ -77,6 +85,7 @@ def train(state: Any, trained: Any, broadcast: Any, devices: Any, guard: StopGua
                         write_measured(state.directory / TIMELINE_FILE.format(rank=topology.rank), metadata)
                     scaled = {} if "finite" not in out else {"loss_scale": float(out["loss_scale"]),
                                                              "skipped": not bool(out["finite"])}
+                    scaled["input_wait"] = float(out["input_wait"]) if stream is not None else fed
                     if collector.iteration(index, seconds, float(out["loss"]), out.get("learning_rate"), **scaled):
                         state.write_figures("running")
                     bar.update(1)

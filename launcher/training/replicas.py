@@ -31,7 +31,7 @@ from launcher.run.outcome import end_untrained, finish
 from launcher.run.resume import locate, resume_point
 from launcher.run.signals import StopGuard
 from launcher.run.state import RunState
-from launcher.runner import SharedByVariants
+from launcher.runner import SharedByVariants, dataset_shard
 from launcher.training.dataparallel import local_costs
 from launcher.training.loop import train
 from launcher.training.recompute import check_blocks, check_wrappable, recomputed
@@ -67,7 +67,7 @@ def run_data(state: RunState, runner: SharedByVariants, guard: StopGuard) -> dic
         backend = runner.allreduce
         hook = backend.averager() if backend is not None else None
         with recomputed(variant.recompute):
-            trained = runner.build(state.job, batch_size=batch, gradient_hook=hook)
+            trained = runner.build(state.job, batch_size=batch, gradient_hook=hook, **dataset_shard(state))
         broadcast = backend.broadcast(trained.graph, trained.variables) if backend is not None else None
     if variant.recompute:
         blocks = raise_everywhere(topology, "recomputing", lambda: check_blocks(state.job, trained.graph))

@@ -15,7 +15,8 @@ Ops named by the placement take their device. Every other op (initializers, save
 
 A decided op settles its group, so groups are never split. On GPUs, an op that is not in a group
 and has no kernel registered for the devices' type goes to the host (``/device:CPU:0``): savers,
-string and iterator ops cannot run on a GPU, and with soft placement off they would fail.
+string and iterator ops cannot run on a GPU, and with soft placement off they would fail; so do
+``tf.data`` ops (datasets, iterators and their groups), whatever kernels they have.
 
 With ``order`` (each op's position on its device, :attr:`pardnn.placement.result.Result.order`), each device's
 ops also run in that order: every op gets a control dependency on the op before it on its device,
@@ -248,19 +249,31 @@ def _decide_the_rest(ops: Sequence[tf.Operation], device: dict[str, int], groups
 
 def _targets(ops: Sequence[tf.Operation], device: Mapping[str, int], groups: Mapping[str, str],
              device_names: Sequence[str]) -> tuple[dict[str, str], int]:
-    """Each op's device string, and how many ops go to the host instead: on GPUs, an op outside every
-    group with no kernel for the devices' type."""
+    """Each op's device string, and how many ops go to the host instead: on GPUs, a ``tf.data`` op, and
+    an op outside every group with no kernel for the devices' type."""
     device_type = tf.DeviceSpec.from_string(device_names[0]).device_type or "CPU"
     kernel_cache: dict[str, bool] = {}
     on_host = 0
     targets: dict[str, str] = {}
     for op in ops:
         target = device_names[device[op.name]]
-        if device_type != "CPU" and op.name not in groups and not _has_kernel(op.type, device_type, kernel_cache):
+        if device_type != "CPU" and (_input_pipeline(op.type) or (
+                op.name not in groups and not _has_kernel(op.type, device_type, kernel_cache))):
             target = HOST_DEVICE
             on_host += 1
         targets[op.name] = target
     return targets, on_host
+
+
+_ITERATOR_OPS = frozenset({"Iterator", "IteratorV2", "IteratorGetNext", "IteratorGetNextSync", "MakeIterator",
+                           "OneShotIterator", "AnonymousIterator", "AnonymousIteratorV2", "AnonymousIteratorV3",
+                           "DeleteIterator", "IteratorToStringHandle", "IteratorFromStringHandleV2"})
+
+
+def _input_pipeline(op_type: str) -> bool:
+    """A ``tf.data`` op (a dataset, or an iterator over one), which runs on the host: some have GPU kernels
+    (for datasets copied to a device), but a dataset made on the host is read there."""
+    return op_type.endswith("Dataset") or op_type.endswith("DatasetV2") or op_type in _ITERATOR_OPS
 
 
 def _order_map(order: Mapping[str, int] | npt.ArrayLike, names: Sequence[str] | None) -> dict[str, int]:

@@ -220,3 +220,26 @@ def test_an_order_that_would_close_a_cycle_is_refused_and_the_graph_left_alone()
     with pytest.raises(InvalidPlacementError, match="the order has 1 positions for 2 names"):
         apply(tiny, [0, 0], device_names(1), names=["mm", "loss"], order=[0])
     assert {op.name: op.device for op in tiny.get_operations()} == untouched
+
+
+def test_on_gpus_a_datasets_ops_go_to_the_host_whatever_the_placement_says():
+    # Iterators have GPU kernels (for datasets copied to a device), so the no-kernel rule alone would leave
+    # them where the placement puts them; a dataset made on the host must be read there.
+    graph = tf.Graph()
+    with graph.as_default():
+        dataset = tf.data.Dataset.from_tensor_slices(np.ones((8, 3), np.float32)).batch(2).repeat().prefetch(1)
+        iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
+        x = tf.compat.v1.placeholder_with_default(iterator.get_next(), [2, 3], name="x")
+        w = tf.compat.v1.get_variable("w", [3, 1], use_resource=True)
+        tf.reduce_sum(tf.matmul(x, w), name="loss")
+    ops = graph.get_operations()
+    report = apply(graph, dict.fromkeys((op.name for op in ops), 1), ["/device:GPU:0", "/device:GPU:1"])
+    device = {op.name: op.device for op in ops}
+    pipeline = [op for op in ops if op.type.endswith("Dataset") or "Iterator" in op.type]
+    assert {op.type for op in pipeline} >= {"TensorSliceDataset", "PrefetchDataset", "IteratorV2", "IteratorGetNext",
+                                           "MakeIterator"}
+    assert all(device[op.name] == "/device:CPU:0" for op in pipeline), {op.name: device[op.name] for op in pipeline}
+    # The model's ops stay where the placement put them (this CPU build registers no GPU MatMul: only ops
+    # with a GPU kernel here are checked).
+    assert device["x"] == device["w"] == device["MatMul/ReadVariableOp"] == "/device:GPU:1"
+    assert report.on_host >= len(pipeline)
