@@ -17,7 +17,7 @@ from typing import Any
 
 from jobs.config import with_setting
 from jobs.schema import PRECISIONS, micro_batches_arg, micro_batches_number, positive_int
-from jobs.tfimport import quiet
+from jobs.tfimport import hushed, quiet
 from pardnn.cli.options import EXIT_OK, add_parser, param_type, us
 from pardnn.costs.machine import format_bytes
 from pardnn.errors import MissingDependencyError, PardnnError
@@ -94,7 +94,8 @@ def cmd_capture(args: argparse.Namespace) -> int:
     if steps is not None:
         if feed_fn is None:
             raise PardnnError(f"{args.target}: profiling needs a feed_fn (return .feed_fn or a third tuple item)")
-        cost = cost_graph(train, "profile", profile_steps=steps, memory_bytes=memory, name=name)
+        with hushed():  # on CPUs TensorFlow warns once a step that it collected no GPU trace
+            cost = cost_graph(train, "profile", profile_steps=steps, memory_bytes=memory, name=name)
         how = f"profiled {steps} steps on this machine"
     else:
         cost = cost_graph(train, "estimate", device_preset=device, memory_bytes=memory, name=name)

@@ -105,6 +105,7 @@ class Job:
     profile_steps: int = PLACEMENT_TABLE["profile_steps"].default
     placer: str = PLACEMENT_TABLE["placer"].default
     data: dict[str, Any] = field(default_factory=lambda: {"source": "synthetic", "path": None})
+    evaluation: dict[str, Any] | None = None  # [eval]: validation while training (jobs.evaluation)
     given: tuple[str, ...] = ()
 
     @property
@@ -257,7 +258,7 @@ def job_from_dict(data: Mapping[str, Any], *, path: Path | None = None, name: st
     source = path.as_posix() if path is not None else f"<job {name or 'dict'}>"
     raw = _apply_overrides(dict(data), overrides or {}, source)
     check = _Validator(source, set(overrides or {}))
-    sections = {"model", "train", "run", "placement", "data"}
+    sections = {"model", "train", "run", "placement", "data", "eval"}
     for key in raw:
         if key not in TOP and key not in sections:
             raise JobError(f"{source}: unknown key {key}; a job file has the key name and the tables "
@@ -279,10 +280,11 @@ def job_from_dict(data: Mapping[str, Any], *, path: Path | None = None, name: st
                        f"{run['iterations']}: expected 0 <= start < end <= {run['iterations']}")
     placement = check.table(raw, "placement", PLACEMENT_TABLE)
     data_section = _data(raw.get("data", {}), model_type, check)
+    evaluation = _eval(raw["eval"], model_type, check) if "eval" in raw else None
     given = tuple(f"{table}.{key}" for table in sorted(sections) if isinstance(raw.get(table), dict)
                   for key in raw[table])
     return Job(name=job_name, path=path, model=model_type, model_params=params, **train, **run, **placement,
-               data=data_section, given=given)
+               data=data_section, evaluation=evaluation, given=given)
 
 
 _ZOO = ", ".join(repr(m) for m in MODEL_PARAMS)
@@ -326,6 +328,38 @@ def _user_model(raw: dict[str, Any], check: _Validator) -> tuple[str, dict[str, 
         check.fail("model.args.batch_size", args["batch_size"], "no batch_size here: set train.batch_size (the "
                    "function gets batch_size= when it takes a parameter of that name)")
     return entry, dict(args)
+
+
+EVAL: dict[str, Param] = {
+    "entry": Param("str", None, help="fn(iteration, batch_size, rank, ranks) giving validation batch i ([data] entry's "
+                                     "form)"),
+    "dataset": Param("str", None, help="fn(batch_size, rank, ranks) returning a tf.data.Dataset of validation batches"),
+    "every": Param("int", 0, 0, help="validate every N iterations, and after the last (0: after the last only)"),
+    "batches": Param("int", 4, 1, help="validation batches per rank each time"),
+    "batch_size": Param("int", None, 1, help="samples per validation batch (default: [train] batch_size)"),
+}
+
+
+def _eval(raw: Any, model: str, check: _Validator) -> dict[str, Any]:
+    """``[eval]``: a validation source (``entry`` or ``dataset``), how often, how many batches, and the
+    metrics (default: the model's compiled ones)."""
+    if not isinstance(raw, dict):
+        check.fail("eval", raw, "a table [eval]")
+    if ":" not in model:
+        raise JobError(f"{check.source}: [eval]: validation is for a [model] entry (a Keras model); the zoo model "
+                       f"{model!r} has no inference step")
+    metrics = raw.get("metrics")
+    values = check.keys(raw, EVAL, prefix="eval.", where="[eval]", skip=("metrics",))
+    sources = [key for key in ("entry", "dataset") if values[key] is not None]
+    if len(sources) != 1:
+        raise JobError(f"{check.source}: [eval]: expected one of entry = {ENTRY} (validation batches from a function, "
+                       f"as [data] entry) or dataset = {ENTRY} (a tf.data.Dataset), "
+                       + ("got both" if sources else "got neither"))
+    if not is_entry(values[sources[0]]):
+        check.fail(f"eval.{sources[0]}", values[sources[0]], ENTRY)
+    if metrics is not None and (not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics)):
+        check.fail("eval.metrics", metrics, "a list of Keras metric names, e.g. ['accuracy']")
+    return {**values, "metrics": None if metrics is None else list(metrics)}
 
 
 def _data(raw: Any, model: str, check: _Validator) -> dict[str, Any]:

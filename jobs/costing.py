@@ -87,9 +87,10 @@ def cost_graph(train: Any, costs: str = "estimate", *, device_preset: str | None
         cost = pardnn.tf.estimate(train.graph, train.fetches, setting(device_preset, "device_preset"),
                                   unknown_dim=unknown_dim, name=name)
     elif costs == "profile":
+        streamed = getattr(train, "stream", None) is not None  # a [data] dataset's iterator starts in init_op
         cost = pardnn.tf.profile(train.graph, train.fetches, getattr(train, "feed_fn", None),
                                  steps=setting(profile_steps, "profile_steps"), devices=devices, kind=kind,
-                                 unknown_dim=unknown_dim, name=name)
+                                 unknown_dim=unknown_dim, name=name, init_ops=train.init_op if streamed else None)
     else:
         cost = pardnn.tf.capture(train.graph, train.fetches, unknown_dim=unknown_dim, name=name)
     if memory_bytes is FROM_JOB:

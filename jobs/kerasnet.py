@@ -37,7 +37,7 @@ from jobs.userbatch import LABELS, Batch, Layout, as_dict, check_batch, dtype_of
 
 v1 = tf.compat.v1
 
-__all__ = ["keras_net"]
+__all__ = ["call_model", "keras_net", "model_loss", "with_model_extras"]
 
 
 def _input_placeholders(job: Job, model: tf.keras.Model, first: Any, batch: int,
@@ -85,13 +85,15 @@ def _op_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-/]", "_", name)
 
 
-def _call(job: Job, model: tf.keras.Model, layout: Layout, inputs: dict[str, tf.Tensor]) -> list[tuple[str, tf.Tensor]]:
+def call_model(job: Job, model: tf.keras.Model, layout: Layout, inputs: dict[str, tf.Tensor], *,
+               training: bool = True) -> list[tuple[str, tf.Tensor]]:
     """Call the model on ``inputs``; its outputs by name, in order."""
     x = [inputs[name] for name in layout.inputs]
     argument: Any = dict(inputs) if layout.call == "dict" else x if layout.call == "list" else x[0]
     try:
-        keras_blocks(model)  # with pardnn-launch --recompute: each layer's activations recomputed
-        result = model(argument, training=True)
+        if training:
+            keras_blocks(model)  # with pardnn-launch --recompute: each layer's activations recomputed
+        result = model(argument, training=training)
     except Exception as error:
         raise model_error(job, f"calling the model on placeholders {[t.shape.as_list() for t in x]} raised "
                            f"{user_error(error, job)}") from error
@@ -128,7 +130,7 @@ def _label_placeholders(job: Job, values: Batch, layout: Layout, batch: int,
     return placeholders
 
 
-def _loss(job: Job, recipe: Recipe, outputs: list[tuple[str, tf.Tensor]], labels: dict[str, tf.Tensor],
+def model_loss(job: Job, recipe: Recipe, outputs: list[tuple[str, tf.Tensor]], labels: dict[str, tf.Tensor],
           values: Batch) -> tf.Tensor:
     names = [name for name, _ in outputs]
     where = (f"model.entry = {job.entry!r}: model.compile(loss=...)" if recipe.sources["loss"] == COMPILED
@@ -164,17 +166,17 @@ def keras_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batch
     layout, inputs = _input_placeholders(job, model, first, batch, stream)
     if micro > 1:
         return _micro_net(job, model, recipe, first, batch, micro, layout, inputs, stream), layout
-    outputs = _call(job, model, layout, inputs)
+    outputs = call_model(job, model, layout, inputs)
     layout.outputs = [name for name, _ in outputs]
     values = as_dict(job, 0, first, layout, batch)
     labels = _label_placeholders(job, values, layout, batch, stream)
-    loss = _loss(job, recipe, outputs, labels, values)
+    loss = model_loss(job, recipe, outputs, labels, values)
     x = [inputs[name] for name in layout.inputs]
-    loss, updates = _with_model_extras(model, x, loss)
+    loss, updates = with_model_extras(model, x, loss)
     return Net(loss, {**inputs, **labels}, updates), layout
 
 
-def _with_model_extras(model: tf.keras.Model, x: list[tf.Tensor], loss: tf.Tensor) -> tuple[tf.Tensor, list[Any]]:
+def with_model_extras(model: tf.keras.Model, x: list[tf.Tensor], loss: tf.Tensor) -> tuple[tf.Tensor, list[Any]]:
     """The loss with the model's own losses of the call on ``x`` (regularization), and its update ops."""
     extra = [*model.get_losses_for(None), *model.get_losses_for(x)]
     if extra:
@@ -199,7 +201,7 @@ def _micro_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batc
     for index in range(micro):
         with copies.copy(index), v1.name_scope(scope(index)):
             sliced = {name: parts[index] for name, parts in pieces.items()}
-            outputs = _call(job, model, layout, sliced)
+            outputs = call_model(job, model, layout, sliced)
             if index == 0:
                 layout.outputs = [name for name, _ in outputs]
                 values = as_dict(job, 0, first, layout, batch)
@@ -207,8 +209,8 @@ def _micro_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batc
                 with v1.name_scope("micro_batches/"):
                     label_pieces = {key: tf.split(tensor, micro, name=f"split_{_op_name(key)}")
                                     for key, tensor in labels.items()}
-            loss = _loss(job, recipe, outputs, {key: parts[index] for key, parts in label_pieces.items()}, values)
-            loss, updates = _with_model_extras(model, [sliced[name] for name in layout.inputs], loss)
+            loss = model_loss(job, recipe, outputs, {key: parts[index] for key, parts in label_pieces.items()}, values)
+            loss, updates = with_model_extras(model, [sliced[name] for name in layout.inputs], loss)
             nets.append(Net(loss, {}, updates))
     copies.record()
     return micro_step(nets, {**inputs, **labels})

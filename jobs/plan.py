@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -36,7 +37,7 @@ from jobs.config import Job, load_job
 from jobs.plansteps import Steps, needed_steps
 from jobs.schema import AUTO, micro_batches_arg
 from jobs.tfimport import quiet
-from pardnn.batch.plan import MICRO_BATCHES, PlanSearch, Trial, replica_options, search_plans
+from pardnn.batch.plan import MICRO_BATCHES, Plan, PlanSearch, Trial, replica_options, search_plans
 from pardnn.cli.options import EXIT_OK, add_parser, param_type, positive_int
 from pardnn.costs.machine import format_bytes, parse_bandwidth
 from pardnn.costs.presets import preset
@@ -44,7 +45,9 @@ from pardnn.emulation.allreduce import cluster_for
 from pardnn.errors import MissingDependencyError, PardnnError
 from pardnn.settings import PLACEMENT
 
-__all__ = ["cmd_plan", "format_search", "job_plan", "register_plan"]
+CPUS_PER_DEVICE = 8  # cores a task asks for each GPU it drives, as slurm/pardnn.sbatch does (32 for 4 GPUs)
+
+__all__ = ["CPUS_PER_DEVICE", "cmd_plan", "format_search", "job_plan", "register_plan", "train_commands"]
 
 
 def job_plan(job: Job | str, *, nodes: int, node: str | None = None, devices_per_node: int | None = None,
@@ -139,6 +142,27 @@ def format_search(search: PlanSearch, described: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def train_commands(job: str, plan: Plan, *, nodes: int, options: Sequence[str] = ()) -> dict[str, str]:
+    """The commands that train ``plan`` of ``job`` on ``nodes`` nodes of G = ``plan.node_devices`` GPUs,
+    G/k ranks per node: ``sbatch`` (``slurm/pardnn.sbatch``, each task :data:`CPUS_PER_DEVICE` cores per
+    GPU it drives) and ``mpirun`` (inside an allocation, or with its ``--hostfile``). ``options``: more
+    ``pardnn-launch`` options (the batch, memory and reserve the plan was made for)."""
+    k, ranks = plan.replica_devices, plan.replicas_per_node
+    launch = [job, "--devices-per-node", str(plan.node_devices), "--replica-devices", str(k), "--micro-batches",
+              str(plan.micro_batches), *options]
+    sbatch = ["sbatch", f"--nodes={nodes}", f"--ntasks-per-node={ranks}", f"--gpus-per-node={plan.node_devices}",
+              f"--cpus-per-task={CPUS_PER_DEVICE * k}", "slurm/pardnn.sbatch", *launch]
+    mpirun = ["mpirun", "-np", str(nodes * ranks), "--map-by", f"ppr:{ranks}:node", "--bind-to", "none",
+              "pardnn-launch", *launch]
+    return {"sbatch": shlex.join(sbatch), "mpirun": shlex.join(mpirun)}
+
+
+def _launch_options(args: argparse.Namespace) -> list[str]:
+    """The options of ``pardnn plan`` that ``pardnn-launch`` needs to train what was planned."""
+    given = [("--batch-size", args.batch_size), ("--memory", args.memory), ("--reserve", args.reserve)]
+    return [word for option, value in given if value is not None for word in (option, str(value))]
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     quiet()  # no TensorFlow INFO lines on the console
     job = load_job(args.job)  # a bad job file fails here, before TensorFlow loads
@@ -152,10 +176,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
         search, described = _plan(args, job, on_trial)
     except ImportError as exc:
         raise MissingDependencyError(f"pardnn plan needs TensorFlow ({exc}): pip install -e '.[tf]'") from None
+    commands = None if search.chosen is None else train_commands(args.job, search.chosen.plan, nodes=args.nodes,
+                                                                  options=_launch_options(args))
     if args.json:
-        print(json.dumps({**described, **search.to_dict()}, indent=2))
+        print(json.dumps({**described, **search.to_dict(), "commands": commands}, indent=2))
     else:
         print(format_search(search, described))
+        if commands is not None:
+            print(f"train it:\n  {commands['sbatch']}\n  {commands['mpirun']}")
     return EXIT_OK
 
 

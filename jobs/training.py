@@ -37,6 +37,7 @@ from jobs.config import Job, JobError, load_job
 from jobs.costing import COSTS, cost_graph
 from jobs.data import batches
 from jobs.datasets import Stream
+from jobs.evaluation import Evaluation, evaluation
 from jobs.export import describe_keras, describe_variables
 from jobs.microbatch import mean_gradients, micro_size, split_feed, zoo_copies
 from jobs.models import model_module
@@ -70,7 +71,8 @@ class TrainGraph:
     ``loss_scale`` and ``finite``: with loss scaling (:mod:`jobs.precision`), the scale the step used
     and whether it applied its update (every averaged gradient finite), else ``None``; ``model``: which
     variables are the model's weights, for writing it in Keras' files (:mod:`jobs.export`); ``stream``: a
-    ``[data] dataset`` read in the graph (:mod:`jobs.datasets`; ``feed_fn`` then feeds nothing).
+    ``[data] dataset`` read in the graph (:mod:`jobs.datasets`; ``feed_fn`` then feeds nothing);
+    ``evaluation``: the ``[eval]`` validation beside the step (:mod:`jobs.evaluation`).
     """
 
     graph: tf.Graph
@@ -94,6 +96,7 @@ class TrainGraph:
     finite: tf.Tensor | None = None
     model: dict[str, Any] | None = None
     stream: Stream | None = None
+    evaluation: Evaluation | None = None
 
 
 def _no_feed(iteration: int) -> dict[str, np.ndarray]:
@@ -253,6 +256,12 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
             apply = optimizer.apply_gradients(grads_and_vars, name="apply_gradients")
         extras = [] if scale_update is None else [scale_update]
         train_op = tf.group(apply, *net.update_ops, *extras, name="train_step")
+        validation = None
+        if job.evaluation is not None:  # beside the step, after it, so the step's op names are a build's without
+            if user is None or user.keras is None or user.layout is None:
+                raise JobError(f"{job.source}: [eval] validates a Keras model; model.entry = {job.entry!r} returned "
+                               "a step (loss and inputs)")
+            validation = evaluation(job, user.keras, made, user.layout, net.inputs, batch)
         if made.keras is not None:
             order_initializers(v1.global_variables())
         init_op = v1.global_variables_initializer()
@@ -277,7 +286,7 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
     return TrainGraph(graph, net.loss, train_op, init_op, variables, feed_fn, batch, net.tokens_per_step,
                       [train_op, net.loss], inputs, job, batch, parameters, time.perf_counter() - started, made,
                       gradients, rate, None if scaling is None else scaling.scale,
-                      None if scaling is None else scaling.finite, model, stream)
+                      None if scaling is None else scaling.finite, model, stream, validation)
 
 
 def export_graph(job: Job | str | Path, path: str | Path, *, costs: str = "estimate", preset: str | None = None,

@@ -111,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     run_group.add_argument("--precision", choices=PRECISIONS, default=None,
                            help="the Keras dtype policy the model entry is made under; mixed_float16 trains with "
                                 "dynamic loss scaling (job file: [train] precision; default auto: the model's own)")
+    run_group.add_argument("--eval-every", type=int, default=None, metavar="N",
+                           help="validate every N iterations and after the last (job file: [eval] every; the job's "
+                                "[eval] names the validation batches)")
     run_group.add_argument("--out", help=f"output directory (default {LAUNCHER_DEFAULTS['out']})")
     run_group.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                            help="no progress bar")
@@ -158,10 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
     variants.add_argument("--compare", metavar="A,B,...",
                           help=f"train each in turn in this allocation and print one table: placers, {DATA}, "
                                f"{RECOMPUTE} (one rank per device when data is listed)")
-    variants.add_argument("--replica-devices", metavar="K", default=None,
+    variants.add_argument("--replica-devices", metavar="K|auto", default=None,
                           help="devices per model-parallel replica: each node runs devices_per_node / K ranks, each "
                                "placing its replica across its own K devices (the node's batch split over them), "
-                               "all averaging gradients; default: all the node's devices, one replica per node")
+                               "all averaging gradients; auto: launched with one rank per device, rank 0 plans as "
+                               "pardnn plan does and every K-th rank trains the plan chosen; default: all the "
+                               "node's devices, one replica per node")
     variants.add_argument("--allreduce", choices=ALLREDUCE_CHOICES,
                           help="how ranks average gradients: horovod (hvd.allreduce per gradient on its variable's "
                                "device, overlapping the backward pass), mpi4py (one fused host-side MPI_Allreduce per "
@@ -201,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.start(launch_rank())
     args = parser.parse_args(argv)
     _configure_logging(args.verbose)
-    overrides = {name: getattr(args, name) for name in (*OVERRIDABLE, "precision")}  # precision: a job override
+    overrides = {name: getattr(args, name) for name in (*OVERRIDABLE, "precision", "eval_every")}  # job overrides
     try:
         run(args.job, **overrides)
     except SystemExit:

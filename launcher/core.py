@@ -12,6 +12,7 @@ Failures, stop signals and stalls end every rank with its files written (:mod:`l
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from typing import Any
 from jobs.schema import AUTO
 from launcher.cluster.topology import Topology, discover
 from launcher.compare import RunningVariant, compare
-from launcher.env import launch_size
+from launcher.env import emulate_nodes, launch_size
 from launcher.errors import LaunchError
 from launcher.files import check_output_folder
 from launcher.lifecycle import detach_log, open_run, run_variant, start_allreduce
@@ -33,7 +34,7 @@ from launcher.run.state import RESULTS_FILE, SUMMARY_FILE
 from launcher.runner import BuildFn, SharedByVariants
 from launcher.settings import Settings, resolve
 from launcher.training.recompute import check_wrappable
-from launcher.variants import ranks_per_node, variants_of
+from launcher.variants import ranks_per_node, ranks_why, variants_of
 from pardnn.errors import PardnnError
 
 __all__ = ["RESULTS_FILE", "SUMMARY_FILE", "load_job", "run"]
@@ -61,13 +62,27 @@ def load_job(job: Any) -> Any:
     return _zoo("load_job")(job)
 
 
+def _eval_every(job: Any, every: int) -> Any:
+    """``job`` validating every ``every`` iterations (``--eval-every``); one line when it has no ``[eval]``."""
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+        raise LaunchError(f"--eval-every {every!r}: expected a whole number >= 0 (0: after the last iteration only)")
+    if getattr(job, "evaluation", None) is None:
+        raise LaunchError(f"--eval-every {every}: {getattr(job, 'source', 'the job')} has no [eval] table; add one "
+                          "naming the validation batches (entry = 'module:fn' or dataset = 'module:fn')")
+    return dataclasses.replace(job, evaluation={**job.evaluation, "every": every})
+
+
 def _read_settings(job: Any, overrides: dict[str, Any]) -> tuple[Any, Settings | None, PardnnError | None]:
     """The job and its settings, the output folder checked; or the error (ranks agree on it next)."""
     try:
+        emulate_nodes()  # a bad PARDNN_EMULATE_NODES is one line, agreed like a bad setting
         job = load_job(job)
         precision = overrides.pop("precision", None)
         if precision is not None:  # a [train] key: the job file's, overridden
             job = _zoo("with_setting")(job, "precision", precision)
+        every = overrides.pop("eval_every", None)
+        if every is not None:  # [eval] every, overridden
+            job = _eval_every(job, every)
         settings = resolve(job, overrides)
         check_output_folder(settings.out)
         if any(variant.recompute for variant in variants_of(settings)):
@@ -161,7 +176,7 @@ def run(job: Any, *, build: BuildFn | None = None, **overrides: Any) -> dict[str
         world = where.topology = discover(1 if settings is None else ranks_per_node(settings))
         agree(world, "setting up", error)  # an error every rank finds is raised everywhere, printed once
         assert settings is not None
-        world.check()
+        world.check(ranks_why(settings))
         runner = SharedByVariants(build or _zoo("build"))
         if settings.compare:
             return compare(job, settings, world, runner, where)

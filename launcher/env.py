@@ -2,8 +2,8 @@
 
 ``EMULATE_NODES`` is a test and emulation knob, not for production: with it set to ``1`` every MPI
 rank stands for a node of its own, so ``mpirun -np 2`` on one machine runs two "nodes" (each with
-its own K logical CPU devices). On a real cluster leave it unset: ranks sharing a node are then an
-error, because one rank must drive all of a node's devices.
+its own K logical CPU devices). On a real cluster leave it unset (or ``0``): ranks sharing a node must
+then be the ranks the run asks for per node. Any other value is an error.
 
 :func:`launch_rank` and :func:`launch_size` read the rank and size the process launcher (``mpirun``,
 ``srun``, PMIx or PMI) put in the environment, so the launcher knows them before MPI starts: the
@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from launcher.errors import LaunchError
+
 __all__ = ["EMULATE_NODES", "SLURM_VARIABLES", "emulate_nodes", "launch_rank", "launch_size", "slurm_context"]
 
 EMULATE_NODES = "PARDNN_EMULATE_NODES"
@@ -24,13 +26,17 @@ SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_JOB_NODELIST", "SLUR
 # Rank and size variables of Open MPI, PMIx (srun --mpi=pmix), PMI (MPICH, Intel MPI) and Slurm, in that order.
 RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
-_TRUE = frozenset({"1", "true", "yes", "on"})
 
 
 def emulate_nodes(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether ``PARDNN_EMULATE_NODES`` asks for one emulated node per rank."""
+    """Whether ``PARDNN_EMULATE_NODES`` asks for one emulated node per rank: ``1`` yes, ``0`` or unset
+    no; any other value raises :class:`LaunchError` naming it."""
     environ = os.environ if environ is None else environ
-    return environ.get(EMULATE_NODES, "").strip().lower() in _TRUE
+    value = environ.get(EMULATE_NODES, "").strip()
+    if value not in ("", "0", "1"):
+        raise LaunchError(f"{EMULATE_NODES}={value!r}: expected 0 or 1 (1: every rank stands for a node of its "
+                          "own, for testing on one machine; 0 or unset on a cluster)")
+    return value == "1"
 
 
 def slurm_context(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -14,9 +14,11 @@ writes ``report.md`` (the tables, also printed) and PNG plots (matplotlib, Agg b
   counts were run;
 
 each for ParDNN's runs, and as ``<job>-<variant>-*.png`` for every other variant (a placer, ``data``,
-``data-recompute``). Runs that compare variants also get the comparison tables and plots of
-:mod:`launcher.reporting.comparisons` (speed-ups, scaling, the emulator's fidelity, with a warning where
-measured / emulated steps spread beyond what a calibration fixes).
+``data-recompute``); ``<run>-loss.png``, the training and validation loss against iterations of a
+run that validated (:mod:`launcher.reporting.losses`). Runs that compare variants also get the
+comparison tables and plots of :mod:`launcher.reporting.comparisons` (speed-ups, scaling, the
+emulator's fidelity, with a warning where measured / emulated steps spread beyond what a
+calibration fixes).
 
 Exit codes: 0 success; 1 no readable results (one line naming the file); 2 bad command line.
 """
@@ -37,6 +39,7 @@ from typing import Any
 from launcher.errors import LaunchError
 from launcher.files import write_text
 from launcher.reporting.comparisons import comparison_plots, comparison_tables, fidelity_warnings
+from launcher.reporting.losses import loss_curves
 from launcher.reporting.plotting import plot_lines
 from launcher.reporting.summary import RESULTS_COLUMNS
 from launcher.run.ending import FIGURES_FILE, merge_figures
@@ -279,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ImportError:
             print("pardnn-report: matplotlib is not installed (pip install matplotlib); tables only", file=sys.stderr)
             return 0
-        for path in [*plots(results, out), *comparison_plots(results, out)]:
+        for path in [*plots(results, out), *comparison_plots(results, out), *loss_curves(args.dirs, out)]:
             print(f"wrote {path}")
     return 0
 

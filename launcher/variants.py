@@ -43,7 +43,7 @@ from pardnn.registry import get_placer
 from pardnn.settings import ALGORITHMS
 
 __all__ = ["DATA", "PARALLELISMS", "RECOMPUTE", "Variant", "check_fits", "place", "plan_entry", "ranks_per_node",
-           "replica_batch", "slug", "variant_settings", "variants_of"]
+           "ranks_why", "replica_batch", "slug", "variant_settings", "variants_of"]
 
 PARALLELISMS = ("model", "data")
 DATA, RECOMPUTE = "data", "data+recompute"
@@ -78,8 +78,8 @@ class Variant:
 
 def slug(label: str) -> str:
     """A variant's label as file and folder names have it (``data+recompute`` → ``data-recompute``,
-    ``k=2`` → ``k2``)."""
-    return label.replace("+", "-").replace("=", "")
+    ``k=2`` → ``k2``, ``pardnn k=2`` → ``pardnn-k2``): no spaces."""
+    return label.replace("+", "-").replace("=", "").replace(" ", "-")
 
 
 def plan_entry(label: str) -> int | None:
@@ -154,6 +154,24 @@ def ranks_per_node(settings: Any) -> int:
                                                for v in variants_of(settings)):
         return settings.devices_per_node
     return settings.replicas_per_node
+
+
+def ranks_why(settings: Any) -> str | None:
+    """What asks for :func:`ranks_per_node`'s ranks, as the topology check's error says it (``None``:
+    data parallelism, its default)."""
+    devices, variants = settings.devices_per_node, variants_of(settings)
+    if any(v.placer is None for v in variants):
+        return None
+    if settings.replica_devices == AUTO:
+        return (f"--replica-devices auto runs one rank per device, {devices} per node (the plan chosen trains on "
+                "every k-th)")
+    if settings.compare and any(v.replica_devices is not None for v in variants):
+        return f"--compare {','.join(settings.compare)} runs one rank per device, {devices} per node"
+    k = settings.replica_devices
+    if k is None:
+        return None
+    return (f"--replica-devices {k} runs one rank per replica of {k} device{'s' if int(k) > 1 else ''}, "
+            f"{devices // int(k)} per node of {devices} devices")
 
 
 def replica_batch(settings: Any, variant: Variant, devices: int) -> int:

@@ -61,3 +61,12 @@ def dataset(batch_size: int, rank: int, ranks: int) -> tf.data.Dataset:
     return (tf.data.Dataset.from_tensor_slices((images, labels)).shard(ranks, rank)
             .shuffle(1024, seed=4).batch(batch_size, drop_remainder=True)
             .map(flip, num_parallel_calls=tf.data.AUTOTUNE))
+
+
+def validation(batch_size: int, rank: int, ranks: int) -> tf.data.Dataset:
+    """Held-out images (``[eval] dataset = "net:validation"``): 512 others, this rank's shard, in order."""
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, CLASSES, 512).astype(np.int32)
+    images = (_patterns()[labels] + rng.normal(size=(512, IMAGE, IMAGE, CHANNELS))).astype(np.float32)
+    return tf.data.Dataset.from_tensor_slices((images, labels)).shard(ranks, rank).batch(batch_size,
+                                                                                       drop_remainder=True)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from launcher.env import EMULATE_NODES, emulate_nodes
-from launcher.errors import AgreedError
+from launcher.errors import AgreedError, LaunchError
 
 __all__ = ["Topology", "check_one_rank_per_node", "discover", "single_node"]
 
@@ -86,8 +86,9 @@ class Topology:
         """This rank's index among the ranks of its node (the device it drives with one rank per device)."""
         return [r for r, node in enumerate(self.nodes) if node == self.node].index(self.rank)
 
-    def check(self) -> None:
-        """Raise :class:`AgreedError` (on every rank) unless each node runs exactly ``ranks_per_node`` ranks."""
+    def check(self, why: str | None = None) -> None:
+        """Raise :class:`AgreedError` (on every rank) unless each node runs exactly ``ranks_per_node`` ranks.
+        ``why``: what asks for them, as the error says it (default: data parallelism, one per device)."""
         if self.ranks_per_node == 1:
             if not self.emulated:
                 check_one_rank_per_node(self.nodes)
@@ -96,8 +97,9 @@ class Topology:
         wrong = {node: count for node, count in counts.items() if count != self.ranks_per_node}
         if wrong:
             listed = "; ".join(f"node {node} runs {count}" for node, count in sorted(wrong.items()))
+            why = why or f"data parallelism runs one rank per device, {self.ranks_per_node} per node"
             raise AgreedError(
-                f"data parallelism runs one rank per device, {self.ranks_per_node} per node, but {listed}. "
+                f"{why}, but {listed}. "
                 f"Launch {self.ranks_per_node} tasks per node (sbatch/srun --ntasks-per-node={self.ranks_per_node}, "
                 f"mpirun --map-by ppr:{self.ranks_per_node}:node), or pass --devices-per-node to match")
 
@@ -188,7 +190,10 @@ def discover(ranks_per_node: int = 1) -> Topology:
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     host = MPI.Get_processor_name()
-    emulated = emulate_nodes()
+    try:
+        emulated = emulate_nodes()
+    except LaunchError:  # a bad value: launcher.core reads it with the settings, and every rank agrees on it
+        emulated = False
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
     try:
         # Name each node by its lowest world rank's host, so ranks on one node agree on the name.

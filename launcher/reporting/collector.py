@@ -119,6 +119,7 @@ class Collector:
         self.losses: list[float] = []
         self.input_waits: list[float] = []  # seconds each iteration waited for its batch (the input)
         self.input_source: str | None = None  # "dataset" (tf.data in the graph) or "function" (fed per step)
+        self.validations: list[dict[str, Any]] = []  # [eval]: {iteration, loss, metrics, samples, seconds}
         self.loss_scaling: dict[str, Any] = {}  # with loss scaling: the last scale, the steps skipped
         self._probe: MemoryProbe | None = None
         self._memory_source = "process-rss"
@@ -230,6 +231,11 @@ class Collector:
             self.flush("running")
             return True
         return False
+
+    def validated(self, record: dict[str, Any]) -> None:
+        """Record a validation (every rank's average): in the rank's records and the summary's list."""
+        self.validations.append(dict(record))
+        self.event("eval", **record)
 
     # ------------------------------------------------------------------ results
     def memory(self) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The report's PNG plots (matplotlib, Agg backend, imported when a plot is drawn): lines and a scatter.
 
-Every plot is written atomically (a temporary file renamed), 600 × 400 pixels.
+Every plot is written atomically (a temporary file renamed), 600 × 400 pixels. An x axis of whole
+numbers (devices, nodes, batch sizes) has whole-number ticks only.
 """
 
 from __future__ import annotations
@@ -49,6 +50,21 @@ def plot_lines(path: Path, title: str, xlabel: str, ylabel: str, series: Mapping
             axes.plot([x for x, _ in points], [y for _, y in points], marker="o", label=label)
         if reference is not None:
             axes.axhline(reference, color="gray", linestyle="--", linewidth=1)
+        _whole_numbers(axes, sorted({x for points in series.values() for x, _ in points}))
+
+
+def _whole_numbers(axes: Any, xs: Sequence[float]) -> None:
+    """Whole-number ticks on an x axis of whole numbers; one value alone sits mid-axis (x ± 1) with its
+    tick only, instead of matplotlib's fractional span around it (3.80 to 4.20 for one K = 4)."""
+    if not xs or any(x != int(x) for x in xs):
+        return
+    if len(xs) == 1:
+        axes.set_xlim(xs[0] - 1, xs[0] + 1)
+        axes.set_xticks(list(xs))
+        return
+    from matplotlib.ticker import MaxNLocator
+
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def plot_scatter(path: Path, title: str, xlabel: str, ylabel: str,

@@ -21,6 +21,7 @@ several replicas the exposed share of the gradient allreduce in the emulated ste
 from __future__ import annotations
 
 import dataclasses
+import json
 import platform
 import sys
 from collections.abc import Mapping, Sequence
@@ -35,7 +36,7 @@ RESULTS_COLUMNS = (
     "global_batch_size", "iterations", "window", "samples_per_s", "tokens_per_s", "samples_per_s_per_node",
     "step_ms_median", "simulated_makespan_us", "costs", "memory", "placement_sha256", "run_dir", "window_complete",
     "placer", "parallelism", "recompute", "emulated_step_ms", "step_ratio", "peak_memory_bytes", "fits", "message",
-    "micro_batches", "replica_devices", "plan", "emulated_allreduce_ms",
+    "micro_batches", "replica_devices", "plan", "emulated_allreduce_ms", "val_loss", "val_metrics",
 )
 
 
@@ -115,6 +116,7 @@ def results_row(summary: Mapping[str, Any], finished_utc: str, run_dir: Path) ->
     step = summary.get("step_ms") or {}
     peaks = [peak for n in summary["per_node"] for peak in n.get("memory", {}).get("device_peak_bytes", {}).values()]
     fits = evaluation.get("memory_fits")
+    last_validation = (summary.get("validation") or [{}])[-1]  # [eval]: the last validation, every rank's mean
     return {
         "finished_utc": finished_utc,
         "job": job.get("name"),
@@ -150,6 +152,8 @@ def results_row(summary: Mapping[str, Any], finished_utc: str, run_dir: Path) ->
         "replica_devices": _replica_devices(summary),
         "plan": _plan(summary.get("plan")),
         "emulated_allreduce_ms": step.get("emulated_allreduce_exposed"),
+        "val_loss": last_validation.get("loss"),
+        "val_metrics": json.dumps(last_validation["metrics"], sort_keys=True) if last_validation else None,
     }
 
 

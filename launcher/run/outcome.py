@@ -55,6 +55,8 @@ def finish(state: RunState, digests: dict[str, str]) -> dict[str, Any]:
         summary = state.write_summary(status, nodes,
                                       {"consistency": consistency,
                                        "step_ms": step_ms(makespan, medians, state.placement.get("allreduce")),
+                                       **({"validation": state.collector.validations}
+                                          if state.collector.validations else {}),
                                        **({} if saved is None else {"saved_model": saved})})
         if problem is None:
             state.write_status(status, None, 0)
@@ -65,7 +67,7 @@ def finish(state: RunState, digests: dict[str, str]) -> dict[str, Any]:
                             "tf.data in the graph" if waited["source"] == "dataset" else "a Python function, fed",
                             waited["wait_ms_median"], 100 * waited["wait_share"],
                             "; the input pipeline slows training: prefetch more, or read with tf.data (parallel map)"
-                            if waited["wait_share"] > 0.1 else "")
+                            if waited["wait_share"] > 0.1 and waited["wait_ms_median"] >= 1.0 else "")
             logger.info("throughput over iterations %d-%d: %.1f samples/s%s (%s)", *settings.window,
                         throughput["samples_per_s"],
                         "" if throughput["tokens_per_s"] is None else f", {throughput['tokens_per_s']:.1f} tokens/s",

@@ -39,6 +39,12 @@ def train(state: Any, trained: Any, broadcast: Any, devices: Any, guard: StopGua
         step["input_wait"] = stream.wait
     collector.input_source = "dataset" if stream is not None else "function"
     compared = agreed_variables(trained.graph, trained.variables)
+    validation = getattr(trained, "evaluation", None)  # [eval]: validation every N iterations and after the last
+    model_weights = set((getattr(trained, "model", None) or {}).get("weights", ()))
+    agreed = {v.name for v in compared}
+    # The model's state each rank updates from its own batches (batch norm's moving statistics): averaged over
+    # the ranks before each validation, so that every rank validates, and --save-model writes, one model.
+    local = [v for v in trained.variables if v.name in model_weights and v.name not in agreed]
     start = 0 if resume is None else resume[0]
     traced = traced_iteration(settings.window, settings.iterations)
     if traced is None:
@@ -88,6 +94,8 @@ def train(state: Any, trained: Any, broadcast: Any, devices: Any, guard: StopGua
                     scaled["input_wait"] = float(out["input_wait"]) if stream is not None else fed
                     if collector.iteration(index, seconds, float(out["loss"]), out.get("learning_rate"), **scaled):
                         state.write_figures("running")
+                    if validation is not None and validation.due(index, settings.iterations):
+                        _validate(state, session, validation, index + 1, local)
                     bar.update(1)
                 checkpointer.boundary(settings.iterations, start, fetch, final=True)
                 if settings.save_model is not None and topology.is_root:  # written by finish (launcher.run.outcome)
@@ -97,3 +105,33 @@ def train(state: Any, trained: Any, broadcast: Any, devices: Any, guard: StopGua
             bar.close()
         values = session.run(compared)
     return variable_digests([(v.name, value) for v, value in zip(compared, values, strict=True)])
+
+
+def _validate(state: Any, session: Any, validation: Any, iteration: int, local: list[Any]) -> None:
+    """Average the ``local`` state over the ranks, run ``validation`` (:class:`jobs.evaluation.Evaluation`)
+    on this rank's batches, average the batch means over every rank (each rank has as many batches of
+    one size) and record it (collective)."""
+    topology = state.topology
+    started = time.perf_counter()
+    if local and topology.size > 1:
+        values = topology.allgather(session.run(local))
+        means = [sum(rank[i] for rank in values) / len(values) for i in range(len(local))]
+        session.run([v.initializer for v in local],
+                    feed_dict={v.initializer.inputs[1]: mean.astype(v.dtype.base_dtype.as_numpy_dtype)
+                               for v, mean in zip(local, means, strict=True)})
+    sums: dict[str, float] = {}
+    for batch in range(validation.batches):
+        out = session.run(validation.fetches, validation.feed(batch, topology.rank, topology.size))
+        for name, value in out.items():
+            sums[name] = sums.get(name, 0.0) + float(value)
+    mine = {name: value / validation.batches for name, value in sums.items()}
+    every = topology.allgather(mine)
+    means = {name: sum(rank[name] for rank in every) / len(every) for name in mine}
+    record = {"iteration": iteration, "loss": means.pop("loss"), "metrics": means,
+              "samples": validation.batches * validation.batch_size * len(every),
+              "seconds": time.perf_counter() - started}
+    state.collector.validated(record)
+    if topology.is_root:
+        shown = "".join(f", {name} {value:.4f}" for name, value in record["metrics"].items())
+        logger.info("validation after iteration %d: loss %.4f%s (%d samples on %d rank(s), %.1f s)", iteration,
+                    record["loss"], shown, record["samples"], len(every), record["seconds"])

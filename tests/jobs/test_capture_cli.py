@@ -110,3 +110,17 @@ def test_capture_prints_no_tensorflow_info_line(tmp_path):
             or "absl::InitializeLog" in line or "oneDNN" in line]
     assert not info, "\n".join(lines)
     assert any(line.startswith("wrote ") for line in lines)
+
+
+def test_capture_profiled_on_cpus_prints_no_gpu_trace_warning(tmp_path):
+    """TensorFlow's profiler warns once a profiled step that it collected no GPU trace on a CPU: not shown."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    proc = subprocess.run([sys.executable, "-m", "pardnn", "capture", "trn-tiny", "-o", str(tmp_path / "g.json"),
+                           "--profile", "3"], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "GPU trace was not collected" not in proc.stderr, proc.stderr
+    assert "profiled 3 steps on this machine" in proc.stdout

@@ -28,15 +28,45 @@ def test_plan_tries_every_k_and_keeps_the_shortest_step_that_fits(capsys) -> Non
     assert chosen["samples_per_s"] == pytest.approx(32 / (chosen["step_us"] * 1e-6))
     assert chosen["step_us"] == pytest.approx(chosen["compute_us"] + chosen["exposed_allreduce_us"])
     assert plan["why"].startswith(f"k={chosen['replica_devices']} M=1")
+    k = chosen["replica_devices"]
+    assert plan["commands"]["mpirun"] == (f"mpirun -np {2 * 2 // k} --map-by ppr:{2 // k}:node --bind-to none "
+                                          f"pardnn-launch word-rnn-tiny --devices-per-node 2 --replica-devices {k} "
+                                          "--micro-batches 1")
 
 
 def test_plan_prints_the_table(capsys) -> None:
     assert main(["plan", "word-rnn-tiny", "--nodes", "1", "--devices-per-node", "2", "--micro-batches", "2",
-                 "--replica-devices", "2", "-q"]) == EXIT_OK
+                 "--replica-devices", "2", "--batch-size", "16", "--reserve", "0.2", "-q"]) == EXIT_OK
     out = capsys.readouterr().out
     assert "word-rnn-tiny on 1 node(s) of 2 x v100-32gb" in out and "samples/s" in out
     assert "chosen: k=2 M=2: the only plan that fits" in out
     assert "building and costing 1 graphs took" in out and "beside this one" not in out  # a tiny job: no workers
+    # One node of 2 GPUs, one replica of k = 2 on it: 1 task per node of 16 cores; the batch and reserve planned for.
+    assert out.endswith(
+        "train it:\n"
+        "  sbatch --nodes=1 --ntasks-per-node=1 --gpus-per-node=2 --cpus-per-task=16 slurm/pardnn.sbatch "
+        "word-rnn-tiny --devices-per-node 2 --replica-devices 2 --micro-batches 2 --batch-size 16 --reserve 0.2\n"
+        "  mpirun -np 1 --map-by ppr:1:node --bind-to none pardnn-launch word-rnn-tiny --devices-per-node 2 "
+        "--replica-devices 2 --micro-batches 2 --batch-size 16 --reserve 0.2\n")
+
+
+def test_the_commands_that_train_a_plan() -> None:
+    """By hand: 2 nodes of G = 8 GPUs, k = 2 devices per replica: G/k = 4 tasks per node, 8 in all, each
+    of 8 cores per GPU it drives (16); M = 4. The batch the plan was made for goes with it."""
+    from jobs.plan import train_commands
+    from pardnn.batch.plan import Plan
+
+    commands = train_commands("jobs/my job.toml", Plan(replica_devices=2, micro_batches=4, node_devices=8), nodes=2,
+                              options=["--batch-size", "64", "--memory", "16GiB"])
+    launch = ("'jobs/my job.toml' --devices-per-node 8 --replica-devices 2 --micro-batches 4 --batch-size 64 "
+              "--memory 16GiB")
+    assert commands == {
+        "sbatch": "sbatch --nodes=2 --ntasks-per-node=4 --gpus-per-node=8 --cpus-per-task=16 slurm/pardnn.sbatch "
+                  + launch,
+        "mpirun": f"mpirun -np 8 --map-by ppr:4:node --bind-to none pardnn-launch {launch}"}
+    one = train_commands("trn", Plan(replica_devices=8, micro_batches=1, node_devices=8), nodes=3)
+    assert one["sbatch"].startswith("sbatch --nodes=3 --ntasks-per-node=1 --gpus-per-node=8 --cpus-per-task=64 ")
+    assert one["mpirun"].startswith("mpirun -np 3 --map-by ppr:1:node ")
 
 
 @pytest.mark.parametrize("value", ["-1", "two"])

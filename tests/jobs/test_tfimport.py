@@ -58,3 +58,29 @@ def test_quiet_drops_tensorflows_load_time_info_lines_and_keeps_the_rest(monkeyp
         if real is not None:
             sys.modules["tensorflow"] = real
     assert capfd.readouterr().err == lines[3] + lines[4]
+
+
+def test_hushed_drops_info_lines_and_the_cpu_profilers_gpu_trace_warning_and_keeps_the_rest(monkeypatch, capfd):
+    """What TensorFlow writes to fd 2 while ``pardnn capture`` profiles on CPUs: one warning per step."""
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")
+    trace = "2026-11-29 01:05:53.80: W tensorflow/core/profiler/convert/xplane_to_step_stats.cc:78] GPU trace was " \
+            "not collected.\n"
+    kept = ["W0000 00:00:1795773954.061420   13375 xplane.cc:84] another warning stays\n", "a line of our own\n"]
+    with tfimport.hushed():
+        os.write(2, (trace * 3 + "I0000 00:00:1795773953.940092   13375 x.cc:31] info\n" + "".join(kept)).encode())
+    assert capfd.readouterr().err == "".join(kept)
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")  # the user asked for every line
+    with tfimport.hushed():
+        os.write(2, trace.encode())
+    assert capfd.readouterr().err == trace
+
+
+def test_hushed_writes_the_lines_back_when_the_block_raises(monkeypatch, capfd):
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")
+    try:
+        with tfimport.hushed():
+            os.write(2, b"E0000 00:00:1795773953.940092   13375 x.cc:52] an error stays\n")
+            raise RuntimeError("profiling failed")
+    except RuntimeError:
+        pass
+    assert capfd.readouterr().err == "E0000 00:00:1795773953.940092   13375 x.cc:52] an error stays\n"

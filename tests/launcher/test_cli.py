@@ -15,9 +15,11 @@ from launcher.settings import OVERRIDABLE
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _launch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def _launch(*args: str, cwd: Path = ROOT, emulate: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     env.pop("PARDNN_EMULATE_NODES", None)
+    if emulate is not None:
+        env["PARDNN_EMULATE_NODES"] = emulate
     return subprocess.run([sys.executable, "-m", "launcher.cli", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=120)
 
@@ -77,6 +79,20 @@ def test_bad_option_is_exit_2():
     proc = _launch("trn-tiny", "--window", "soon")
     assert proc.returncode == 2
     assert "window" in proc.stderr
+
+
+def test_help_shows_replica_devices_k_or_auto():
+    assert "--replica-devices K|auto" in build_parser().format_help()
+
+
+@pytest.mark.parametrize("value", ["2", "yes", "on"])
+def test_emulate_nodes_other_than_0_or_1_is_one_line(tmp_path, value):
+    proc = _launch("word-rnn-tiny", "--out", str(tmp_path / "out"), emulate=value)
+    assert proc.returncode == 1
+    assert _one_error_line(proc) == (f"pardnn-launch: error: PARDNN_EMULATE_NODES={value!r}: expected 0 or 1 (1: "
+                                     "every rank stands for a node of its own, for testing on one machine; 0 or "
+                                     "unset on a cluster)")
+    assert not (tmp_path / "out").exists()
 
 
 def test_parser_maps_options_to_settings():

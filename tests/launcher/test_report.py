@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from launcher.errors import LaunchError
-from launcher.report import main, read_results, recover_rows, tables
+from launcher.report import main, plots, read_results, recover_rows, tables
 from launcher.reporting.summary import RESULTS_COLUMNS
 from launcher.run.ending import write_figures
 
@@ -94,3 +96,36 @@ def test_runs_without_a_row_are_merged_from_their_per_rank_files(tmp_path, capsy
     out, err = capsys.readouterr()
     assert "2 run(s) without a results.csv row" in err
     assert "| 2 | 80.0 |" in out  # devices 2, batch 8: the median of 70 (results.csv) and 90 (merged)
+
+
+def test_plots_of_plan_variants_have_no_spaces_in_their_names_and_whole_number_axes(tmp_path, monkeypatch):
+    """A plan's variant is ``pardnn k=1``: its files are ``trn-pardnn-k1-*.png``; a speed-up measured at
+    one K is drawn at that K on whole-number ticks, not on a fractional span around it."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from launcher.reporting.comparisons import comparison_plots
+
+    seen: dict[str, tuple[tuple[float, float], list[float]]] = {}
+    savefig = Figure.savefig
+
+    def recording(figure, path, *args, **kwargs):
+        [axes] = figure.axes
+        seen[Path(path).name] = (tuple(axes.get_xlim()), [float(t) for t in axes.get_xticks()])
+        savefig(figure, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", recording)
+
+    def row(nodes: int, devices: int, rate: float, k: int | str = "") -> str:
+        cells = {"job": "trn", "status": "complete", "nodes": nodes, "devices_per_node": devices, "batch_size": 8,
+                 "samples_per_s": rate, "device_kind": "gpu", "placer": "pardnn", "replica_devices": k}
+        return ",".join(str(cells.get(column, "")) for column in RESULTS_COLUMNS)
+
+    results = read_results([HEADER, row(1, 4, 100.0), row(1, 4, 80.0, k=1), row(1, 2, 60.0)])
+    assert sorted({r.variant for r in results}) == ["pardnn", "pardnn k=1"]
+    written = [p.name for p in plots(results, tmp_path) + comparison_plots(results, tmp_path)]
+    assert "trn-pardnn-k1-devices.png" in written and "trn-speedup.png" in written
+    assert not [name for name in written if " " in name] and all((tmp_path / name).exists() for name in written)
+    assert seen[".trn-speedup.png.tmp.png"] == ((3.0, 5.0), [4.0])  # over k=1: measured at K = 4 only
+    _, ticks = seen[".trn-devices.png.tmp.png"]  # K = 2 and 4
+    assert ticks and all(t == int(t) for t in ticks)

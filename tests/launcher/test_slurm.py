@@ -84,6 +84,56 @@ def test_pardnn_sbatch_runs_srun_with_pmix(fake_bin):
                                "--iterations", "160"]]
 
 
+@pytest.mark.parametrize(("slurm", "options", "sized"), [
+    # 2 nodes of 4 devices, replicas of 2: 2 tasks per node, 4 in all, each half the node's 32 CPUs.
+    ({"SLURM_CPUS_ON_NODE": "32"}, ["--devices-per-node", "4", "--replica-devices", "2"],
+     ["--ntasks=4", "--ntasks-per-node=2", "--cpus-per-task=16"]),
+    # auto: one task per device of the 8 GPUs Slurm gave the node (no --devices-per-node), 8 CPUs each.
+    ({"SLURM_CPUS_ON_NODE": "64", "SLURM_GPUS_ON_NODE": "8"}, ["--replica-devices=auto"],
+     ["--ntasks=16", "--ntasks-per-node=8", "--cpus-per-task=8"]),
+    ({"SLURM_CPUS_ON_NODE": "30", "SLURM_GPUS_PER_NODE": "a100:4"}, ["--replica-devices", "1"],
+     ["--ntasks=8", "--ntasks-per-node=4", "--cpus-per-task=7"]),
+    # The last --devices-per-node counts, as for pardnn-launch; no CPU count: Slurm's share.
+    ({}, ["--devices-per-node", "2", "--devices-per-node=4", "--replica-devices", "4"],
+     ["--ntasks=2", "--ntasks-per-node=1"]),
+    # Left to the allocation (and to pardnn-launch's checks): k not dividing G, G unknown, no k.
+    ({"SLURM_CPUS_ON_NODE": "32"}, ["--devices-per-node", "4", "--replica-devices", "3"], []),
+    ({"SLURM_CPUS_ON_NODE": "32"}, ["--replica-devices", "2"], []),
+    ({"SLURM_CPUS_ON_NODE": "32", "SLURM_GPUS_ON_NODE": "4"}, ["--devices-per-node", "4"], []),
+])
+def test_pardnn_sbatch_sizes_tasks_and_cpus_for_replicas_of_k_devices(fake_bin, slurm, options, sized):
+    env, record = fake_bin
+    env.update(SLURM_JOB_NUM_NODES="2", SLURM_NTASKS_PER_NODE="1", SLURM_CPUS_PER_TASK="32", **slurm)
+    proc = subprocess.run(["bash", str(SLURM / "pardnn.sbatch"), "trn", *options], env=env, capture_output=True,
+                          text=True, check=True)
+    assert _calls(record) == [["srun", "--mpi=pmix", "--kill-on-bad-exit=1", *sized, "pardnn-launch", "trn",
+                               *options]]
+    assert ("task(s) per node" in proc.stdout) == bool(sized), proc.stdout
+
+
+def test_pardnn_sbatch_with_fewer_cpus_than_tasks_is_one_line(fake_bin):
+    env, record = fake_bin
+    env.update(SLURM_JOB_NUM_NODES="1", SLURM_CPUS_ON_NODE="2")
+    proc = subprocess.run(["bash", str(SLURM / "pardnn.sbatch"), "trn", "--devices-per-node", "4", "--replica-devices",
+                           "auto"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 2 and _calls(record) == []
+    assert proc.stderr == ("pardnn.sbatch: --replica-devices auto on 4 devices per node runs 4 tasks per node, but the "
+                           "allocation has 2 CPU(s) per node: ask for 4 or more (sbatch --cpus-per-task=4)\n")
+
+
+@pytest.mark.parametrize(("allocated", "extra"), [("1", ["--oversubscribe"]), ("2(x3)", [])])
+def test_mpirun_variant_runs_one_rank_per_replica_of_k_devices(fake_bin, allocated, extra):
+    """mpirun counts Slurm's tasks as its slots: more ranks per node than tasks need --oversubscribe."""
+    env, record = fake_bin
+    env.update(SLURM_JOB_NUM_NODES="3", SLURM_NTASKS_PER_NODE=allocated, SLURM_CPUS_ON_NODE="32")
+    proc = subprocess.run(["bash", str(SLURM / "pardnn-mpirun.sbatch"), "trn", "--devices-per-node", "8",
+                           "--replica-devices", "4"], env=env, capture_output=True, text=True, check=True)
+    [call] = _calls(record)
+    assert call[:8 + len(extra)] == ["mpirun", "-np", "6", "--map-by", "ppr:2:node", "--bind-to", "none", *extra,
+                                     "-x"]
+    assert "--replica-devices 4 on 8 devices per node: 2 rank(s) per node" in proc.stdout
+
+
 def test_pardnn_sbatch_without_a_job_is_a_usage_error(fake_bin):
     env, record = fake_bin
     proc = subprocess.run(["bash", str(SLURM / "pardnn.sbatch")], env=env, capture_output=True, text=True)

@@ -9,7 +9,7 @@ import pytest
 from launcher.errors import DoesNotFit, LaunchError
 from launcher.settings import resolve
 from launcher.training.recompute import check_wrappable
-from launcher.variants import Variant, check_fits, place, ranks_per_node, replica_batch, variants_of
+from launcher.variants import Variant, check_fits, place, ranks_per_node, ranks_why, replica_batch, slug, variants_of
 from pardnn.costs.machine import Machine
 from pardnn.costs.synthetic import dnn_graph
 from pardnn.partitioner import partition
@@ -140,3 +140,22 @@ def test_auto_runs_one_rank_per_device_and_has_no_replicas_until_planned():
     assert settings.replica_devices == "auto" and ranks_per_node(settings) == 4
     with pytest.raises(LaunchError, match="no plan was chosen yet"):
         settings.replicas_per_node  # noqa: B018
+
+
+@pytest.mark.parametrize(("overrides", "ranks", "why"), [
+    ({"replica_devices": 2}, 2, "--replica-devices 2 runs one rank per replica of 2 devices, 2 per node of 4 devices"),
+    ({"replica_devices": 1}, 4, "--replica-devices 1 runs one rank per replica of 1 device, 4 per node of 4 devices"),
+    ({"replica_devices": "auto"}, 4,
+     "--replica-devices auto runs one rank per device, 4 per node (the plan chosen trains on every k-th)"),
+    ({"compare": "k=4,k=2"}, 4, "--compare k=4,k=2 runs one rank per device, 4 per node"),
+    ({"compare": "k=2,data"}, 4, None),  # data parallelism: the topology's own words
+    ({"parallelism": "data"}, 4, None),
+    ({}, 1, None),
+])
+def test_the_ranks_a_run_asks_for_per_node_and_why(overrides, ranks, why):
+    settings = resolve(Job(devices_per_node=4, batch_size=8), overrides)
+    assert (ranks_per_node(settings), ranks_why(settings)) == (ranks, why)
+
+
+def test_variant_file_names_have_no_spaces():
+    assert [slug(label) for label in ("data+recompute", "k=2", "pardnn k=1")] == ["data-recompute", "k2", "pardnn-k1"]

@@ -1,8 +1,9 @@
 """pardnn-launch submitted with sbatch to a one-node Slurm cluster started on this machine.
 
 ``slurm/local-cluster.sh`` starts slurmctld and slurmd (and munged) for the test; two tasks on the
-one node stand for two nodes (``PARDNN_EMULATE_NODES=1``). Needs root and Debian's ``slurm-wlm``
-and ``munge``; skipped without them. No other Slurm may run on this machine (the default ports).
+one node stand for two nodes (``PARDNN_EMULATE_NODES=1``), or train two replicas of it. Needs root
+and Debian's ``slurm-wlm`` and ``munge``; skipped without them. No other Slurm may run on this
+machine (the default ports).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import csv
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -102,6 +104,41 @@ def test_sbatch_runs_a_tiny_job_on_two_emulated_nodes(slurm_conf, tmp_path, scri
     assert summary["throughput"]["samples_per_s"] > 0
     print(f"\n{script}: Slurm job {job_id} took {seconds:.1f} s, "
           f"{summary['throughput']['samples_per_s']:.1f} samples/s")
+
+
+def test_the_plan_commands_sbatch_trains_two_replicas_of_two_devices_on_one_node(slurm_conf, tmp_path):
+    """What ``pardnn plan`` prints for k = 2, M = 2 on a node of 4 devices, submitted with this node's
+    resources (no GPUs, 2 CPUs, one task asked for): pardnn.sbatch starts the plan's 2 tasks of 1 CPU,
+    two ranks on one real node (PARDNN_EMULATE_NODES=0), each training a replica of 2 logical devices."""
+    require_stack()
+    from jobs.plan import train_commands
+    from pardnn.batch.plan import Plan
+
+    out = tmp_path / "runs"
+    env = {**mpi_environment(slurm_conf), "PARDNN_EMULATE_NODES": "0"}
+    log = tmp_path / "slurm.out"
+    command = shlex.split(train_commands("word-rnn-tiny", Plan(replica_devices=2, micro_batches=2, node_devices=4),
+                                         nodes=1)["sbatch"])
+    script = command.index("slurm/pardnn.sbatch")
+    command[script] = str(SLURM / "pardnn.sbatch")
+    here = ["--parsable", "--ntasks-per-node=1", "--cpus-per-task=2", "--gpus-per-node=0", "--time=00:05:00",
+            f"--output={log}"]  # after the plan's own: sbatch keeps the last of each
+    submit = [*command[:script], *here, *command[script:], "--costs", "estimate", "--iterations", "20", "--window",
+              "5:20", "--no-progress", "--out", str(out)]
+    assert submit[:5] == ["sbatch", "--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=4", "--cpus-per-task=16"]
+    started = time.monotonic()
+    job_id = subprocess.run(submit, env=env, cwd=tmp_path, capture_output=True, text=True,
+                            check=True).stdout.strip().split(";")[0]
+    state, exit_code = _wait(job_id, env, timeout=150)
+    output = log.read_text() if log.exists() else "(no output)"
+    assert (state, exit_code) == ("COMPLETED", "0:0"), output
+    assert "pardnn.sbatch: --replica-devices 2 on 4 devices per node: 2 task(s) per node of 1 CPU(s)" in output
+    summary = json.loads(next(out.glob("*/summary.json")).read_text())
+    assert summary["status"] == "complete" and summary["nodes"] == 1, output
+    assert summary["settings"]["replica_devices"] == 2 and summary["batch_size"] == 8  # 16 per node over 2 replicas
+    assert summary["consistency"]["variables_sha256_equal"]
+    assert summary["slurm"]["SLURM_JOB_ID"] == job_id
+    print(f"\nthe plan's sbatch: Slurm job {job_id} took {time.monotonic() - started:.1f} s")
 
 
 @pytest.mark.parametrize("script", ["pardnn.sbatch", "pardnn-mpirun.sbatch"])

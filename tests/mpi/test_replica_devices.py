@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.losses import one_device_losses, run_losses
-from tests.helpers.mpi import LAUNCH, TINY_JOB, mpirun_launch, output
+from tests.helpers.mpi import LAUNCH, MPIRUN_FLAGS, TINY_JOB, mpi_environment, mpirun_launch, output, require_stack
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
@@ -64,3 +64,27 @@ def test_bad_replica_devices_are_one_line_before_any_tensorflow_work(tmp_path: P
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and words in proc.stderr, output(proc)
     assert "Traceback" not in proc.stderr and not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("emulate", "k", "words"), [
+    ("2", "2", "PARDNN_EMULATE_NODES='2': expected 0 or 1 (1: every rank stands for a node of its own"),
+    ("0", "2", "--replica-devices 2 runs one rank per replica of 2 devices, 4 per node of 8 devices, but node "),
+    ("0", "auto", "--replica-devices auto runs one rank per device, 8 per node (the plan chosen trains on every "
+                  "k-th), but node "),
+])
+def test_two_ranks_that_cannot_run_are_one_line_on_rank_0(tmp_path: Path, emulate: str, k: str, words: str) -> None:
+    """Every rank finds it; rank 0 alone prints it: a bad PARDNN_EMULATE_NODES, and one node of 8 devices
+    running 2 ranks where --replica-devices 2 needs 4 and auto 8 (the line names them, not data parallelism)."""
+    mpirun = require_stack(horovod=False)
+    env, _ = mpi_environment(emulate=False)
+    env["PARDNN_EMULATE_NODES"] = emulate
+    proc = subprocess.run([mpirun, *MPIRUN_FLAGS, "-x", "PARDNN_EMULATE_NODES", "-np", "2", *LAUNCH, TINY_JOB,
+                           "--devices-per-node", "8", "--replica-devices", k, "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("pardnn-launch")]
+    assert proc.returncode != 0 and len(ours) == 1, output(proc)
+    assert ours[0].startswith(f"pardnn-launch: error: {words}"), output(proc)
+    if emulate == "0":
+        n = 4 if k == "2" else 8
+        assert ours[0].endswith(f" runs 2. Launch {n} tasks per node (sbatch/srun --ntasks-per-node={n}, mpirun "
+                                f"--map-by ppr:{n}:node), or pass --devices-per-node to match"), output(proc)

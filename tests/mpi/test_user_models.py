@@ -17,15 +17,17 @@ from tests.helpers.mpi import LAUNCH, ROOT, mpirun_launch, output, read_records
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
-EXAMPLES = ["keras_cnn", "keras_transformer", "keras_subclassed", "keras_two_heads"]
+# The examples' job files; keras_cnn/dataset reads a tf.data pipeline and validates every 10 iterations.
+EXAMPLES = ["keras_cnn", "keras_transformer", "keras_subclassed", "keras_two_heads", "keras_cnn/dataset"]
 
 
-@pytest.mark.parametrize("example", EXAMPLES)
-def test_two_nodes_train_a_users_keras_model(tmp_path, example):
+@pytest.mark.parametrize("case", EXAMPLES)
+def test_two_nodes_train_a_users_keras_model(tmp_path, case):
     # Run from another folder: the job file's own folder is where its module net.py is found.
     work = tmp_path / "elsewhere"
     work.mkdir()
-    job = ROOT / "examples" / example / "job.toml"
+    example, _, name = case.partition("/")
+    job = ROOT / "examples" / example / f"{name or 'job'}.toml"
     out = tmp_path / "runs"
     saved = tmp_path / f"{example}.weights.h5"
     proc, seconds = mpirun_launch([*LAUNCH, str(job), "--out", str(out), "--no-progress", "--save-model", str(saved),
@@ -34,10 +36,11 @@ def test_two_nodes_train_a_users_keras_model(tmp_path, example):
     assert "Traceback" not in proc.stderr, output(proc)
     [run_dir] = [p for p in out.iterdir() if p.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
-    _loads_the_last_checkpoint(example, saved, run_dir / "checkpoint" / "ckpt-00000030.json")
+    _loads_the_last_checkpoint(example, saved, run_dir / "checkpoint" / "ckpt-00000030.json")  # written at the end
 
     assert summary["status"] == "complete" and summary["nodes"] == 2 and summary["emulated_nodes"] is True
-    assert summary["job"]["model"] == "net:build" and summary["job"]["data"] == {"entry": "net:batches"}
+    data = {"dataset": "net:dataset"} if name else {"entry": "net:batches"}
+    assert summary["job"]["model"] == "net:build" and summary["job"]["data"] == data
     assert summary["window"] == [10, 30] and summary["devices_per_node"] == 4
     nodes = summary["per_node"]
     assert [n["rank"] for n in nodes] == [0, 1]
@@ -57,7 +60,10 @@ def test_two_nodes_train_a_users_keras_model(tmp_path, example):
     assert len(placed) == summary["placement"]["ops"]
     [row] = list(csv.DictReader((out / "results.csv").read_text().splitlines()))
     assert (row["job"], row["model"], row["nodes"], row["devices_per_node"], row["status"]) == (
-        example.replace("_", "-"), "net:build", "2", "4", "complete")
+        example.replace("_", "-") + ("-" + name if name else ""), "net:build", "2", "4", "complete")
+    assert all(node["input"]["source"] == ("dataset" if name else "function") for node in nodes)
+    if name:
+        _validated_as_keras_evaluates(summary, saved, row, job)
     print(f"\n{example}: {seconds:.1f} s wall, {summary['throughput']['samples_per_s']:.1f} samples/s")
 
 
@@ -91,6 +97,35 @@ def _loads_the_last_checkpoint(example, saved, checkpoint):
         sys.path.remove(folder)
         sys.modules.pop("net", None)
         tf.keras.backend.clear_session()
+
+
+def _validated_as_keras_evaluates(summary, saved, row, job):
+    """Validation after iterations 10, 20 and 30, every rank's batches averaged; the saved weights, loaded into
+    the example's own model in a fresh process, give Keras' evaluate the loss and accuracy the run reported last
+    (on both ranks' validation batches)."""
+    import subprocess
+    import sys
+
+    reported = summary["validation"]
+    assert [v["iteration"] for v in reported] == [10, 20, 30] and all(v["samples"] == 2 * 4 * 16 for v in reported)
+    last = reported[-1]
+    assert set(last["metrics"]) == {"accuracy"} and json.loads(row["val_metrics"]) == pytest.approx(last["metrics"])
+    assert float(row["val_loss"]) == pytest.approx(last["loss"], rel=1e-5)  # the CSV keeps 6 digits
+    program = (
+        "import sys, json; sys.path.insert(0, sys.argv[1]); import numpy as np, tensorflow as tf, net\n"
+        "model = net.build(width=16, dropout=0.25); model.load_weights(sys.argv[2])\n"
+        "model.compile(loss='sparse_categorical_crossentropy', metrics=['accuracy'])\n"
+        "batches = [b for rank in (0, 1) for b in net.validation(16, rank, 2).take(4)]\n"
+        "x = np.concatenate([b[0] for b in batches]); y = np.concatenate([b[1] for b in batches])\n"
+        "print(json.dumps(model.evaluate(x, y, batch_size=16, verbose=0, return_dict=True)))\n")
+    proc = subprocess.run([sys.executable, "-c", program, str(job.parent), str(saved)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    keras = json.loads(proc.stdout.strip().splitlines()[-1])
+    # Each rank updates batch norm's moving statistics from its own batches; the ranks average them before
+    # validating, so both validate the model rank 0 saves (without it: 3e-4 apart).
+    assert keras["loss"] == pytest.approx(last["loss"], rel=1e-5)
+    assert keras["accuracy"] == pytest.approx(last["metrics"]["accuracy"], rel=1e-6)
 
 
 # The job files of the three users' models: the entries, the batch size (a job file's one required

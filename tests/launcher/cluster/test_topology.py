@@ -7,7 +7,7 @@ import pytest
 
 from launcher.cluster.topology import check_one_rank_per_node, single_node
 from launcher.env import emulate_nodes
-from launcher.errors import AgreedError
+from launcher.errors import AgreedError, LaunchError
 
 
 def test_distinct_nodes_pass():
@@ -35,10 +35,30 @@ def test_single_node_collectives_are_identities():
     topology.abort(1)  # no MPI: nothing to abort, returns
 
 
-@pytest.mark.parametrize(("value", "expected"), [("1", True), ("yes", True), ("0", False), ("", False)])
+@pytest.mark.parametrize(("value", "expected"), [("1", True), (" 1\n", True), ("0", False), ("", False)])
 def test_emulate_nodes_knob(value, expected):
     assert emulate_nodes({"PARDNN_EMULATE_NODES": value}) is expected
     assert emulate_nodes({}) is False
+
+
+@pytest.mark.parametrize("value", ["2", "yes", "true", "-1"])
+def test_emulate_nodes_is_0_or_1_and_anything_else_names_the_value(value):
+    with pytest.raises(LaunchError, match=rf"^PARDNN_EMULATE_NODES='{value}': expected 0 or 1 \(1: every rank"):
+        emulate_nodes({"PARDNN_EMULATE_NODES": value})
+
+
+def test_too_few_ranks_for_replicas_names_the_replicas_not_data_parallelism():
+    from launcher.cluster.topology import Topology
+
+    world = Topology(0, 1, ("dgx1",), ranks_per_node=2)
+    with pytest.raises(AgreedError) as caught:
+        world.check("--replica-devices 2 runs one rank per replica of 2 devices, 2 per node of 4 devices")
+    assert str(caught.value) == (
+        "--replica-devices 2 runs one rank per replica of 2 devices, 2 per node of 4 devices, but node dgx1 runs 1. "
+        "Launch 2 tasks per node (sbatch/srun --ntasks-per-node=2, mpirun --map-by ppr:2:node), or pass "
+        "--devices-per-node to match")
+    with pytest.raises(AgreedError, match=r"^data parallelism runs one rank per device, 2 per node, but node dgx1"):
+        world.check()
 
 
 def test_every_kth_rank_of_each_node_trains_a_replica_of_k_devices():
