@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="pardnn-launch", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Place a job's training graph across each node's devices with ParDNN and train it "
-                    "across nodes with Horovod (one MPI rank per node).")
+                    "across nodes with Horovod (one MPI rank per node, or per replica with --replica-devices).")
     parser.add_argument("job", help="job file (jobs/NAME.toml) or preset name")
     run_group = parser.add_argument_group("run")
     _option(run_group, "iterations")
