@@ -1,0 +1,237 @@
+"""How far from optimal is ParDNN when memory binds? ParDNN against the exact CP-SAT optimum under limits.
+
+    python -m benchmarks.exact_memory                 # 294 cases, 5 s per solve: section "exact-memory"
+    python -m benchmarks.exact_memory --graphs 42     # fewer
+
+Cases (seeded): training-shaped DAGs of 20-40 ops (:func:`pardnn.costs.synthetic.dnn_graph`: variables
+in colocation groups, forward, backward, the optimizer's updates) in three shapes (the default, chains
+without blocks, wide fork-join blocks), CCR 0.1-100 (compute times scaled; every edge cut,
+1 GB/s, 0.5 µs), K = 2, 3, and a per-device limit of 0.3-0.9 times the graph's emulated peak on one
+device (reserve 0); a graph is drawn again while one variable's group would hold more than 0.8 of the
+limit, so that the limit is met by spreading the model, not refused for one variable. 294 cases cover
+each limit, shape, CCR and K once. Each is solved exactly (:mod:`pardnn.baselines.exact`: its optimum
+bounds the emulated makespan of every placement that fits) and placed by ParDNN, with and without
+the limit. Recorded: ParDNN / optimum where the optimum is proven and ParDNN's placement fits,
+ParDNN over the limit, and ParDNN calling infeasible a case whose exact placement fits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.report import machine_line, write_section
+from pardnn import partition
+from pardnn.baselines import exact
+from pardnn.costs.graph import CostGraph, Kind
+from pardnn.costs.machine import Machine
+from pardnn.costs.synthetic import dnn_graph
+from pardnn.emulation.simulate import evaluate
+from pardnn.errors import InfeasibleError
+from pardnn.placement.result import communication_ratio
+
+HERE = Path(__file__).resolve().parent
+CCRS = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
+FRACTIONS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+DEVICES = (2, 3)
+SHAPES = {"default": {}, "chain": {"block_share": 0.0, "skip_share": 0.3}, "wide": {"branches": 4, "block_share": 0.9}}
+BANDWIDTH, LATENCY = 1e9, 0.5
+TARGET_MEAN, TARGET_MAX, TARGET_FREE_MAX = 1.01, 1.15, 1.10
+DRAWS, SPREAD = 200, 0.8  # graphs drawn until no group holds more than SPREAD x the limit
+
+
+def scaled_to_ccr(graph: CostGraph, ccr: float, machine: Machine) -> CostGraph:
+    """``graph`` with every op's compute time scaled by one factor so that its CCR on ``machine`` is
+    ``ccr``: the bytes, and so the memory, stay the graph's own (scaling the activations instead cannot
+    go below the floor the variables' edges set, and makes memory mostly transient at high CCR)."""
+    now = communication_ratio(graph, machine)
+    return graph.replace(comp_us=graph.comp_us * (now / ccr))
+
+
+def case_graph(index: int, seed: int) -> tuple[CostGraph, dict[str, Any]]:
+    """Case ``index``'s graph and what it is (ops, shape, CCR target, K, limit fraction)."""
+    rng = np.random.default_rng([seed, index])
+    fraction = FRACTIONS[index % len(FRACTIONS)]
+    shape = list(SHAPES)[(index // len(FRACTIONS)) % len(SHAPES)]
+    target = CCRS[(index // (len(FRACTIONS) * len(SHAPES))) % len(CCRS)]
+    k = DEVICES[(index // (len(FRACTIONS) * len(SHAPES) * len(CCRS))) % len(DEVICES)]
+    machine = Machine(k, bandwidth=BANDWIDTH, latency=LATENCY)
+    draws = 0
+    while True:
+        draws += 1
+        graph = scaled_to_ccr(dnn_graph(int(rng.integers(20, 41)), seed=int(rng.integers(2**31)), **SHAPES[shape]),
+                              target, machine)
+        if draws == DRAWS or largest_unit(graph) <= SPREAD * fraction * one_device_peak(graph):
+            return graph, {"shape": shape, "target": target, "fraction": fraction, "k": k, "draws": draws}
+
+
+def largest_unit(graph: CostGraph) -> int:
+    """The most residual bytes one colocation group (or one op outside every group) holds: no device
+    can hold less, whatever the placement."""
+    residual = np.where(graph.kind == Kind.RESIDUAL, graph.out_bytes, 0)
+    grouped = graph.colocation >= 0
+    loose = int(residual[~grouped].max(initial=0))
+    groups = np.bincount(graph.colocation[grouped], weights=residual[grouped]) if grouped.any() else np.zeros(0)
+    return max(loose, int(groups.max(initial=0)))
+
+
+def one_device_peak(graph: CostGraph) -> float:
+    """The emulated peak of ``graph`` all on one device."""
+    return float(max(evaluate(graph, Machine(1, bandwidth=BANDWIDTH, latency=LATENCY),
+                              np.zeros(graph.n, np.int64)).peak_memory_bytes))
+
+
+def run_case(index: int, seed: int, time_limit_s: float) -> dict[str, Any]:
+    graph, meta = case_graph(index, seed)
+    k = meta["k"]
+    peak = one_device_peak(graph)
+    limit = max(int(meta["fraction"] * peak), 1)
+    free_machine = Machine(k, bandwidth=BANDWIDTH, latency=LATENCY)
+    machine = Machine(k, memory=limit, reserve=0.0, bandwidth=BANDWIDTH, latency=LATENCY)
+    out: dict[str, Any] = {"index": index, "n": graph.n, **meta, "limit": limit, "peak": peak}
+    for label, where in (("free", free_machine), ("bound", machine)):
+        solved = exact(graph, where, time_limit_s=time_limit_s)
+        details = solved.report.details
+        record: dict[str, Any] = {"status": details["status"], "optimum": details["objective_us"],
+                                  "bound": details["bound_us"], "seconds": details["solve_seconds"],
+                                  "exact_fits": bool(solved.report.evaluation.memory_fits),
+                                  "exact_makespan": solved.report.evaluation.makespan_us}
+        started = time.perf_counter()
+        try:
+            result = partition(graph, where)
+            evaluation = result.report.evaluation
+            record.update(pardnn=evaluation.makespan_us, fits=bool(evaluation.memory_fits), infeasible=False)
+        except InfeasibleError as error:
+            record.update(pardnn=None, fits=False, infeasible=True, message=str(error).splitlines()[0])
+        record["pardnn_seconds"] = time.perf_counter() - started
+        out[label] = record
+    return out
+
+
+def _stats(values: Sequence[float]) -> tuple[str, str, str]:
+    if not values:
+        return "-", "-", "-"
+    return f"{statistics.mean(values):.3f}", f"{float(np.percentile(values, 95)):.3f}", f"{max(values):.3f}"
+
+
+def gaps(cases: list[dict[str, Any]], label: str, *, loose: bool = False) -> list[float]:
+    """ParDNN / optimum of the cases proven optimal where ParDNN's placement fits and (unless ``loose``) the
+    exact placement fits the emulator's memory too: the model drops transient buffers, so where they
+    decide what fits, its optimum is a loose bound, not a gap."""
+    return [c[label]["pardnn"] / c[label]["optimum"] for c in cases
+            if c[label]["status"] == "optimal" and c[label]["optimum"] and c[label]["fits"]
+            and (loose or c[label]["exact_fits"])]
+
+
+def render(cases: list[dict[str, Any]], seconds: float, command: str, time_limit_s: float) -> str:
+    bound = [c["bound"] for c in cases]
+    counts = {s: sum(b["status"] == s for b in bound) for s in ("optimal", "feasible", "infeasible", "unknown")}
+    over = [c for c in cases if c["bound"]["fits"] is False and not c["bound"]["infeasible"]]
+    false_infeasible = [c for c in cases if c["bound"]["infeasible"] and c["bound"]["exact_fits"]]
+    gave_up = [c for c in cases if not c["bound"]["fits"] and c["bound"]["exact_fits"]]
+    lines = ["## ParDNN against the exact optimum under memory limits (exact-memory)", "",
+             f"Command: `{command}` ({seconds:.0f} s). Machine: {machine_line()}.", "",
+             f"{len(cases)} training-shaped DAGs of 20-40 ops (`benchmarks/exact_memory.py`: `dnn_graph` in three "
+             f"shapes), CCR 0.1-100, K = 2, 3, a per-device limit of 0.3-0.9 × the graph's peak on one device, "
+             f"{BANDWIDTH / 1e9:g} GB/s, {LATENCY:g} µs. CP-SAT ({time_limit_s:g} s deterministic time per solve) "
+             f"under the limit: **{counts['optimal']}** proven optimal, {counts['feasible']} a solution without "
+             f"proof, {counts['infeasible']} proven infeasible, {counts['unknown']} unknown. Ratios: ParDNN's emulated "
+             "makespan / the optimum over the cases proven optimal where ParDNN's placement fits.", "",
+             "| | mean | p95 | max | ≤ 1.001 | cases |", "|---|---:|---:|---:|---:|---:|"]
+    rows = (("bound", "under the limit, the exact placement fitting too", False),
+            ("bound", "under the limit, every proven case (a loose bound where transients decide)", True),
+            ("free", "no limit (the same graphs)", False))
+    for label, name, loose in rows:
+        ratios = gaps(cases, label, loose=loose)
+        mean, p95, top = _stats(ratios)
+        lines.append(f"| {name} | {mean} | {p95} | {top} | {sum(r <= 1.001 for r in ratios)} | {len(ratios)} |")
+    ratios, free = gaps(cases, "bound"), gaps(cases, "free")
+    if ratios and free:
+        verdict = lambda ok: "met" if ok else "**missed**"  # noqa: E731
+        lines += ["", f"Targets (issue), on the {len(ratios)} cases whose gap is measurable (the exact placement "
+                  f"fits the emulator's memory): under the limit mean ≤ {TARGET_MEAN} — "
+                  f"{verdict(statistics.mean(ratios) <= TARGET_MEAN)}, max ≤ {TARGET_MAX} — "
+                  f"{verdict(max(ratios) <= TARGET_MAX)}; without a limit max ≤ {TARGET_FREE_MAX} — "
+                  f"{verdict(max(free) <= TARGET_FREE_MAX)}. ParDNN over the limit: {len(over)}; "
+                  f"a false \"infeasible\" (the exact placement fits): {len(false_infeasible)}; ParDNN not fitting "
+                  f"where the exact placement fits: {len(gave_up)}."]
+    loose = [c for c in cases
+             if c["bound"]["status"] == "optimal" and c["bound"]["fits"] and not c["bound"]["exact_fits"]]
+    refused = [c for c in cases if c["bound"]["infeasible"]]
+    if loose or refused:
+        lines += ["", f"In {len(loose)} proven cases where ParDNN fits, the exact placement does not fit once the "
+                  "emulator counts the transient buffers (Eq. 3) that the model leaves out: there the optimum bounds "
+                  "ParDNN from below, but no placement that fits need reach it, so those ratios (the second row) "
+                  f"are not gaps. ParDNN called {len(refused)} cases infeasible (by limit: "
+                  + ", ".join(f"{f:g}: {sum(c['fraction'] == f for c in refused)}" for f in FRACTIONS)
+                  + "); in none of them does the exact placement fit, but the model, blind to transients, cannot "
+                  "tell whether another one would. Measuring both needs the transient buffers in the exact model."]
+    lines += ["", "By limit (fraction of the one-device peak) and by CCR, under the limit (mean / max, cases):", "",
+              "| limit | mean | max | cases |", "|---:|---:|---:|---:|"]
+    for fraction in FRACTIONS:
+        part = gaps([c for c in cases if c["fraction"] == fraction], "bound")
+        lines.append(f"| {fraction:g} | " + " | ".join(_stats(part)[::2]) + f" | {len(part)} |")
+    lines += ["", "| CCR | mean | max | cases |", "|---:|---:|---:|---:|"]
+    for target in CCRS:
+        part = gaps([c for c in cases if c["target"] == target], "bound")
+        lines.append(f"| {target:g} | " + " | ".join(_stats(part)[::2]) + f" | {len(part)} |")
+    worst = sorted((c for c in cases if c["bound"]["status"] == "optimal" and c["bound"]["fits"]
+                    and c["bound"]["exact_fits"] and c["bound"]["optimum"]),
+                   key=lambda c: -c["bound"]["pardnn"] / c["bound"]["optimum"])[:10]
+    if worst:
+        lines += ["", "The ten largest gaps under the limit:", "",
+                  "| case | shape | ops | K | CCR | limit | ParDNN / optimum | without a limit |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|"]
+        for c in worst:
+            free_ratio = (f"{c['free']['pardnn'] / c['free']['optimum']:.3f}" if c["free"]["status"] == "optimal"
+                          and c["free"]["optimum"] and c["free"]["pardnn"] else "-")
+            lines.append(f"| {c['index']} | {c['shape']} | {c['n']} | {c['k']} | {c['target']:g} | {c['fraction']:g} | "
+                         f"{c['bound']['pardnn'] / c['bound']['optimum']:.3f} | {free_ratio} |")
+    placed = [c["bound"]["pardnn_seconds"] for c in cases]
+    lines += ["", f"ParDNN's time per case (wall, 2 shared cores): median {statistics.median(placed):.2f} s, "
+              f"max {max(placed):.1f} s; CP-SAT's: median {statistics.median(b['seconds'] for b in bound):.2f} s."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.exact_memory", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--graphs", type=int, default=294, help="cases (default 294)")
+    parser.add_argument("--time-limit", type=float, default=5.0, help="CP-SAT deterministic seconds per solve")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--results", default=str(HERE / "RESULTS.md"), help="the file to write the section into")
+    parser.add_argument("--json", default=None, help="also write every case's figures to this file")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    command = "python -m benchmarks.exact_memory" + (f" --graphs {args.graphs}" if args.graphs != 294 else "")
+    cases = []
+    for index in range(args.graphs):
+        case = run_case(index, args.seed, args.time_limit)
+        cases.append(case)
+        if not args.quiet:
+            b = case["bound"]
+            ratio = (f"{b['pardnn'] / b['optimum']:.3f}" if b["status"] == "optimal" and b["optimum"] and b["fits"]
+                     else "-")
+            print(f"[{index + 1}/{args.graphs}] {case['n']} ops, K = {case['k']}, {case['shape']}, CCR "
+                  f"{case['target']:g}, limit {case['fraction']:g}: {b['status']}, ParDNN / optimum {ratio}"
+                  + (" (ParDNN: infeasible)" if b["infeasible"] else "" if b["fits"] else " (ParDNN over)"),
+                  flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(cases, indent=1, default=float), encoding="utf-8")
+    write_section(Path(args.results), "exact-memory", render(cases, time.perf_counter() - started, command,
+                                                             args.time_limit), "python -m benchmarks.exact_memory")
+    print(f"wrote {args.results}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""benchmarks/exact_memory.py: the cases (CCR reached, limits that one variable cannot fill alone), a
+case's records against the exact solver's and ParDNN's own answers, and the rendered section."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ortools")
+
+from benchmarks.exact_memory import (
+    BANDWIDTH,
+    LATENCY,
+    SPREAD,
+    case_graph,
+    gaps,
+    largest_unit,
+    one_device_peak,
+    render,
+    run_case,
+    scaled_to_ccr,
+)
+from pardnn import partition
+from pardnn.costs.graph import CostGraph
+from pardnn.costs.machine import Machine
+from pardnn.costs.synthetic import dnn_graph
+from pardnn.errors import InfeasibleError
+from pardnn.placement.result import communication_ratio
+
+
+@pytest.mark.parametrize("ccr", [0.1, 3.0, 100.0])
+def test_scaling_reaches_the_ccr_and_keeps_the_bytes(ccr):
+    machine = Machine(2, bandwidth=BANDWIDTH, latency=LATENCY)
+    original = dnn_graph(30, seed=3)
+    graph = scaled_to_ccr(original, ccr, machine)
+    assert communication_ratio(graph, machine) == pytest.approx(ccr, rel=1e-6)
+    np.testing.assert_array_equal(graph.out_bytes, original.out_bytes)
+    np.testing.assert_array_equal(graph.edge_bytes, original.edge_bytes)
+
+
+def test_by_hand_the_largest_unit_is_a_groups_residual_sum():
+    # v1 (300 B) and its reader r share group g; v2 (500 B) is alone; normal ops hold no residual bytes.
+    graph = CostGraph(["v1", "r", "v2", "x"], [0, 1, 0, 1], [300, 40, 500, 900], [0, 2, 1], [1, 3, 3],
+                      kind=["residual", "normal", "residual", "normal"], colocation=["g", "g", None, None])
+    assert largest_unit(graph) == 500
+    assert largest_unit(graph.replace(out_bytes=[300, 40, 200, 900])) == 300
+
+
+def test_cases_are_seeded_and_no_variable_fills_the_limit_alone():
+    for index in (3, 40, 150):
+        graph, meta = case_graph(index, 0)
+        again, _ = case_graph(index, 0)
+        np.testing.assert_array_equal(graph.out_bytes, again.out_bytes)
+        assert largest_unit(graph) <= SPREAD * meta["fraction"] * one_device_peak(graph)
+
+
+def test_a_case_records_what_the_solver_and_pardnn_answer_and_renders():
+    cases = [run_case(index, 0, 1.0) for index in (0, 5, 6)]
+    assert any(c["bound"]["infeasible"] for c in cases) and any(c["bound"]["fits"] for c in cases)
+    for case in cases:
+        graph, _ = case_graph(case["index"], 0)
+        machine = Machine(case["k"], memory=case["limit"], reserve=0.0, bandwidth=BANDWIDTH, latency=LATENCY)
+        if case["bound"]["infeasible"]:
+            with pytest.raises(InfeasibleError):
+                partition(graph, machine)
+            continue
+        ours = partition(graph, machine).report.evaluation
+        assert case["bound"]["fits"] == ours.memory_fits
+        if case["bound"]["status"] == "optimal":
+            assert case["bound"]["pardnn"] >= case["bound"]["optimum"] * (1 - 1e-4)  # the optimum bounds it
+    text = render(cases, 1.0, "python -m benchmarks.exact_memory --graphs 2", 1.0)
+    assert "| under the limit, the exact placement fitting too |" in text and "| no limit (the same graphs) |" in text
+    assert len(gaps(cases, "free")) == sum(c["free"]["status"] == "optimal" and c["free"]["fits"] for c in cases)
