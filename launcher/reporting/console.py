@@ -163,6 +163,9 @@ class _Pipe:
         self.read_fd, write_fd = os.pipe()
         os.dup2(write_fd, fd)
         os.close(write_fd)
+        # Wakes the thread at close: a child that inherited fd (Open MPI's singleton server, started when a
+        # run without mpirun initialises MPI) keeps the pipe's write end open, so EOF can come long after.
+        self.stop_fd, self.stop_write_fd = os.pipe()
         self.busy = False
         self.pending = ""
         self.lock = threading.Lock()
@@ -175,13 +178,17 @@ class _Pipe:
     def _pump(self) -> None:
         while True:
             try:
-                ready, _, _ = select.select([self.read_fd], [], [], _IDLE_SECONDS if self.pending else None)
+                ready, _, _ = select.select([self.read_fd, self.stop_fd], [], [],
+                                            _IDLE_SECONDS if self.pending else None)
             except (OSError, ValueError):
                 return
             with self.lock:
                 if not ready:
                     self._partial()
                     continue
+                if self.read_fd not in ready:  # close(): everything written before it has been read
+                    self._partial(force=True)
+                    return
                 self.busy = True
                 try:
                     data = os.read(self.read_fd, 65536)
@@ -246,8 +253,12 @@ class _Pipe:
             time.sleep(0.01)
 
     def close(self) -> None:
-        os.dup2(self.original, self.fd)  # closes the pipe's write end: the thread reads EOF and ends
+        os.dup2(self.original, self.fd)  # closes our write end: the thread reads EOF and ends, unless a child holds it
+        self.drain(time.monotonic() + 3.0)  # what this process wrote is read (as drain() waits for it)
+        os.write(self.stop_write_fd, b"x")  # then stop at once rather than wait for the child's EOF
         self.thread.join(timeout=10.0)
+        for fd in (self.stop_fd, self.stop_write_fd):
+            os.close(fd)
 
 
 def _unread(fd: int) -> int:

@@ -67,7 +67,9 @@ def finish(state: RunState, digests: dict[str, str]) -> dict[str, Any]:
                             "tf.data in the graph" if waited["source"] == "dataset" else "a Python function, fed",
                             waited["wait_ms_median"], 100 * waited["wait_share"],
                             "; the input pipeline slows training: prefetch more, or read with tf.data (parallel map)"
-                            if waited["wait_share"] > 0.1 and waited["wait_ms_median"] >= 1.0 else "")
+                            if waited["wait_share"] > 0.1 and waited["wait_ms_median"] >= 1.0
+                            and (getattr(state.job, "data_entry", None) or getattr(state.job, "dataset", None))
+                            else "")  # the zoo's data is made for the step: no pipeline of the user's to tune
             logger.info("throughput over iterations %d-%d: %.1f samples/s%s (%s)", *settings.window,
                         throughput["samples_per_s"],
                         "" if throughput["tokens_per_s"] is None else f", {throughput['tokens_per_s']:.1f} tokens/s",

@@ -105,7 +105,8 @@ def test_overrides_win_over_the_file_and_are_validated():
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("extra = 1\n" + MINIMAL, r"unknown key extra; a job file has the key name and the tables \[data\], \[eval\], \[model\]"),
+    ("extra = 1\n" + MINIMAL,
+     r"unknown key extra; a job file has the key name and the tables \[data\], \[eval\], \[model\]"),
     (MINIMAL + "[training]\n", r"unknown key training"),
     (MINIMAL.replace("[train]", "layerz = 3\n[train]"),
      r"unknown key model.layerz; \[model\] of type 'word_rnn' allows: dropout, embedding_size, forget_bias, "

@@ -100,3 +100,28 @@ def test_the_tee_copies_everything_to_the_log_and_filters_the_console(tmp_path, 
         assert "pardnn-launch: iteration 5/10" in proc.stderr and "progress 50%" in proc.stderr
     else:
         assert proc.stdout == "" and "iteration 5/10" not in proc.stderr and "progress" not in proc.stderr
+
+
+CHILD_HOLDS_THE_PIPE = textwrap.dedent("""
+    import os, subprocess, sys
+    from pathlib import Path
+    from launcher.reporting import console
+    tee = console.start(0)
+    console.attach(Path(sys.argv[1]), 0, "node-x", False)
+    # A child inherits fds 1 and 2 (the pipes) and outlives the close, as Open MPI's singleton server does
+    # when a run without mpirun initialises MPI: EOF cannot come before it exits.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(8)"])
+    os.write(2, b"written before the close\\n")
+    tee.close()
+    print("closed", child.poll() is None, flush=True)  # before the child ended (the old close waited for it)
+    child.kill()
+""")
+
+
+def test_closing_does_not_wait_for_a_child_that_holds_the_pipe(tmp_path):
+    log = tmp_path / "rank-0.log"
+    proc = subprocess.run([sys.executable, "-c", CHILD_HOLDS_THE_PIPE, str(log)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["closed", "True"]  # closed while the child was still alive
+    assert "written before the close" in log.read_text() and "written before the close" in proc.stderr
