@@ -3,16 +3,11 @@
     python -m benchmarks.exact_memory                 # 294 cases, 5 s per solve: section "exact-memory"
     python -m benchmarks.exact_memory --graphs 42     # fewer
 
-Cases (seeded): training-shaped DAGs of 20-40 ops (:func:`pardnn.costs.synthetic.dnn_graph`: variables
-in colocation groups, forward, backward, the optimizer's updates) in three shapes (the default, chains
-without blocks, wide fork-join blocks), CCR 0.1-100 (compute times scaled; every edge cut,
-1 GB/s, 0.5 µs), K = 2, 3, and a per-device limit of 0.3-0.9 times the graph's emulated peak on one
-device (reserve 0); a graph is drawn again while one variable's group would hold more than 0.8 of the
-limit, so that the limit is met by spreading the model, not refused for one variable. 294 cases cover
-each limit, shape, CCR and K once. Each is solved exactly (:mod:`pardnn.baselines.exact`: its optimum
-bounds the emulated makespan of every placement that fits) and placed by ParDNN, with and without
-the limit. Recorded: ParDNN / optimum where the optimum is proven and ParDNN's placement fits,
-ParDNN over the limit, and ParDNN calling infeasible a case whose exact placement fits.
+294 seeded training-shaped DAGs (:func:`pardnn.costs.synthetic.dnn_graph` in three shapes, 20-40 ops,
+CCR 0.1-100 by scaled compute, K = 2, 3, limits 0.3-0.9 of the one-device peak, no variable's group
+filling the limit alone), each solved exactly (:mod:`pardnn.baselines.exact`) and placed by ParDNN,
+with and without the limit. The cases, the measures and why the model's optimum is a loose bound
+where transient buffers decide what fits: section "exact-memory" of benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Cost one training step: profile or estimate its graph, then attach the memory limit.
 
-The one place that turns a built training step into the :class:`~pardnn.costs.graph.CostGraph` ParDNN
-partitions: ``pardnn-launch`` (each node, before partitioning), the zoo's ``capture`` command (a
-graph file of a job or of ``MODULE:FUNCTION``) and :func:`jobs.export_graph` all call
-:func:`cost_graph`. (``max-batch`` costs batch-scalable parts with
-:func:`pardnn.tf.estimate.estimate_parts` instead, and gives memory to its ``Machine``.)
-
-A step is a :class:`jobs.TrainGraph` or any object with ``graph`` (a ``tf.Graph``), ``fetches``
-(what one step runs) and, to profile, ``feed_fn(i)`` (the feed dict of step ``i``). A step that
-carries its ``job`` (a :class:`jobs.TrainGraph` does) supplies the defaults: the job's
-``[placement]`` ``device_preset``, ``profile_steps`` and ``memory``, and its name; a bare step takes
-the defaults of the schema (:data:`pardnn.settings.PLACEMENT`), no memory limit and the name
-``tf-step``.
-
-Imports TensorFlow (``pardnn.tf``) only when called.
+:func:`cost_graph` is the one place that turns a built step (a :class:`jobs.TrainGraph`, or any object
+with ``graph``, ``fetches`` and, to profile, ``feed_fn``) into the
+:class:`~pardnn.costs.graph.CostGraph` ParDNN partitions; ``pardnn-launch``, ``pardnn capture`` and
+:func:`jobs.export_graph` call it. A step carrying its ``job`` takes the job's ``[placement]``
+defaults, a bare one the schema's (docs/internals.md, "The job's graph"). Imports TensorFlow
+only when called.
 """
 
 from __future__ import annotations

@@ -96,8 +96,9 @@ def _save_variables(job: Job, names: list[str], values: Mapping[str, np.ndarray]
 
 
 def keras_model(job: Job, model: Mapping[str, Any]) -> Any:
-    """The user's model made anew by its ``[model] entry`` outside any graph (as a user's script makes
-    it), and called once on zeros shaped like the trained inputs when it has no weights yet."""
+    """The user's model made anew by its ``[model] entry``, as a user's script makes it (call this outside
+    any ``tf.Graph``: eagerly), and called once on zeros shaped like the trained inputs when it has no
+    weights yet."""
     import tensorflow as tf
 
     from jobs.entrypoints import MODEL_EXPECTED, call, resolve, takes
@@ -108,7 +109,7 @@ def keras_model(job: Job, model: Mapping[str, Any]) -> Any:
     kwargs = dict(job.model_params)
     if takes(function, "batch_size"):
         kwargs["batch_size"] = job.batch_size
-    with tf.init_scope(), policy(job.precision):  # eager, whatever graph the caller is in
+    with policy(job.precision):
         made = call(job, "model.entry", job.entry, function, (), kwargs, MODEL_EXPECTED)
         if not isinstance(made, tf.keras.Model):
             raise JobError(f"{job.source}: model.entry = {job.entry!r}: it returned {type(made).__name__} when called "

@@ -1,22 +1,11 @@
 """A ``tf.keras.Model`` from a job's ``[model] entry`` made into a training step in the job's graph.
 
-:func:`keras_net` makes one placeholder per model input (batch dimension = the node's batch):
-
-- a model with known inputs (functional, or ``Sequential`` from a ``tf.keras.Input``): named after
-  them, with their shapes and dtypes (unknown dimensions from batch 0);
-- a subclassed or unbuilt model: shaped like batch 0's arrays (float64 as float32), named and called
-  as :func:`jobs.userbatch.layout_of` reads the batch. Calling the model on them creates its
-  variables in the graph, so they, ``model.losses`` and the update ops are then found as for a
-  functional model.
-
-It then calls the model (``training=True``), names its outputs (a dict's keys, sorted as Keras
-does; else ``model.output_names``), makes one labels placeholder per output shaped like batch 0's
-labels, and sums each output's loss (:mod:`jobs.recipe`: the job file's, else ``model.compile``'s)
-averaged over the batch, times its weight, plus the model's regularisation losses. Update ops
-(batch-norm moving averages) are ``model.get_updates_for(inputs) + model.get_updates_for(None)``:
-in graph mode Keras keeps them on the model, not in ``UPDATE_OPS``, and ``model.updates`` would also
-hold those of the call made while building the model on its ``tf.keras.Input`` (which would need
-that placeholder fed).
+:func:`keras_net` makes one placeholder per model input (from the model's inputs, or from batch 0 for
+a subclassed or unbuilt model), calls the model with ``training=True``, makes one labels
+placeholder per output and sums each output's loss times its weight, plus the model's
+regularisation; the update ops are the model's own. :func:`call_model`, :func:`model_loss` and
+:func:`with_model_extras` are those steps alone (validation uses them). The rules, and why:
+docs/user-models.md and docs/internals.md, "The job's graph".
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """`pardnn plan`: how a job should use each node's GPUs, offline: replicas of k devices × M micro-batches.
 
-For each k dividing the node's G GPUs and each M dividing the replica's batch, the job's replica is
-built in TensorFlow at its real batch (the node's batch B over G/k replicas) and M, costed with the
-device preset (:func:`pardnn.tf.estimate.estimate`), placed by ParDNN on k devices and emulated with
-the gradient allreduce across the cluster's N·G/k replicas (:func:`pardnn.batch.plan.search_plans`).
-The table is what ``pardnn-launch --replica-devices k --micro-batches M`` would train, as the
-emulator sees it; nothing runs on a GPU and no cluster is needed.
-
-Each trial costs the replica's own step at its batch and M, never a scaled guess: M = 1 and M = 2
-are built whole; a step of M >= 4 micro-batches of b / M samples is written down from the M = 2 step
-of the same micro-batch (built at 2b / M) by :func:`pardnn.batch.replicate.replicate`, the same graph
-op for op as the one built at M (the tests compare them), because building M copies in TensorFlow
-takes about 0.7 ms per op: minutes per model at M = 16. A model whose copies cannot be written down
-that way (the function names the op) is built whole at M. Building dominates the search's time (the
-paper's models take 10-40 s a build, two thirds of it ``tf.gradients``; each (batch, M) is built once,
-and the M = 2 step of one plan is often another plan's template), so the steps are built in worker
-processes while this one places and emulates the plans whose steps are ready
-(:mod:`jobs.plansteps`); placing and emulating take the rest, less the plans whose lower bound is
-already longer than a fitting plan's step (pruned, :mod:`pardnn.batch.plan`). A plan of M >= 2 is
-bounded from the plain step of its micro-batch first (:mod:`pardnn.batch.microbound`), so the M = 2
-steps only pruned plans need are never built.
+For each k dividing the node's G GPUs and each M dividing the replica's batch, the replica is built at
+its real batch and M, costed with the device preset, placed by ParDNN on k devices and emulated with
+the gradient allreduce across the cluster's replicas (:func:`pardnn.batch.plan.search_plans`); the
+steps are built in worker processes (:mod:`jobs.plansteps`), M >= 4 written down from the M = 2 step
+(:func:`pardnn.batch.replicate.replicate`). The table is what ``pardnn-launch --replica-devices k
+--micro-batches M`` would train, and :func:`train_commands` the commands that train the plan chosen.
+How the search spends its time: docs/planning.md and docs/internals.md, "The job's graph".
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Build a job's training graph (``build``) and export its cost graph (``export_graph``).
 
-Costing a step (profile or estimate, then the memory limit) is :func:`jobs.costing.cost_graph`,
-re-exported here.
-
-``build(job)`` creates a fresh ``tf.Graph`` holding the model's forward pass (a zoo model's, or the
-one the job's ``[model] entry`` function makes: :mod:`jobs.usermodel`), the gradients
-(``optimizer.compute_gradients``, ungated: :func:`_gating`), an optional ``gradient_hook`` over them
-(the launcher's Horovod allreduce), optional clipping by global norm, and the optimizer update, plus
-the initializer. The optimizer, its settings and a Keras model's loss come from the job file, else from the model's own
-``compile``, else the defaults (:mod:`jobs.recipe`); the log says which came from where.
-Nothing runs and no variable is allocated: a paper-size graph builds on a laptop.
-
-Determinism: the graph-level seed is the job's seed, ops are created in a fixed order under fixed
-name scopes, so two builds of one job have the same op names and the same initial weights; the
-hook's ops are the only names that differ between a build with and one without the hook.
-Embedding gradients (``IndexedSlices``) are made dense before the hook, with static shapes, so
-every tensor of the step has a known size (what ``pardnn.tf.capture`` needs) and the hook sees
-plain tensors (Horovod's ``sparse_as_dense``).
+``build(job)`` creates a fresh ``tf.Graph`` with the model's forward pass (a zoo model's, or the job's
+``[model] entry``: :mod:`jobs.usermodel`), its input (fed, or a ``[data] dataset``:
+:mod:`jobs.datasets`), the gradients (ungated: :func:`_gating`), an optional ``gradient_hook`` (the
+launcher's allreduce), clipping, the optimizer's update, the ``[eval]`` validation beside it
+(:mod:`jobs.evaluation`) and the initializer. Nothing runs and no variable is allocated. Two builds
+of one job have the same op names and initial weights (docs/internals.md, "The job's graph");
+costing a step is :func:`jobs.costing.cost_graph`, re-exported here.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ full trace (:mod:`launcher.reporting.timeline`), so tracing never slows a measur
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from pathlib import Path
@@ -97,9 +98,10 @@ def train(state: Any, trained: Any, broadcast: Any, devices: Any, guard: StopGua
                     if validation is not None and validation.due(index, settings.iterations):
                         _validate(state, session, validation, index + 1, local)
                     bar.update(1)
-                checkpointer.boundary(settings.iterations, start, fetch, final=True)
+                last = functools.cache(fetch)  # the last checkpoint and --save-model read the values once
+                checkpointer.boundary(settings.iterations, start, last, final=True)
                 if settings.save_model is not None and topology.is_root:  # written by finish (launcher.run.outcome)
-                    state.trained = (trained.model, dict(zip((v.name for v in trained.variables), fetch())))
+                    state.trained = (trained.model, dict(zip((v.name for v in trained.variables), last())))
         finally:
             checkpointer.active = False
             bar.close()

@@ -79,25 +79,29 @@ def _job(tmp_path, source, model="build", data="batches", metrics=""):
     return load_job(path)
 
 
-def _validated_and_keras(tmp_path, job, make, held_out, rank=0, ranks=1):
+def _validated_and_keras(tmp_path, job, make, held_out, shards=((0, 1),)):
+    """The step trained 3 iterations; per shard (rank, ranks): our validation and Keras' evaluate."""
     trained = build(job)
     validation = trained.evaluation
     with tf.compat.v1.Session(graph=trained.graph) as session:
         session.run(trained.init_op)
         for i in range(3):
             session.run(trained.fetches, trained.feed_fn(i))
-        got = [session.run(validation.fetches, validation.feed(b, rank, ranks)) for b in range(validation.batches)]
+        got = [[session.run(validation.fetches, validation.feed(b, rank, ranks)) for b in range(validation.batches)]
+               for rank, ranks in shards]
         values = dict(zip([v.name for v in trained.variables], session.run(trained.variables)))
-    ours = {name: float(np.mean([batch[name] for batch in got])) for name in got[0]}
+    ours = [{name: float(np.mean([batch[name] for batch in part])) for name in part[0]} for part in got]
     sys.path.insert(0, str(tmp_path))
     try:
         module = importlib.reload(importlib.import_module("evalnet"))
         model = getattr(module, make)()
         model.set_weights([values[name] for name in trained.model["weights"]])
-        xs, ys = zip(*(getattr(module, held_out)(b * ranks + rank, 5, 0, 1) for b in range(3)))
-        labels = ({k: np.concatenate([y[k] for y in ys]) for k in ys[0]} if isinstance(ys[0], dict)
-                  else np.concatenate(ys))
-        keras = model.evaluate(np.concatenate(xs), labels, batch_size=5, verbose=0, return_dict=True)
+        keras = []
+        for rank, ranks in shards:
+            xs, ys = zip(*(getattr(module, held_out)(b * ranks + rank, 5, 0, 1) for b in range(3)))
+            labels = ({k: np.concatenate([y[k] for y in ys]) for k in ys[0]} if isinstance(ys[0], dict)
+                      else np.concatenate(ys))
+            keras.append(model.evaluate(np.concatenate(xs), labels, batch_size=5, verbose=0, return_dict=True))
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("evalnet", None)
@@ -106,25 +110,25 @@ def _validated_and_keras(tmp_path, job, make, held_out, rank=0, ranks=1):
 
 def test_validation_is_what_keras_evaluate_reports_on_the_same_batches(tmp_path):
     job = _job(tmp_path, "entry = 'evalnet:held_out'")
-    trained, ours, keras = _validated_and_keras(tmp_path, job, "build", "held_out")
+    # Rank 1 of 2 reads its own batches (b·2 + 1), as the training batches are shared out.
+    trained, [ours, rank_1], [keras, keras_1] = _validated_and_keras(tmp_path, job, "build", "held_out",
+                                                                     shards=((0, 1), (1, 2)))
     assert trained.evaluation.metrics == ["accuracy", "sparse_top_k_categorical_accuracy"]
     assert (trained.evaluation.every, trained.evaluation.batches, trained.evaluation.batch_size) == (2, 3, 5)
     assert set(ours) == set(keras) and ours["loss"] > 0
     for name, value in keras.items():
         assert ours[name] == pytest.approx(value, rel=1e-5), name
-    # Rank 1 of 2 reads its own batches (b·2 + 1), as the training batches are shared out.
-    _, ours, keras = _validated_and_keras(tmp_path, job, "build", "held_out", rank=1, ranks=2)
-    assert ours["loss"] == pytest.approx(keras["loss"], rel=1e-5)
+    assert rank_1["loss"] == pytest.approx(keras_1["loss"], rel=1e-5)
 
 
 def test_a_datasets_validation_and_a_two_output_models_metrics_by_keras_names(tmp_path):
     job = _job(tmp_path, "dataset = 'evalnet:held_out_dataset'", metrics="metrics = ['accuracy']\n")
-    trained, ours, keras = _validated_and_keras(tmp_path, job, "build", "held_out")
+    trained, [ours], [keras] = _validated_and_keras(tmp_path, job, "build", "held_out")
     assert trained.evaluation.metrics == ["accuracy"] and trained.evaluation.source == "dataset"
     assert ours["loss"] == pytest.approx(keras["loss"], rel=1e-5)
     assert ours["accuracy"] == pytest.approx(keras["accuracy"], rel=1e-6)
     job = _job(tmp_path, "entry = 'evalnet:held_out_two'", model="heads", data="two")
-    trained, ours, keras = _validated_and_keras(tmp_path, job, "heads", "held_out_two")
+    trained, [ours], [keras] = _validated_and_keras(tmp_path, job, "heads", "held_out_two")
     assert trained.evaluation.metrics == ["cls_mae", "reg_mae"]
     for name in ("loss", "cls_mae", "reg_mae"):
         assert ours[name] == pytest.approx(keras[name], rel=1e-5), name

@@ -111,10 +111,12 @@ LOADER = textwrap.dedent("""\
 
 
 def test_saved_weights_predict_in_plain_keras_what_the_trained_graph_predicts(tmp_path):
-    cases, expected = [], {}
+    cases, expected, trained_cnn = [], {}, None
     for name, (_, _, kwargs, suffixes) in CASES.items():
         job, folder = _job(tmp_path, name)
         trained, values = _trained_values(job)
+        if name == "cnn":
+            trained_cnn = trained, values
         assert trained.model["kind"] == "keras" and all(w in values for w in trained.model["weights"])
         x = np.random.default_rng(7).normal(size=(6, *trained.model["inputs"][0]["shape"])).astype(np.float32)
         np.save(tmp_path / f"{name}-x.npy", x)
@@ -136,8 +138,7 @@ def test_saved_weights_predict_in_plain_keras_what_the_trained_graph_predicts(tm
         for out, oracle in zip(outputs, expected[path], strict=True):
             np.testing.assert_allclose(np.asarray(out), oracle, rtol=1e-5, atol=1e-6, err_msg=path)
     # Dropout and batch norm were trained: the moving statistics moved, so inference is not the initial model.
-    cnn = load_job(ROOT / "examples" / "keras_cnn" / "job.toml")
-    trained, values = _trained_values(cnn, steps=1)
+    trained, values = trained_cnn
     means = [name for name in trained.model["weights"] if "moving_mean" in name]
     assert means and all(np.abs(values[name]).max() > 0 for name in means)
 
