@@ -13,11 +13,12 @@ console filter and the printing of errors that every rank finds need them that e
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 
 from launcher.errors import LaunchError
 
-__all__ = ["EMULATE_NODES", "SLURM_VARIABLES", "emulate_nodes", "launch_rank", "launch_size", "slurm_context"]
+__all__ = ["EMULATE_NODES", "SLURM_VARIABLES", "emulate_nodes", "launch_rank", "launch_size", "slurm_context",
+           "yield_when_idle"]
 
 EMULATE_NODES = "PARDNN_EMULATE_NODES"
 # Recorded in the summary so a result can be traced back to its allocation.
@@ -37,6 +38,17 @@ def emulate_nodes(environ: Mapping[str, str] | None = None) -> bool:
         raise LaunchError(f"{EMULATE_NODES}={value!r}: expected 0 or 1 (1: every rank stands for a node of its "
                           "own, for testing on one machine; 0 or unset on a cluster)")
     return value == "1"
+
+
+def yield_when_idle(environ: MutableMapping[str, str] | None = None) -> None:
+    """With ``PARDNN_EMULATE_NODES=1`` (ranks share a machine's cores), have Open MPI yield the core while a
+    rank waits in a collective, unless ``OMPI_MCA_mpi_yield_when_idle`` is set already; call before MPI starts.
+
+    A waiting rank otherwise busy-polls its core and starves the rank it waits for.
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get(EMULATE_NODES, "").strip() == "1":
+        environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
 
 
 def slurm_context(environ: Mapping[str, str] | None = None) -> dict[str, str]:

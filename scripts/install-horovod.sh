@@ -9,8 +9,15 @@
 # On TensorFlow 2.16 or later it builds nothing: it says so in one line and exits 0
 # (pardnn-launch then averages gradients through mpi4py).
 #
+# The wheel it builds is kept in a cache folder, named by everything the build
+# depends on (horovod, TensorFlow, Python, platform, MPI, compiler and the
+# HOROVOD_* choices below); a later install with the same inputs (a new virtual
+# environment on the same machine) installs that wheel, checks it as above, and
+# builds only if the check fails.
+#
 # Usage: scripts/install-horovod.sh [--force]
-#   --force   rebuild even if a working build is present (and try even on a newer TensorFlow)
+#   --force   rebuild even if a working build or a cached wheel is present (and
+#             try even on a newer TensorFlow)
 #
 # Environment:
 #   PYTHON                  interpreter to build for (default: python, else python3)
@@ -22,6 +29,8 @@
 #                           we always launch with mpirun, and Gloo adds build time)
 #   MAKEFLAGS               parallelism of the native build (default: -j$(nproc))
 #   PIP_VERBOSE=1           show the full cmake/compiler output of the build
+#   PARDNN_WHEEL_CACHE      the wheel cache folder (default:
+#                           ${XDG_CACHE_HOME:-~/.cache}/pardnn/wheels); "off": none
 #
 # Prerequisites (checked below): TensorFlow 2.15.x importable; mpicxx, mpirun
 # (Debian: openmpi-bin libopenmpi-dev); cmake >= 3.13; a C++ compiler (g++).
@@ -42,7 +51,7 @@ for arg in "$@"; do
     case "$arg" in
         --force) force=1 ;;
         -h | --help)
-            sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,36p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) die "unknown argument: $arg (see --help)" ;;
@@ -180,22 +189,52 @@ fi
 # horovod's setup.py defaults to make -j8, too many for small machines.
 export MAKEFLAGS="${MAKEFLAGS:--j$(nproc 2>/dev/null || echo 2)}"
 
-pip_args=(install --no-build-isolation --no-cache-dir)
-# A broken or stale horovod of the same version would otherwise be "already satisfied".
-if [[ $force -eq 1 ]] || "$PYTHON" -m pip show horovod >/dev/null 2>&1; then
-    pip_args+=(--force-reinstall --no-deps)
+# The wheel's cache key: everything its native build depends on.
+cache_root="${PARDNN_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pardnn/wheels}"
+cache_dir=""
+if [[ "$cache_root" != off ]]; then
+    key=$( {
+        echo "horovod $HOROVOD_VERSION tensorflow $tf_version"
+        "$PYTHON" -c 'import sys, sysconfig; print(sys.version, sysconfig.get_platform(), sys.abiflags)'
+        mpirun --version 2>&1 | sed -n 1p
+        "${CXX:-g++}" --version 2>&1 | sed -n 1p
+        env | grep -E '^HOROVOD_' | sort
+        command -v nvcc >/dev/null 2>&1 && nvcc --version 2>&1 | tail -n 1
+    } | sha256sum | cut -c1-16)
+    cache_dir="$cache_root/horovod-$HOROVOD_VERSION-$key"
 fi
 
-log "HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1" \
-    "HOROVOD_WITHOUT_GLOO=${HOROVOD_WITHOUT_GLOO:-} HOROVOD_GPU_OPERATIONS=${HOROVOD_GPU_OPERATIONS:-} MAKEFLAGS=$MAKEFLAGS"
-log "$PYTHON -m pip ${pip_args[*]} horovod==$HOROVOD_VERSION  (takes a few minutes)"
+install_wheel() {
+    # its dependencies first (a fresh environment has none), then the wheel over any horovod already there
+    "$PYTHON" -m pip install "$1" && "$PYTHON" -m pip install --no-deps --force-reinstall "$1"
+}
+
+if [[ $force -eq 0 && -n "$cache_dir" ]] && compgen -G "$cache_dir/horovod-*.whl" >/dev/null; then
+    wheel=$(compgen -G "$cache_dir/horovod-*.whl" | head -n 1)
+    log "installing the wheel built here before with the same inputs: $wheel"
+    if install_wheel "$wheel" && status=$(horovod_ok); then
+        log "OK: $status"
+        exit 0
+    fi
+    log "the cached wheel does not work here (${status:-install failed}); removing it and building"
+    rm -rf "$cache_dir"
+fi
+
+log "$PYTHON -m pip wheel --no-build-isolation --no-deps horovod==$HOROVOD_VERSION  (takes a few minutes)"
+build_dir=$(mktemp -d "${TMPDIR:-/tmp}/pardnn-horovod.XXXXXX")
+trap 'rm -rf "$build_dir"' EXIT
 start=$SECONDS
-"$PYTHON" -m pip "${pip_args[@]}" "horovod==$HOROVOD_VERSION" ||
+"$PYTHON" -m pip wheel --no-build-isolation --no-deps --no-cache-dir -w "$build_dir" "horovod==$HOROVOD_VERSION" ||
     die "building horovod failed (see the output above; rerun with PIP_VERBOSE=1 for the full build log)"
 log "build took $((SECONDS - start)) s"
+wheel=$(compgen -G "$build_dir/horovod-*.whl" | head -n 1) || die "pip wheel made no horovod wheel in $build_dir"
+install_wheel "$wheel" || die "installing the horovod wheel just built failed (see above)"
 
 # ---- verify ------------------------------------------------------------------
 if ! status=$(horovod_ok); then
     die "horovod installed but not usable: $status"
 fi
 log "OK: $status"
+if [[ -n "$cache_dir" ]] && mkdir -p "$cache_dir" && cp "$wheel" "$cache_dir/"; then
+    log "wheel kept for the next install with the same inputs: $cache_dir/$(basename "$wheel")"
+fi

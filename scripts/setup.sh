@@ -5,7 +5,8 @@
 #      cmake and a C++ compiler are already on PATH)
 #   2. python -m pip install -e ".[dev,tf,dist]"   (from the repo root; the
 #      latest stack: -e ".[test,tf-latest,dist]")
-#   3. scripts/install-horovod.sh                  (builds horovod 0.28.1; skips
+#   3. scripts/install-horovod.sh                  (builds horovod 0.28.1, or
+#      installs the wheel it built before with the same inputs; skips
 #      if a working build is already installed; on the latest stack it says in
 #      one line that Horovod does not build there, and mpi4py is used)
 #   4. pardnn warmup                                (compiles the numba kernels

@@ -26,6 +26,12 @@ settings.register_profile("default", deadline=None, max_examples=60, derandomize
 settings.register_profile("nightly", deadline=None, max_examples=600, derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
+# The tests' mpirun runs put their ranks on this machine's cores beside the other pytest worker. A rank that
+# waits in MPI busy-polls its core by default and starves the one it waits for (a 2-rank run: 12 s alone,
+# 148 s beside a busy worker); Open MPI's setting for oversubscribed nodes yields instead. Every mpirun,
+# sbatch and pardnn-launch child of a test inherits it.
+os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+
 # Weighted by repetition (hypothesis draws uniformly and shrinks towards the first entry).
 _KINDS = st.sampled_from([0] * 7 + [1] * 2 + [2])  # normal, residual, reference
 _LABELS = [f"group{i}" for i in range(4)]

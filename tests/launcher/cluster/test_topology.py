@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from launcher.cluster.topology import check_one_rank_per_node, single_node
-from launcher.env import emulate_nodes
+from launcher.env import emulate_nodes, yield_when_idle
 from launcher.errors import AgreedError, LaunchError
 
 
@@ -45,6 +45,18 @@ def test_emulate_nodes_knob(value, expected):
 def test_emulate_nodes_is_0_or_1_and_anything_else_names_the_value(value):
     with pytest.raises(LaunchError, match=rf"^PARDNN_EMULATE_NODES='{value}': expected 0 or 1 \(1: every rank"):
         emulate_nodes({"PARDNN_EMULATE_NODES": value})
+
+
+def test_emulated_nodes_yield_their_cores_while_waiting_unless_told_otherwise():
+    environ = {"PARDNN_EMULATE_NODES": "1"}
+    yield_when_idle(environ)
+    assert environ["OMPI_MCA_mpi_yield_when_idle"] == "1"
+    kept = {"PARDNN_EMULATE_NODES": "1", "OMPI_MCA_mpi_yield_when_idle": "0"}
+    yield_when_idle(kept)
+    assert kept["OMPI_MCA_mpi_yield_when_idle"] == "0"
+    for cluster in ({}, {"PARDNN_EMULATE_NODES": "0"}):  # one rank per node: polling is Open MPI's choice
+        yield_when_idle(cluster)
+        assert "OMPI_MCA_mpi_yield_when_idle" not in cluster
 
 
 def test_too_few_ranks_for_replicas_names_the_replicas_not_data_parallelism():
