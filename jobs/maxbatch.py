@@ -7,7 +7,7 @@ takes 4-30 s and a search probes dozens of sizes, so by default the graph is bui
 computed from those two by :class:`pardnn.batch.batchscale.BatchScaling` (batch 1 is built: at batch 1
 TensorFlow's broadcasting gradients take other ops). When the search is done, the graph is built
 once more at the largest batch it probed and compared with the computed one: if they are equal, every
-probe in between was exact (the module docstring of :mod:`pardnn.batch.batchscale` says why) and the
+probe in between was exact (docs/notes-partitioner.md, batchscale, says why) and the
 results enter the probe cache; if not, the message names the op that differs and the search runs
 again building every probe, as ``--rebuild`` asks from the start. Built graphs are kept per batch
 size during a run, so the K values and a rerun share them.

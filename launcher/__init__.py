@@ -1,12 +1,10 @@
-"""pardnn-launch: the hybrid-parallel launcher (one rank per node, ParDNN inside, Horovod across).
+"""pardnn-launch: the hybrid-parallel launcher (one rank per node, ParDNN inside, an allreduce across).
 
-::
+``launcher.run(job, **overrides)`` is what the ``pardnn-launch`` command (:mod:`launcher.cli`) calls;
+keyword arguments override the job file as the command-line options do::
 
     import launcher
     summary = launcher.run("jobs/trn-tiny.toml", devices_per_node=4, iterations=160)
-
-``launcher.run`` is the core the ``pardnn-launch`` command calls (:mod:`launcher.cli`); keyword
-arguments override the job file as the command-line options do.
 """
 
 from pardnn.tfstack import prepare as _prepare

@@ -1,23 +1,10 @@
 """``pardnn-launch JOB [options]``: thin over :func:`launcher.run` (parse, configure logging, call).
 
-Options override the job file; what neither sets takes the defaults of :mod:`launcher.settings`.
-Each option's type, choices, default and help come from the settings schema (the job schema's
-:class:`~pardnn.settings.Param` of the same key), so the command line, job files and ``pardnn``
-agree.
-Run it with one task per node: ``srun --ntasks-per-node=1 pardnn-launch JOB`` or
-``mpirun --map-by ppr:1:node pardnn-launch JOB``; on one machine without a launcher it is one node.
-Data parallelism (``--parallelism data``, or ``data`` in ``--compare``) runs one task per device.
-
-Exit codes: 0 success; 1 error (bad job file or setting, a failure on any rank, replicas that
-ended with different weights; one line on stderr); 2 bad command line; 3 infeasible (no placement
-meets memory) or a placement or replica that does not fit; 4 stalled (no iteration on any rank
-within the stall timeout); 143 stopped by SIGTERM or SIGUSR1 (a time limit; every rank's files hold
-what was measured); 130 interrupted (Ctrl-C).
-
-The first thing :func:`main` does is start the console tee (:mod:`launcher.reporting.console`): from then on
-everything the process prints also goes to its ``rank-<r>.log``, and the console shows rank 0's
-progress and every rank's warnings and errors. An error every rank finds (a bad command line, job
-file, setting or output folder) is printed by rank 0 alone.
+:func:`main` is the console script; :func:`build_parser` takes each option from the settings schema
+(:mod:`launcher.settings`). Options override the job file. Run one task per node
+(``srun --ntasks-per-node=1 pardnn-launch JOB``), one per device for ``--parallelism data``.
+Exit codes: 0 ok, 1 error, 2 bad command line, 3 infeasible or does not fit, 4 stalled, 130 interrupted,
+143 time limit. Rules: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

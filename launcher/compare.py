@@ -1,26 +1,9 @@
 """``--compare a,b,...``: several variants of one job, one after the other in one allocation, and one table.
 
-The quick answer to "which is fastest here?". Each entry is a placer (:mod:`launcher.placing.model`),
-``data`` or ``data+recompute`` (:mod:`launcher.training.replicas`), trained over the same window in the
-order given:
-
-- the model-parallel entries run on one rank per node (each node's leader, when data parallelism
-  asked for one rank per device; the other ranks wait, asleep): the graph is built and costed once
-  and placed by each placer in turn (:class:`launcher.placing.model.Costed`; built again, not costed, only
-  after a placement wrote its run order into it);
-- the data-parallel entries run on every rank, one per device, at the same global batch.
-
-Each variant is a run of its own: its folder ``OUT/<job>-<variant>-n<N>-k<K>-b<B>-<time>/`` with
-``summary.json`` and ``status.json``, and its row in ``OUT/results.csv``. The comparison's folder
-``OUT/<job>-compare-...`` holds every rank's log and the table, also printed at the end
-(``comparison.md``, and ``comparison.json``: the rows): samples/s, speed-up over the first entry,
-emulated and measured step (the slowest replica's median) and their ratio, the largest peak memory
-measured on a device, and whether the emulated step fits the memory. An entry that ends before
-training on its own terms (``does_not_fit``, ``no_placement``) keeps its row and the comparison goes
-on; any other error ends the comparison as it would end a run.
-
-On GPUs TensorFlow keeps what a process allocated until the process ends, so the data-parallel
-entries run beside what each node leader's model-parallel runs left allocated on its GPUs.
+:func:`compare` (what :func:`launcher.run` calls when ``compare`` is set) trains each entry (a placer,
+``data``, ``data+recompute`` or ``k=K``: :mod:`launcher.variants`) over the same window in the order
+given, each a run of its own, then writes ``comparison.md`` and ``comparison.json`` and prints the table
+(:func:`table`). docs/launcher.md (Side by side) shows the table; rules: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

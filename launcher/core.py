@@ -1,13 +1,9 @@
 """The one core behind ``pardnn-launch`` and ``launcher.run``: per node, place the replica and train.
 
-Each rank (one per node, :mod:`launcher.cluster.topology`; one per device for data parallelism) reads
-the job and settings before TensorFlow loads, agreeing with the others so an error every rank finds is
-printed once; trains the run's variant (:mod:`launcher.variants`: a placed replica,
-:mod:`launcher.placing.model`, or plain data parallelism, :mod:`launcher.training.replicas`;
-``--compare`` trains several, :mod:`launcher.compare`); then the replicas' weights are compared and
-rank 0 writes ``summary.json``, ``status.json`` and a ``results.csv`` row (:mod:`launcher.run.outcome`).
-Failures, stop signals and stalls end every rank with its files written (:mod:`launcher.run.failure`,
-:mod:`launcher.run.ending`). docs/launcher.md describes the outputs.
+:func:`run` reads the job and settings on every rank before TensorFlow loads, trains the run's variant
+(:mod:`launcher.variants`; ``--compare``: :mod:`launcher.compare`; ``--replica-devices auto``:
+:mod:`launcher.placing.planning`) and returns the summary. Failures, stop signals and stalls end every rank
+with its files written (:mod:`launcher.run.failure`). docs/launcher.md describes the outputs.
 """
 
 from __future__ import annotations
@@ -146,11 +142,15 @@ def run(job: Any, *, build: BuildFn | None = None, **overrides: Any) -> dict[str
     build:
         The graph builder (default ``jobs.build``; the signature of the jobs contract).
     **overrides:
-        Settings that take precedence over the job file: any name of
-        :data:`launcher.settings.OVERRIDABLE` (the options of ``pardnn-launch --help``, e.g.
-        ``devices_per_node``, ``iterations``, ``window`` as ``"100:150"`` or a pair, ``micro_batches``,
-        ``replica_devices``, ``allreduce``, ``checkpoint_every``, ``resume``), plus ``precision``.
-        ``None`` means not given.
+        Settings that take precedence over the job file, as the options of ``pardnn-launch --help`` do:
+        the names of :data:`launcher.settings.OVERRIDABLE`, which are ``batch_size``, ``micro_batches``
+        (a number or ``"auto"``), ``iterations``, ``window`` (``"100:150"`` or a pair), ``stall_timeout``,
+        ``devices_per_node``, ``memory``, ``reserve``, ``memory_heuristic``, ``run_order``, ``costs``,
+        ``device_preset``, ``profile_steps``, ``placer``, ``out``, ``progress``, ``parallelism``,
+        ``recompute``, ``compare``, ``allreduce``, ``replica_devices`` (a number or ``"auto"``),
+        ``checkpoint_every``, ``checkpoint_dir``, ``keep_checkpoints``, ``resume``, ``replace`` and
+        ``save_model``; plus ``precision`` (``[train]``) and ``eval_every`` (``[eval] every``).
+        ``None`` means not given; an unknown name is an error.
 
     Returns
     -------

@@ -1,13 +1,9 @@
 """Names of the environment variables the launcher reads; nothing else reads the environment.
 
-``EMULATE_NODES`` is a test and emulation knob, not for production: with it set to ``1`` every MPI
-rank stands for a node of its own, so ``mpirun -np 2`` on one machine runs two "nodes" (each with
-its own K logical CPU devices). On a real cluster leave it unset (or ``0``): ranks sharing a node must
-then be the ranks the run asks for per node. Any other value is an error.
-
-:func:`launch_rank` and :func:`launch_size` read the rank and size the process launcher (``mpirun``,
-``srun``, PMIx or PMI) put in the environment, so the launcher knows them before MPI starts: the
-console filter and the printing of errors that every rank finds need them that early.
+:func:`emulate_nodes` reads ``PARDNN_EMULATE_NODES`` (``1``: every MPI rank stands for a node, a test knob;
+unset or ``0`` on a real cluster; any other value is an error). :func:`launch_rank` and :func:`launch_size`
+read what ``mpirun``, ``srun``, PMIx or PMI put in the environment, so the rank and size are known before
+MPI starts: the console filter and the errors every rank finds need them that early.
 """
 
 from __future__ import annotations

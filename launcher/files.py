@@ -1,17 +1,10 @@
 """Atomic output files: every file the launcher writes appears whole or not at all.
 
-Writers go to a temporary file in the destination's directory and ``os.replace`` it (atomic on
-POSIX within one file system), so a run killed mid-write (Slurm's time limit) leaves the previous
-version, never a truncated one. ``append_csv_row`` also takes an exclusive ``flock`` on a lock file
-beside the CSV, so runs of a sweep that finish together do not lose each other's rows.
-
-Files get the permissions of an ordinary ``open``: 0666 less the process's umask (``mkstemp`` alone
-would leave every result 0600, unreadable to the rest of a group sharing a results folder). The
-umask is read from ``/proc/self/status`` where the kernel shows it, else by setting and restoring
-it once, under a lock, and kept: ``os.umask`` can only be read by changing it.
-
-:func:`check_output_folder` runs before anything expensive starts: a folder that cannot be made or
-written is one line naming it, not a traceback from deep inside the run.
+:func:`write_text`, :func:`write_json` and :func:`write_json_lines` (through :func:`write_atomically`)
+replace the destination with a finished temporary file; :func:`append_csv_row` appends under a lock. Files
+get the permissions of an ordinary ``open`` (:func:`file_mode`). :func:`check_output_folder` checks
+``--out`` before anything expensive starts: an unusable folder is one line naming it.
+Why: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

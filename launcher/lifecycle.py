@@ -1,12 +1,10 @@
-"""A run's life on one rank: its folder, log, state and watch; Horovod; how it ends on an error.
+"""A run's life on one rank: its folder, log, state and watch; the allreduce; how it ends on an error.
 
-:func:`open_run` makes the run's folder (rank 0 names it: ``<job>-<variant>-n<N>-k<K>-b<B>-<UTC time>``,
-the variant being the placer, ``data`` or ``data-recompute``), attaches this rank's log, starts its
-collector, status and stall watch; :func:`run_variant` trains the variant
-(:mod:`launcher.placing.model` for a placer, :mod:`launcher.training.replicas` for data parallelism);
-:func:`launcher.run.failure.end` reports an error once and writes what the run has.
-A standalone run (:func:`launcher.core.run`) opens one; ``--compare`` (:mod:`launcher.compare`)
-one per variant.
+:func:`open_run` makes the run's folder (rank 0 names it ``<job>-<variant>-n<N>-k<K>-b<B>-<UTC time>``),
+attaches this rank's log, starts its collector, status and stall watch; :func:`start_allreduce` starts the
+backend; :func:`run_variant` trains the variant (:mod:`launcher.placing.model` or
+:mod:`launcher.training.replicas`); :func:`launcher.run.failure.end` reports an error once. A standalone
+run (:func:`launcher.core.run`) opens one run, ``--compare`` (:mod:`launcher.compare`) one per variant.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """``pardnn-report DIR...``: tables and plots of throughput against GPUs, batch size and nodes, per variant.
 
-Reads ``results.csv`` of each ``DIR`` (the ``--out`` of ``pardnn-launch``; a CSV file path also
-works), and merges the per-rank ``figures-<r>.json`` of every run folder under ``DIR`` that has no
-row there (a run whose rank 0 was killed before it wrote one; :func:`recover_rows`). It keeps the
-runs whose measured window is complete on every node (complete runs, and runs stopped by a time
-limit or a stall after the window), takes the median over repeated runs of one configuration, and
-writes ``report.md`` (the tables, also printed) and PNG plots (matplotlib, Agg backend) into
-``--out`` (default ``DIR/report`` of the first ``DIR``):
-
-- ``<job>-devices.png``: samples/s against devices per node, one line per batch size (one node count);
-- ``<job>-batch.png``: samples/s against batch size per node, one line per devices per node;
-- ``<job>-nodes.png``: samples/s against nodes, one line per (devices, batch), when several node
-  counts were run;
-
-each for ParDNN's runs, and as ``<job>-<variant>-*.png`` for every other variant (a placer, ``data``,
-``data-recompute``); ``<run>-loss.png``, the training and validation loss against iterations of a
-run that validated (:mod:`launcher.reporting.losses`). Runs that compare variants also get the
-comparison tables and plots of :mod:`launcher.reporting.comparisons` (speed-ups, scaling, the
-emulator's fidelity, with a warning where measured / emulated steps spread beyond what a
-calibration fixes).
-
-Exit codes: 0 success; 1 no readable results (one line naming the file); 2 bad command line.
+:func:`main` reads each ``DIR``'s ``results.csv`` (:func:`read_results`; a CSV path works too) and the
+figures of runs without a row (:func:`recover_rows`), keeps the runs whose window is complete on every
+node, takes the median over repeats and writes ``report.md`` (:func:`tables`, also printed) and the PNG
+plots (``<job>-devices``, ``-batch``, ``-nodes`` per variant; ``<run>-loss``) into ``--out``
+(default ``DIR/report``). Exit codes: 0 success; 1 no readable results; 2 bad command line.
 """
 
 from __future__ import annotations

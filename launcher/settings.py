@@ -1,15 +1,10 @@
 """Run settings: one value per knob, from the command line, else the job file, else a default.
 
-:func:`resolve` is the only place that merges the three, so ``pardnn-launch --iterations 50`` and
-``launcher.run(job, iterations=50)`` fail the same way. Every setting a job file also has is checked
-by the job schema's own :class:`~pardnn.settings.Param` (:data:`SCHEMA`: ``[train] batch_size``,
-``[run]`` and ``[placement]`` of :mod:`jobs.schema`, the last being the shared
-:data:`pardnn.settings.PLACEMENT`, and the shared :data:`pardnn.settings.RUN`: ``stall_timeout``),
-so defaults, ranges and choices are written once; only ``out`` and ``progress`` are the launcher's
-own. ``stall_timeout`` is read from the job when the job has it (``[run] stall_timeout`` once the
-job schema takes the shared key). Each value remembers where it came from
-(``Settings.sources``), and error messages say so: a window from the job file that no longer fits
-iterations given on the command line names both.
+:func:`resolve` is the only place that merges the three into :class:`Settings`, so ``pardnn-launch
+--iterations 50`` and ``launcher.run(job, iterations=50)`` fail the same way. :data:`OVERRIDABLE` names
+every setting; :data:`SCHEMA` checks the ones a job file also has with the job schema's own
+:class:`~pardnn.settings.Param`; :data:`DEFAULTS` gives the rest. Each value remembers where it came from
+(``Settings.sources``), and errors say so. Rules: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

@@ -1,32 +1,10 @@
 """What a run trains: a placer's placement of each node's replica, or plain data parallelism.
 
-A :class:`Variant` is one way to train the job on the allocation:
-
-- **model parallelism** (``--placer NAME``, the default ``pardnn``): one rank per node places the
-  node's replica across its K devices with the placer ``NAME`` and Horovod averages gradients
-  across nodes. The placers are the registry's (:data:`pardnn.registry.PLACERS`: the names
-  ``pardnn place --algorithm`` takes, ``pardnn-paper`` among them: ParDNN as the paper has it, no
-  guard, refinement or run order). Every placement is judged by the same emulator and memory tracker; one
-  over a device's limit is not trained (:func:`check_fits`, status ``does_not_fit``).
-- **data parallelism** (``--parallelism data``): one rank per device, the whole model on each
-  device, Horovod averaging every gradient over all of them; ``--recompute`` adds gradient
-  checkpointing (:mod:`launcher.training.recompute`).
-
-``--compare a,b,...`` trains several variants one after the other in one allocation
-(:mod:`launcher.compare`): the entries are placer names, ``data``, ``data+recompute`` and plans
-``k=K``: the run's placer on replicas of K devices each (``--replica-devices K``; ``k=1`` places the
-whole model on each device, ``k=G`` is one replica per node).
-
-Choices made here:
-
-- the global batch is the model-parallel run's (the job's ``batch_size`` per node) for every
-  variant, so a data-parallel replica trains ``batch_size / K`` samples; only a standalone
-  ``--parallelism data`` run reads ``--batch-size`` on the command line as per device;
-- the placers with memory heuristics (the registry's record says: ParDNN's) take the run's; the
-  others are run as they are, then checked against the limits;
-- ``--recompute`` without ``--parallelism data`` is an error (ParDNN's answer to a model that barely
-  fits is to spread it, not to recompute it), as are checkpoints with ``--compare`` (each variant
-  is a run of its own; resuming one of them is a standalone run).
+A :class:`Variant` is one way to train the job (``--placer NAME``, ``--parallelism data [--recompute]``);
+:func:`variants_of` gives the run's (several with ``--compare``), :func:`ranks_per_node` the ranks each
+needs, :func:`replica_batch` a replica's batch, :func:`place` a placement with the variant's placer
+(registry: :data:`pardnn.registry.PLACERS`) and :func:`check_fits` its memory check (``does_not_fit``).
+docs/launcher.md (The alternatives); the choices made here: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
-"""The ParDNN pipeline: slicing → (chunk splitting) → LFLAM mapping → colocation → memory heuristic →
-the polishing stages (guard → refinement → ordering) → evaluation. :func:`partition` is the public
-entry point (``from pardnn import partition``).
+"""The ParDNN pipeline: :func:`partition` chains Step 1, colocation, Step 2 and the stages of :data:`POLISH`.
 
-``partition(graph, machine)`` returns the placement and a report of what each stage did and cost.
-Each stage is a module with one public entry (Step 1: :mod:`~pardnn.steps.slicing`, :mod:`~pardnn.steps.mapping`;
-colocation: :mod:`~pardnn.steps.colocation`; Step 2: :mod:`~pardnn.steps.overflow`, :mod:`~pardnn.steps.balance`;
-polishing: :data:`POLISH`, each of the one shape of :mod:`pardnn.polish.stages`); this module only chains
-them and measures.
-
-Example: a chain of four ops whose 1 MiB outputs live the whole step (residual, as variables are), on two
-devices of 3 MiB each: one device cannot hold all four, so the chain is split, and the device
-after the cut holds its two outputs and the 1 MiB it receives.
-
->>> from pardnn import CostGraph, Kind, Machine
->>> chain = CostGraph(["w", "x", "y", "z"], [5.0] * 4, [2**20] * 4, src=[0, 1, 2], dst=[1, 2, 3],
-...                   kind=[Kind.RESIDUAL] * 4)
->>> result = partition(chain, Machine(2, memory="3MiB", reserve=0))
->>> result.report.evaluation.memory_fits, len(set(result.placement.tolist()))
-(True, 2)
+Each stage is a module (docs/algorithm.md); this one chains and times them. A chain is split to fit memory:
+>>> from pardnn import CostGraph, Machine
+>>> chain = CostGraph(list("wxyz"), [5.0] * 4, [2**20] * 4, src=[0, 1, 2], dst=[1, 2, 3], kind=["residual"] * 4)
+>>> result = partition(chain, Machine(2, memory="3MiB", reserve=0))  # four 1 MiB outputs, 3 MiB per device
 >>> sorted(peak // 2**20 for peak in result.report.evaluation.peak_memory_bytes)  # MiB
 [2, 3]
 """

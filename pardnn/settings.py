@@ -1,16 +1,8 @@
 """The settings schema: every knob a job file, ``pardnn-launch`` and the ``pardnn`` command share.
 
-One :class:`Param` per key: its type, default, allowed range or choices, and help. The job files
-(``jobs/config.py``), the launcher's merge of command line, job file and defaults
-(``launcher/settings.py``) and the ``pardnn`` command's options all read :data:`PLACEMENT`, so a
-default or a range is written once. Choices are built from the registries
-(:data:`pardnn.registry.PLACERS`, :data:`pardnn.partitioner.MEMORY_HEURISTICS`,
-:data:`pardnn.costs.presets.PRESETS`), never typed out.
-
-A :class:`Param` checks a parsed value (:meth:`Param.check`, for TOML and keyword arguments) or
-text (:meth:`Param.parse`, for the command line); both raise :class:`ValueError`, and
-:meth:`Param.expected` says in words what the key accepts, for the caller's error message (which
-names the file or option).
+One :class:`Param` per key (type, default, range or choices, help) in :data:`PLACEMENT`, so a default is
+written once; choices come from the registries. :meth:`Param.check` checks a parsed value,
+:meth:`Param.parse` text; both raise :class:`ValueError`, and :meth:`Param.expected` says what is accepted.
 """
 
 from __future__ import annotations

@@ -1,27 +1,8 @@
-"""Which TensorFlow stack runs, and the environment TensorFlow must see before it is imported.
+"""Which TensorFlow stack runs (pinned 2.15 with Horovod, or latest with ``tf-keras``), and its environment.
 
-pardnn supports two stacks (README "Setting up"):
-
-- **pinned**: TensorFlow 2.15.1, whose ``tf.keras`` is Keras 2 (the ``keras`` 2.15 package), with
-  Horovod 0.28.1 built against it;
-- **latest**: TensorFlow 2.21 with the ``tf-keras`` package (Keras 2 for TensorFlow 2.16 and later),
-  gradients averaged through mpi4py, since Horovod 0.28.1 does not build against TensorFlow 2.16 or later.
-
-From TensorFlow 2.16 on, ``tf.keras`` is Keras 3 unless ``TF_USE_LEGACY_KERAS`` is set when
-``tf.keras`` is first used; Keras 3 has no ``tf.compat.v1`` graph mode, which pardnn's capture,
-placement and training need. :func:`prepare` (called by ``pardnn.tf``, ``jobs`` and ``launcher``
-before they import TensorFlow) therefore sets ``TF_USE_LEGACY_KERAS=1`` when the ``tf_keras``
-package is installed and the variable is unset. It is not set without ``tf_keras``: TensorFlow 2.15
-honours the variable too and then fails to find ``tf_keras``. (The ``pardnn`` commands that import
-TensorFlow also hide its INFO lines: :func:`jobs.tfimport.quiet`; ``pardnn-launch`` keeps them in
-each rank's log instead and filters its console.)
-
-A user who imported TensorFlow and used ``tf.keras`` before pardnn was imported has Keras 3 fixed
-for the process: :func:`prepare` says so in one line, and :func:`check_keras` (called where a graph
-is built) raises with what to change. :func:`keras3_model` tells a Keras 3 model object (``import
-keras`` 3.x) from a Keras 2 one without importing anything.
-
-This module imports neither TensorFlow nor Keras.
+:func:`prepare` (called before TensorFlow is imported) sets ``TF_USE_LEGACY_KERAS=1`` when ``tf_keras`` is
+installed; :func:`check_keras` raises when Keras 3 is already fixed; :func:`keras3_model` tells a Keras 3
+model without importing anything. This module imports neither TensorFlow nor Keras.
 """
 
 from __future__ import annotations

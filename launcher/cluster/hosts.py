@@ -1,19 +1,9 @@
 """``pardnn-launch --hosts h1,h2 JOB`` / ``--hostfile FILE``: start the MPI job on those hosts, without Slurm.
 
-The launcher runs Open MPI's ``mpirun`` with one rank per host (``-np N --host h1:1,h2:1 --map-by
-ppr:1:node --bind-to none``), forwards the environment the ranks need (``-x NAME``: ``PATH``,
-``LD_LIBRARY_PATH``, ``PYTHONPATH``, ``VIRTUAL_ENV`` and every ``NCCL_*``, ``HOROVOD_*``,
-``PARDNN_*``, ``OMPI_MCA_*``, ``CUDA_*``, ``TF_*``, ``XLA_*`` variable), and runs ``pardnn-launch``
-with the same job and options minus ``--hosts``, ``--hostfile``, ``--mpi-args`` and ``--dry-run``
-under it. Extra ``mpirun`` arguments come from ``--mpi-args "..."`` or ``$PARDNN_MPIRUN_ARGS``
-(split with :func:`shlex.split`). The command is an argv list, never a shell string; ``--dry-run``
-prints it (:func:`shlex.join`) instead of running it; otherwise ``mpirun`` replaces this process
-(``os.execvp``), so a signal sent to ``pardnn-launch`` reaches ``mpirun``, which passes it on.
-
-A host listed twice is an error (one rank drives all of a node's devices), except with
-``PARDNN_EMULATE_NODES=1``, where ranks sharing a host stand for nodes (testing; see :mod:`launcher.env`).
-A hostfile has one host per line; ``#`` starts a comment; ``slots=N`` / ``max_slots=N`` may follow
-the host (checked, then ignored: every host runs one rank).
+:func:`start` (the first thing ``pardnn-launch`` calls) returns ``None`` without those options; with them
+:func:`run_on_hosts` runs :func:`mpirun_argv` (one rank per host, the ranks' environment forwarded, the
+same job and options minus the host ones) in place of this process, or prints it with ``--dry-run``.
+Extra ``mpirun`` arguments: ``--mpi-args "..."`` or ``$PARDNN_MPIRUN_ARGS``. Rules: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
-"""Who runs where: one MPI rank per node, each driving all of its node's devices (or one per device).
+"""Who runs where: one MPI rank per node, each driving all of its node's devices (or one rank per device).
 
-:func:`discover` splits ``COMM_WORLD`` by shared memory (``Split_type(COMM_TYPE_SHARED)``): the
-ranks in one piece share a node. More than one rank on a node is an error that shows the fix,
-because ParDNN places one replica across *all* of a node's devices and Horovod must see one rank
-per replica. With ``PARDNN_EMULATE_NODES=1`` (a test knob, see :mod:`launcher.env`) every rank is
-a node of its own, so ``mpirun -np 2`` on one machine stands for two nodes.
-
-Data parallelism runs one rank per device instead: ``discover(ranks_per_node=K)`` expects K ranks
-on every node (emulated: ranks ``nK .. nK+K-1`` stand for node ``n``), and :meth:`Topology.leaders`
-gives the node leaders (each node's lowest rank) as a topology of one rank per node, for the
-model-parallel runs of a ``--compare`` that also trains data parallelism.
-
-Without mpi4py, or outside any MPI launcher (an MPI singleton), the run is one node.
-:class:`Topology` wraps the few collectives the launcher needs so that one node needs no MPI.
+:func:`discover` (``ranks_per_node=K`` for K ranks per node) returns this rank's :class:`Topology`, which
+wraps the few collectives the launcher needs, so one node needs no MPI. :meth:`Topology.leaders` gives the
+node leaders, :meth:`Topology.replicas` the replicas of ``--replica-devices k``. With
+``PARDNN_EMULATE_NODES=1`` every rank is a node (:mod:`launcher.env`). Rules: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

@@ -1,34 +1,10 @@
 """Choosing M: ``--micro-batches auto`` (job files: ``[train] micro_batches = "auto"``).
 
-The node's batch B stays what it is; only how it is split changes. :func:`search` tries
-M = 1, 2, 4, ... up to B, skipping the powers of two that do not divide B (they cannot split it
-into equal micro-batches), and for each M the caller's ``measure(M)`` builds the M-copy step graph,
-costs it the way the run's ``[placement] costs`` says (profiled or estimated: the real graph at
-micro-batch B/M, never the full batch's times ÷ M), and places it with the run's placer and memory
-heuristic. The emulated step of that placement gives the emulated samples/s, B / step; when the run
-has several replicas (nodes, or replicas per node) that step has the gradient allreduce across them
-in it (:mod:`pardnn.emulation.allreduce`), with the placement's run order judged with it as the run
-will train it (:mod:`pardnn.placement.allreduce_order`): more micro-batches shorten the compute but
-their gradients are ready later, so a step without the allreduce can favour an M that trains
-slower across the cluster. The M kept
-is the one with the highest samples/s among those whose placement fits every device's memory; a
-larger M must be strictly faster (:func:`pardnn.emulation.emulated.strictly_shorter`) to replace a smaller
-one, so a tie keeps the smaller graph.
-
-**No early stop.** Every dividing M is tried: neither the emulated step nor the peak memory is
-monotone in M (costs at small micro-batches lose efficiency, the run order and the memory
-heuristic change with the graph, profiled times vary), so no M's result bounds a larger M's, and
-stopping at the first slower or non-fitting M could miss a faster one that fits. The only bound is
-the batch itself (M ≤ B). A stop signal ends the search between two M like any phase.
-
-Every node tries the same M in the same order: building, costing (the nodes' costs averaged) and
-placing are the launcher's collective steps, so each node holds the same placement for each M and
-hence makes the same choice; :mod:`launcher.placing.model` checks that all nodes chose the same M and
-that their placements' digests agree, as for any placement. When no M fits, the run ends before
-training as ``does_not_fit`` (exit 3) with every M's reason in one line.
-
-What each M gave is a :class:`Trial`; ``summary.json`` → ``micro_batches`` holds them all
-(:func:`report`), the chosen M and why, and the log has a line per M as the search goes.
+:func:`search` tries every power of two M up to the node's batch B that divides it (:func:`candidates`),
+calling ``measure(M)`` to build, cost and place the M-copy step graph, and keeps the M with the highest
+emulated samples/s whose placement fits (:func:`decide`; none: :class:`NoMicroBatchFits`). Each M gives a
+:class:`Trial`; :func:`report` is ``summary.json`` → ``micro_batches``. docs/planning.md (Choosing M) has
+the rules and the output; why every M is tried: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

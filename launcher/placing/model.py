@@ -1,23 +1,10 @@
 """Model parallelism on one node: build and cost the replica's graph, place it with a placer, apply, train.
 
-Per node (one rank per node; with ``--compare`` and data parallelism, each node's leader):
-
-1. **build** the job's graph (``jobs.build``) on the node's devices (:mod:`launcher.training.devices`), with
-   the Horovod gradient hook when there are several nodes (:mod:`launcher.training.dataparallel`; its
-   allreduces get their devices when the placement is applied);
-2. **profile** a few steps or **estimate** costs of that graph (:func:`jobs.costing.cost_graph`, which
-   also attaches the memory limit; the hook's ops count as taking no time); nodes check they built
-   the same graph and average their costs (:mod:`launcher.run.agreement`). A comparison does 1 and 2
-   once (:class:`Costed`) and builds the graph again only when a placement wrote its run order
-   into it as control dependencies;
-3. **compile** numba's kernels (:func:`pardnn.warmup.warm_up`), then **place** with the variant's
-   placer for the node's K devices and memory (:func:`launcher.variants.place`: ParDNN's placers
-   with a memory heuristic when the devices have a memory size); nodes compare the digests of the
-   placement file; rank 0 writes the emulated step (:mod:`launcher.reporting.timeline`). A placement over a
-   device's limit (or a placer that finds none) ends the variant as ``does_not_fit``, untrained
-   (:func:`launcher.run.outcome.end_untrained`); ``--resume`` checks the checkpoint's digest;
-4. **apply** the placement by op name, the hook's ops on their variable's device;
-5. **train** (:mod:`launcher.training.loop`) and **finish** (:func:`launcher.run.outcome.finish`).
+:func:`run_model` runs the phases on each node (or each node's leader in a comparison): **build** the
+job's graph with the gradient hook, **profile** or **estimate** its costs (the nodes averaged), **compile**
+numba's kernels, **place** it (:func:`launcher.variants.place`), **apply** the placement by op name and
+**train** (:mod:`launcher.training.loop`). :class:`Costed` is a graph built and costed once, for a
+comparison to place with each placer. Rules: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """``--replica-devices auto``: the run chooses how each node's GPUs are used before it places anything.
 
-The job is launched with one rank per device (G per node, as for data parallelism: the most ranks
-any plan needs; ``sbatch --ntasks-per-node=G``, ``mpirun --map-by ppr:G:node``). Rank 0 then plans
-as ``pardnn plan`` does (:func:`jobs.plan.job_plan`): for every k dividing G and every M dividing the
-replica's batch (only the run's M when ``--micro-batches`` is a number), the replica's graph built at
-its batch and M, costed with the run's device preset (estimated: profiling every plan would need every
-plan's devices), placed by ParDNN on k devices and emulated with the gradient allreduce across the
-cluster's N·G/k replicas. The other ranks wait asleep meanwhile; the choice is broadcast, and the run
-goes on as ``--replica-devices k --micro-batches M``: local ranks 0, k, 2k, ... of each node train
-(:meth:`launcher.cluster.topology.Topology.replicas`), each on its own k devices, averaging over their
-group, while the other ranks wait for them to finish and exit 0.
-
-The log has a line per plan as the search goes and the choice with why; ``summary.json`` →
-``plan`` holds every plan tried (compute, exposed allreduce, step, samples/s, status) and why the
-chosen one won; the ``results.csv`` row names the plan (``replica_devices``, ``plan``). When no plan
-fits, the run ends before training as ``does_not_fit`` (exit 3), every plan's reason in the summary.
-
-Cost: the search's builds and placements (``pardnn plan`` prints the same table offline, with the
-time they take). It is not the default: a run keeps one replica per node unless asked, because the
-ranks per node are fixed when the job is launched and ``auto`` needs G of them.
+Launched with one rank per device, :func:`choose_plan` plans on rank 0 as ``pardnn plan`` does
+(:func:`jobs.plan.job_plan`: every k dividing G, every M dividing the replica's batch) and gives every rank
+the settings to go on with (``--replica-devices k --micro-batches M``); :class:`NoPlanFits` ends the run
+as ``does_not_fit``. :func:`hint` is the line a default run logs when plain data parallelism would be
+faster. docs/planning.md (At launch) has the rules and the output.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """The collector: what one rank measured, as JSON lines, and the figures the summary is made of.
 
-Each rank records events: phases (``build``, ``profile``/``estimate``, ``compile``, ``partition``,
-``apply``, ``initialize``, ``train``: wall seconds, each once), every training iteration (wall seconds of
-its ``Session.run``, the loss, the memory seen so far), and the host's CPU and memory over the
-measured window. :meth:`Collector.flush` writes them all to ``rank-<r>.jsonl`` atomically, every
-``flush_every`` seconds during training, when the measured window ends, at the end, on an error and
-on a stop signal or a stall.
-
-Throughput (:func:`window_throughput`) is taken over the window of iterations ``[start, end)``
-(100-150 by default, as in the paper): samples (and tokens) per step times steps, over the summed
-wall time of those steps. Feeding is outside the timed ``Session.run``.
-
-Memory per device: on GPUs the allocator's peak (``tf.config.experimental.get_memory_info``); on
-CPUs the K logical devices share one process, so every device reports the process's peak RSS
-(``source: process-rss``). The probe is passed in, so this module needs neither TensorFlow nor MPI.
+A :class:`Collector` records phases (:meth:`Collector.phase`), every training iteration
+(:meth:`Collector.iteration`) and the host's CPU and memory over the window; :meth:`Collector.flush`
+writes them to ``rank-<r>.jsonl`` atomically. :func:`window_throughput` is the throughput over the
+window ``[start, end)``. The memory probe is passed in, so this module needs neither TensorFlow nor MPI.
+What is measured how: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """What ``pardnn-report`` says when runs compare variants: ParDNN against the alternatives, and the emulator.
 
-From the rows of a job's variants (a placer, ``data`` or ``data+recompute``: the ``placer``,
-``parallelism`` and ``recompute`` columns of ``results.csv``), with the median over repeated runs:
-
-- **speed-up of ParDNN over each alternative** per devices per node K, at the batch run there (the
-  paper's comparison with linear clustering, the critical path and checkpointing + data parallelism):
-  ParDNN's samples/s over the alternative's at the same nodes, K and batch, on the fewest nodes run
-  (``<job>-speedup.png``);
-- **speed-up over one device**: each variant's samples/s on one node over the job's one-device runs
-  (any variant: one device has one placement) (``<job>-over-one.png``);
-- **throughput over nodes**: each variant's samples/s against nodes, at the largest K run on several
-  node counts (``<job>-scaling.png``);
-- **the emulator's fidelity**: measured / emulated step per run (the slowest replica's median step
-  over the window, and the emulated step of its placement), by variant and K, as a table and a
-  scatter plot (``<job>-fidelity.png``). A calibration (one factor per job and hardware: a faster or
-  slower device model) fixes a ratio that is the same for every run, not one that varies: where the
-  ratios of one job and device kind spread by more than :data:`FIDELITY_SPREAD` (largest over
-  smallest), a warning says so and names both ends, because the emulator then misjudges some
-  placements against others, which is what ParDNN relies on.
+:func:`comparison_tables` and :func:`comparison_plots` take a job's rows by variant (the median over
+repeats): ParDNN's speed-up over each alternative (``<job>-speedup.png``), each variant's over one device
+(``<job>-over-one.png``), throughput over nodes (``<job>-scaling.png``) and measured / emulated step
+(``<job>-fidelity.png``). :func:`fidelity_warnings` warns where those ratios spread beyond
+:data:`FIDELITY_SPREAD`. docs/launcher.md (What pardnn-report draws); rules: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """Each rank's output: all of it in ``OUT/<run>/rank-<r>.log``, a filtered copy on the console.
 
-TensorFlow, Horovod, MPI and numba write from C and C++ straight to file descriptors 1 and 2, past
-Python's ``sys.stdout``. So :func:`start` points fds 1 and 2 at pipes (``os.dup2``), keeps the
-original descriptors as the console, and a thread per pipe copies what arrives: all of it to the log
-file (held in memory until the run directory exists: :func:`attach`), and to the console the lines
-:meth:`Console.shown` keeps:
-
-- rank 0 (a single node, or before the rank is known the launcher's rank 0): everything except
-  TensorFlow's and absl's INFO lines (continuation lines of a message included) and the warnings of
-  :data:`BENIGN`, which say nothing about the run;
-- every other rank: warnings and errors only (TensorFlow/Horovod ``W``/``E``/``F`` lines, Python
-  warnings and tracebacks, ``pardnn-launch: warning``/``error`` lines);
-- with several nodes, warnings and errors carry ``[rank r node]`` in front.
-
-A partial line (a progress bar's carriage-return updates) reaches rank 0's console after 0.2 s
-without more output. :func:`drain` waits until everything written so far has been copied; call it
-before ``os._exit`` or ``MPI_Abort``, which do not wait for threads. The log file is opened for
-appending like any file (the umask applies) and written as data arrives, so after a hard kill it
-holds everything up to the kill.
+:func:`start` (the first thing ``pardnn-launch`` does) points fds 1 and 2 at pipes and copies what
+arrives to the log (kept in memory until :func:`attach` names the file) and, filtered by
+:meth:`Console.shown`, to the console. Call :func:`drain` before ``os._exit`` or ``MPI_Abort``;
+:func:`log_only` writes to the log alone. What each rank shows and why: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """The run's summary (``summary.json``, rank 0) and its row in ``results.csv`` for sweeps.
 
-Global throughput is the sum over replicas of each replica's throughput over the window: the
-replicas (one per node; one per device with data parallelism) train in lockstep (every step ends
-with an allreduce), so each one's rate is its share. A run that ended early may lack some replicas'
-figures (``nodes_missing``); its global figures are then ``None``, and ``window_complete`` says
-whether every replica measured the whole window. A run that never trained (``does_not_fit``) has no
-throughput.
-
-The row says what ran (``placer``, ``parallelism``, ``recompute``) and how the emulated step
-compares with the measured one (``emulated_step_ms``, ``step_ms_median``: the slowest replica's
-median, ``step_ratio`` = measured / emulated), the largest peak memory measured on a device
-(``peak_memory_bytes``), whether the emulated step fits the devices' memory (``fits``) and the M
-micro-batches trained (``micro_batches``: ``--micro-batches auto``'s choice), the devices per replica
-(``replica_devices``: 1 for data parallelism) and, for ``--replica-devices auto``, the plan chosen and
-how many were tried (``plan``; ``summary.json`` → ``plan`` has every one and why it won), and with
-several replicas the exposed share of the gradient allreduce in the emulated step
-(``emulated_allreduce_ms``; ``emulated_step_ms`` includes it).
+:func:`summarize` builds the summary from the replicas' figures; :func:`results_row` is its row
+(:data:`RESULTS_COLUMNS`, explained in docs/launcher.md, ``results.csv`` columns). Global throughput
+is the sum of the replicas' throughputs over the window; a run missing some replicas' figures has
+``None`` there (``nodes_missing``, ``window_complete``). Why: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

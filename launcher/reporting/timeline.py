@@ -1,19 +1,10 @@
 """One step seen two ways: TensorFlow's own timeline of a measured step and ParDNN's emulated step.
 
-- ``timeline-rank<r>.json`` (every rank): one iteration just outside the measured window runs with
-  ``RunOptions(trace_level=FULL_TRACE)`` (:func:`traced_iteration`: tracing slows the step, so a
-  traced step in the window would lower the throughput reported); its ``step_stats`` become a Chrome trace
-  (``tensorflow.python.client.timeline.Timeline(...).generate_chrome_trace_format()``).
-- ``emulated-step.json`` (rank 0): the placement's step as ParDNN's emulator schedules it, with the
-  memory per device (:func:`pardnn.emulation.trace.chrome_trace`).
-
-Both open in ``chrome://tracing`` or https://ui.perfetto.dev. ``summary.json`` reports ``step_ms``:
-the emulated step, the measured median step time over the window (the slowest node's) and their
-ratio (measured / emulated). With several replicas the emulated step has the gradient allreduce in
-it (:func:`allreduce_share`: Horovod's model, :mod:`pardnn.emulation.allreduce`, on the run's cluster:
-its nodes and replicas per node, the device preset's link and network, or on logical CPU devices the
-``cpu-2core`` preset's, fitted to Horovod on this project's test machine); ``step_ms`` then also gives
-the compute alone and the allreduce's exposed share, and the trace stays the compute's.
+:func:`write_measured` writes ``timeline-rank<r>.json`` (every rank) from one traced iteration just
+outside the measured window (:func:`traced_iteration`); :func:`write_emulated` writes ``emulated-step.json``
+(rank 0). Both open in ``chrome://tracing`` or https://ui.perfetto.dev. :func:`step_ms` is
+``summary.json`` → ``step_ms``; :func:`allreduce_share` adds the gradient allreduce to the emulated step.
+Rules: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """Every node must place its replica the same way: digests, cost averaging, and the check.
 
-Each node profiles its own replica, so measured op times differ a little between nodes, and
-ParDNN (deterministic for identical inputs) could then place them differently. So nodes first
-check that they captured the same graph (:func:`graph_digest`), then share costs
-(:func:`average_costs`: mean op time, largest tensor size, identical bytes on every node since an
-allreduce gives every rank the same result), then partition, then compare placement digests
-(:func:`placement_digest` of the placement file's text). A mismatch is an
-:class:`~launcher.run.failure.AgreedError` naming the nodes on each side, found by all ranks at once.
-
-After training the replicas must hold the same weights. Only what data parallelism keeps equal is
-compared (:func:`agreed_variables`): the trainable variables and the optimizer's state (its slots,
-such as Adam's moments, and the non-slot variables its update ops read, such as Adam's beta powers).
-Batch-norm moving statistics and other non-trainable state follow each node's own data, so they
-differ between nodes by design. A mismatch (:func:`check_variables`) names the nodes on each side
-and the first variable, in name order, whose values differ.
-
-:func:`raise_everywhere` runs a step on every node and, if it fails on any, raises it on all (:func:`agree`),
-keeping its exit code and status (a placement that does not fit stays ``does_not_fit``).
+:func:`graph_digest`, :func:`average_costs` and :func:`placement_digest` make the nodes agree on the graph,
+its costs and the placement; :func:`agreed_variables` and :func:`check_variables` compare the replicas'
+weights after training. :func:`agree` raises an error on every rank when any rank has one, and
+:func:`raise_everywhere` runs a step that way. A mismatch is an :class:`~launcher.run.failure.AgreedError`
+naming the nodes on each side. Why and what is compared: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """Checkpoints: save every variable of the replica, and resume with the replica they belong to.
 
-With ``--checkpoint-every N`` rank 0 saves, every N iterations, at the end, and when a stop signal
-(SIGTERM, SIGUSR1) arrives, the values of every global variable (weights, Adam's slots and beta
-powers, counters) into ``OUT/<run>/checkpoint/`` (or ``--checkpoint-dir``):
-``ckpt-<iteration>.npz`` (the arrays, in variable order), ``ckpt-<iteration>.json`` (the next
-iteration, the job, the cluster shape, the variable names, and for a placed replica the placement's
-digest, its report, the M micro-batches trained and the digest of the graph's op names) and, once
-per placement, ``placement-<sha>.txt`` (the placement file, run order included).
-
-**Durable.** Each file is written under a temporary name, flushed and fsynced, then renamed; the
-folder is fsynced after the data and placement are in place and again after the ``.json`` (written
-last). A node that loses power leaves the old checkpoint or the new one whole, never an empty file
-that looks whole: a checkpoint whose ``.json`` exists is whole.
-
-**Kept.** ``--keep-checkpoints N`` (default 3; 0 keeps all): after each save, only the N newest
-checkpoints of the folder (by iteration) stay, deleted ``.json`` first, then their values, then
-placement files no checkpoint left names. Deleting happens only once the new ``.json`` is written,
-so the checkpoint a run resumed from goes only when a newer one is whole.
-
-Resuming from a checkpoint is :mod:`launcher.run.resume`.
+With ``--checkpoint-every N`` a :class:`Checkpointer` (:func:`make_checkpointer`) has rank 0 :func:`save`
+every N iterations, at the end and on a stop signal; :func:`prune` keeps the ``--keep-checkpoints`` newest;
+:func:`load` and :func:`restore` read one back. docs/checkpoints.md has the files, what makes them durable
+and what is kept; resuming is :mod:`launcher.run.resume`.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """How a run ends early: every live rank's files complete, the run's status in its folder, no collective.
 
-A run ends early for a signal (SIGTERM or SIGUSR1: status ``time_limit``, exit 143; SIGINT:
-``interrupted``, 130) or a stall (``stalled``, 4; :mod:`launcher.run.heartbeat`). Then the main thread
-may be blocked in an allreduce that will never complete, and a peer may be gone, so nothing here
-uses MPI. Each rank, in the thread that saw the event (:meth:`Finisher.finish`, once per run):
-
-1. writes its own files: ``rank-<r>.jsonl`` and ``figures-<r>.json`` (this node's figures, which
-   the run also rewrites as it goes), and marks its heartbeat ``files_final``;
-2. the *leader* (the lowest rank still beating: rank 0 unless it stopped) waits up to ``deadline``
-   seconds for every other live rank's ``files_final``, merges the figures files it finds into a
-   partial ``summary.json`` and the ``results.csv`` row (when training had begun), writes
-   ``status.json``, and marks its heartbeat ``run_files``;
-3. every other rank waits (same deadline) for the leader's ``run_files`` before it exits, because
-   under ``mpirun`` the first rank to exit gets the others killed one second later; the leader
-   exits last (it waits a moment for the others' ``exiting``), because ``srun --kill-on-bad-exit``
-   kills the other tasks at once when one exits non-zero.
-
-``status.json`` (:func:`write_status`) is the run's state in one small file: ``running`` from the
-start, then ``complete`` or why not, with the message, the rank that wrote it, the time and the
-exit code. A run that failed says so in its folder instead of leaving only partial files behind.
+On a stop signal or a stall, :meth:`Finisher.finish` (once per run, in the thread that saw it) has each
+rank write its files and the leader merge the nodes' figures (:func:`merge_figures`) into a partial
+``summary.json``, the ``results.csv`` row and ``status.json`` (:func:`write_status`). Nothing here uses
+MPI: the main thread may be blocked in an allreduce and a peer gone. The protocol: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """How a run ends when it cannot finish: every rank stops within seconds, and one line says why.
 
-- **An exception on one rank** (:func:`fail`): the rank prints one line naming itself and the
-  error, writes its files, and calls ``MPI_Abort``, which ends every rank of the job (the others
-  may be blocked in an allreduce that will never complete; only an abort frees them).
-- **An error every rank finds** (:class:`AgreedError`: a bad job file or setting, an output folder
-  that cannot be written, ranks sharing a node, nodes that computed different placements or ended
-  with different weights): no rank is waiting, so rank 0 alone prints it, the others write it to
-  their log only, and all exit with the same code.
-- **A stop signal or a stall** (:class:`~launcher.errors.Stopped`, :mod:`launcher.run.signals`,
-  :mod:`launcher.run.heartbeat`): every live rank writes its files without a collective
-  (:mod:`launcher.run.ending`); the leader prints the one line.
-
-:func:`end` is where every one of these ends: ``pardnn-launch`` calls it with the error, the
-topology and the run's state it has.
-
-Exit codes: 1 error, 3 infeasible placement, 4 stalled, 130 interrupted (SIGINT), 143 stopped by
-SIGTERM or SIGUSR1 (a time limit).
+:func:`end` is where every error ends (``pardnn-launch`` calls it with the error, the topology and the
+run's state): an exception on one rank goes to :func:`fail` (one line, its files, ``MPI_Abort``); an
+:class:`AgreedError`, found by every rank, is printed by rank 0 alone; a stop signal or a stall ends
+through :mod:`launcher.run.ending`. :func:`exit_code` and :func:`status_of` map an error to its exit code
+and status. The rules: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

@@ -1,30 +1,10 @@
 """Stall detection without a collective: a heartbeat file and a watchdog thread per rank.
 
-A rank whose peer has stopped (``SIGSTOP``, a hung node, a lost network) waits in its allreduce for
-ever, and so does every other rank. So each rank runs a :class:`Watchdog` thread that, every
-``interval`` seconds:
-
-1. writes this rank's ``OUT/<run>/heartbeat-<r>.json``: rank, node, pid, a beat counter, the
-   progress counter (phases begun and ended, iterations completed), the last completed iteration,
-   the phase, and the ending protocol's state (:mod:`launcher.run.ending`);
-2. reads the other ranks' heartbeats and notes, on its own monotonic clock, when each one's beat
-   and progress last changed (so the nodes' clocks need not agree);
-3. declares a stall when no rank has progressed for the stall timeout: a rank whose beat stopped
-   changing is *silent* (stopped or hung hard) and is named; when every rank still beats, the
-   ranks at the lowest iteration are named (a hang inside the step: a collective, a device).
-
-The stall timeout: ``stall_timeout`` when set (``--stall-timeout``, the job file's ``[run]``);
-otherwise ``max(60 s, 20 x the median of the last 100 step times)``. Before the first iteration
-completes (build, profile, partition, the first step's graph optimisation), a run stalls only after
-``max(stall_timeout, 30 min)`` without progress. ``stall_timeout = 0`` turns stall detection off
-(the heartbeat still runs: the ending protocol reads it).
-
-The heartbeat is written in place (open, one fixed-length write, close) rather than renamed into
-place: on a shared NFS folder a reader's open sees the writer's last close, while a renamed file can
-hide behind the client's directory cache for up to a minute. A torn read fails to parse and is
-skipped. The output folder must be on a file system all nodes share (as a cluster's home or scratch
-is) for ranks to see each other; without one each rank still detects that it makes no progress,
-but cannot tell which peer stopped.
+A :class:`Watchdog` writes this rank's :class:`Heartbeat` (``OUT/<run>/heartbeat-<r>.json``) every
+``interval`` seconds, reads the others' and reports a :class:`Stall` when no rank has progressed for the
+stall timeout (:func:`stall_timeout`: ``--stall-timeout``, else ``max(60 s, 20 x the median step)``;
+``0`` turns detection off). The output folder must be shared by all nodes for ranks to see each other.
+The rules and why the file is written in place: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

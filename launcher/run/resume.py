@@ -1,16 +1,9 @@
 """Resuming a run from a checkpoint (:mod:`launcher.run.checkpoint` writes them) with the command it started with.
 
-``--resume DIR`` (a checkpoint folder, a run folder or a ``.json``; alone: the newest
-checkpoint of the same job under ``--out``) continues the run with the command line it started with.
-Every rank reads the checkpoint; a cluster shape that differs (nodes, devices per node, GPUs,
-placer, batch) stops it in one line saying what differs and what to do (:func:`shape_change`). A
-model-parallel run then builds the graph of the saved M, checks that its op names and variables are
-the saved graph's, and applies the saved placement: no profiling, no placing
-(:func:`saved_placement`), so profiled costs that differ from run to run do not matter. A graph that
-changed is one line naming what changed (:func:`graph_change`); ``--replace`` places it anew and loads
-the saved values by variable name. The values are loaded after initialisation and before the
-broadcast, and the run starts at the saved iteration, so node ``r`` of ``N`` goes on reading batch
-``i·N + r`` and the losses continue as in an uninterrupted run (given the job's seed).
+:func:`find` and :func:`locate` pick the checkpoint of ``--resume DIR`` (alone: the job's newest under
+``--out``); :func:`shape_change` stops a resume whose cluster shape differs, :func:`graph_change` one whose
+graph changed; :func:`saved_placement` applies the saved placement instead of profiling and placing, and
+:func:`resume_point` gives the iteration and values to go on from. docs/checkpoints.md has the rules.
 """
 
 from __future__ import annotations

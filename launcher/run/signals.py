@@ -1,19 +1,10 @@
 """Stop signals: SIGTERM and SIGUSR1 (a time limit), SIGINT (Ctrl-C), answered while the main thread is busy.
 
-Python runs signal handlers only between bytecodes, and the main thread may sit for long in
-``Session.run`` or an allreduce. So :class:`StopGuard` installs handlers that only set a flag, and
-the C-level handler's wake-up byte (``signal.set_wakeup_fd``) wakes a watcher thread, which calls
-``on_stop(status, message)`` at once (the run's files: :mod:`launcher.run.ending`) and sets the stop flag
-the training loop checks each iteration (:meth:`StopGuard.check` raises :class:`Terminated` or
-:class:`Interrupted`). If the main thread has not left the guard ``grace_seconds`` later (blocked in
-a collective whose peers are gone), the watcher ends the process with the signal's exit code.
-
-Why SIGUSR1: ``srun`` answers SIGTERM by killing its tasks (SIGKILL), and ``mpirun`` by killing
-its ranks a second later and exiting 1 whatever they do; both pass SIGUSR1 on to every task. So
-the batch scripts (``slurm/*.sbatch``) turn Slurm's early SIGTERM into a SIGUSR1 for ``srun`` or
-``mpirun``; the ranks stop as for SIGTERM, and ``srun`` or ``mpirun`` exits with their 143. Under
-``mpirun`` a Ctrl-C reaches the ranks as SIGTERM: only a rank started without ``mpirun`` (one
-node) can report an interrupt.
+Inside ``with StopGuard(on_stop) as guard:`` a signal calls ``on_stop(status, message)`` at once from a
+watcher thread, and :meth:`StopGuard.check` (the training loop, each iteration) raises
+:class:`Terminated` or :class:`Interrupted`; a main thread still blocked ``grace_seconds`` later is ended
+with the signal's exit code. :func:`stop_error` maps a signal to its error. Why SIGUSR1 and the watcher
+thread: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

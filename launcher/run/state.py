@@ -1,16 +1,10 @@
 """One rank's run: what it knows so far, the files it writes from it, and the ways it ends early.
 
-:class:`RunState` is what :mod:`launcher.core` fills in as the run goes (devices, placement, samples
-per step, whether training began) and writes from at any moment, from any thread:
-
-- this rank's files: ``rank-<r>.jsonl`` (the collector), ``figures-<r>.json`` (this node's figures,
-  rewritten as the run goes), ``heartbeat-<r>.json`` (:mod:`launcher.run.heartbeat`), ``rank-<r>.log``
-  (:mod:`launcher.reporting.console`);
-- the run's files (rank 0, or the leader of an early end): ``summary.json``, the ``results.csv`` row
-  and ``status.json``, merged from the nodes' figures files (:mod:`launcher.run.ending`).
-
-Its :meth:`~RunState.stop` answers a stop signal (:mod:`launcher.run.signals`), :meth:`~RunState.stalled`
-a stall (:mod:`launcher.run.heartbeat`), :meth:`~RunState.flush` an error (:func:`launcher.run.failure.fail`).
+:class:`RunState` is what :mod:`launcher.core` fills in as the run goes (devices, placement, samples per
+step, whether training began) and writes this rank's files and the run's from, at any moment and from any
+thread. Its :meth:`~RunState.stop` answers a stop signal (:mod:`launcher.run.signals`),
+:meth:`~RunState.stalled` a stall (:mod:`launcher.run.heartbeat`), :meth:`~RunState.flush` an error.
+Which files: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

@@ -1,30 +1,11 @@
 """Data parallelism across nodes: the allreduce backends that average gradients, and the initial broadcast.
 
-Two backends, one interface (:class:`Backend`), chosen at start-up by :func:`start_allreduce`
-(``--allreduce auto|horovod|mpi4py``; ``auto`` takes Horovod where ``horovod.tensorflow`` imports
-with MPI built in, else mpi4py). The log and ``summary.json`` (``allreduce``) name the one that ran.
-
-- **horovod** (:class:`HorovodBackend`; the pinned TensorFlow 2.15 stack, NCCL on GPU clusters).
-  ``hvd.DistributedOptimizer`` in graph mode puts every allreduce on the default device inside a
-  ``tf.cond``, which defeats a placement. Instead :class:`GradientAverager` is the
-  ``gradient_hook`` of ``jobs.build``: each gradient goes through ``hvd.allreduce(grad, op=Average)``
-  on the device ParDNN gave its variable (``device_dense``, ``device_sparse``), so an allreduce
-  starts as soon as its gradient is ready and overlaps the rest of the backward pass; Horovod's
-  background loop orders the collectives across ranks and fuses small tensors.
-- **mpi4py** (:class:`Mpi4pyBackend`; TensorFlow 2.16 and later, where Horovod 0.28.1 does not build).
-  :class:`FusedAverager` averages every gradient of the step in **one** host op (``tf.numpy_function``):
-  the gradients packed into one buffer per dtype, one ``MPI_Allreduce`` (sum) on a ``Dup`` communicator
-  of its own, divided by the ranks, unpacked; each leaves through an identity on its variable's device.
-  Never one call per gradient: TensorFlow runs independent ops in any order, and ranks issuing
-  per-gradient collectives in different orders would deadlock. On GPUs every gradient goes to the host
-  and back, and nothing overlaps the backward pass. The initial broadcast is one host ``MPI_Bcast``.
-
-The hook's ops live under ``pardnn_allreduce/``; the hooks' ``placement`` gives their devices for
-:func:`pardnn.tf.apply`. :func:`local_costs` counts their profiled time (mostly waiting for the other
-ranks) as 0, and the host op's outputs as taking no device memory (transfers to it are still costed).
-
-One rank needs no backend. Horovod is loaded and checked (:func:`find_horovod`) before it is
-initialised, so ranks agree on the outcome first: one stuck in ``hvd.init()`` would wait forever.
+:func:`pick_backend` resolves ``--allreduce auto|horovod|mpi4py`` to one :class:`Backend`:
+:class:`HorovodBackend`, whose :class:`GradientAverager` allreduces each gradient on its variable's device,
+or :class:`Mpi4pyBackend`, whose :class:`FusedAverager` averages every gradient of the step in one host op.
+Either is the ``gradient_hook`` of ``jobs.build``; its ops live under ``pardnn_allreduce/`` and
+:func:`local_costs` costs them. docs/install.md (Allreduce backends) compares the two; why each is built
+as it is: docs/notes-launcher.md.
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
 """Gradient checkpointing for ``--parallelism data --recompute``: which models can be wrapped, and how.
 
-A model marks its blocks with :func:`jobs.models.layers.block`; built inside
-:func:`jobs.models.layers.recomputing`, each block goes through ``tf.recompute_grad``: its
-activations are dropped after the forward pass and recomputed from the block's inputs when the
-backward pass needs them, so a device holds one block's activations at a time instead of all of
-them, for one more forward pass of compute. The gradients are the same (up to the order of float
-sums); a block must take its weights as inputs and create no variables, or the recomputation would
-create them again or cut the weights' gradients off.
-
-=================  =================================================================================
-model              wrapped
-=================  =================================================================================
-``word_rnn``       each LSTM layer at each time step (its weights are the block's inputs)
-``char_crn``       the same; the character CNN and highway layers run as they are
-``wrn``            not: each unit creates its variables and its batch-norm moving-average updates
-                   inside itself, which a recomputation would create twice
-``transformer``    not: each sub-layer creates its projection variables inside itself
-``e3d_lstm``       not: its cells read their weights from the enclosing graph, not as inputs, so a
-                   recomputed cell would give them no gradient
-your own model     a Keras model: each layer called on one tensor (:func:`jobs.models.layers.keras_blocks`;
-                   dropout and noise layers run as they are: a recomputation would draw other random
-                   numbers); a model function returning a step has no blocks, which the run finds
-                   after building and reports
-=================  =================================================================================
-
-After building, the run counts the blocks in the graph (:func:`check_blocks`) and says how many.
+A model marks its blocks with :func:`jobs.models.layers.block`; inside :func:`recomputed` each block goes
+through ``tf.recompute_grad``. :func:`check_wrappable` says what is recomputed in a job's model, or why
+it cannot be (:data:`WRAPPED`, :data:`NOT_WRAPPED`), before anything starts; :func:`check_blocks` counts
+the blocks in the built graph. docs/launcher.md (Gradient checkpointing) has the models and the rules.
 """
 
 from __future__ import annotations

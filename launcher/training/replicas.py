@@ -1,18 +1,10 @@
-"""Plain data parallelism: one rank per device, the whole model on each, Horovod averaging every gradient.
+"""Plain data parallelism: one rank per device, the whole model on each, every gradient averaged.
 
-What a user would run instead of ParDNN, trained over the same window and written to the same files
-and ``results.csv`` row (``parallelism`` = ``data``), so that ``pardnn-report`` compares the two:
-
-1. **build** the job's graph for one replica's batch (:func:`launcher.variants.replica_batch`: by
-   default the model-parallel run's global batch split over every device), with the Horovod hook
-   over all ranks; with ``--recompute`` its blocks are recomputed in the backward pass
-   (:mod:`launcher.training.recompute`);
-2. **cost** it (profile or estimate, as the run's ``costs``; ranks average their costs) and emulate
-   it on one device: the emulated step and its peak memory. A step over the device's limit ends the
-   run as ``does_not_fit`` before training (:func:`launcher.run.outcome.end_untrained`); TensorFlow running
-   out of memory while training ends it with that status too (:func:`launcher.run.failure.status_of`);
-3. put every op on the rank's device (:func:`launcher.training.devices.replica_devices`), **train** (rank
-   ``r`` of ``R`` reads batch ``i·R + r`` at iteration ``i``) and **finish**.
+:func:`run_data` trains what a user would run instead of ParDNN over the same window, into the same files
+and ``results.csv`` row (``parallelism`` = ``data``): build the replica's graph (with ``--recompute``:
+:mod:`launcher.training.recompute`), cost and emulate it on one device (over the limit: ``does_not_fit``),
+put every op on the rank's device, train and finish. docs/launcher.md (Plain data parallelism); the steps:
+docs/notes-launcher.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
-"""The baseline placers: one registry line each (:class:`pardnn.placement.placer.Placer`), the public signature
-``f(graph, machine, *, memory_heuristic="auto", progress=None, **options) -> Result`` generated.
+"""The baseline placers; :data:`BASELINES` maps a name to its placer (:class:`pardnn.placement.placer.Placer`).
 
-:data:`BASELINES` maps a name to its placer (:data:`pardnn.registry.PLACERS` adds ParDNN itself). Its
-order is the guard's order of preference among the ``cheap`` ones (a candidate must be strictly
-faster than those before it). Every placer keeps colocation groups whole, is deterministic
-(byte-identical placements across runs; LC only when it finishes within its time budget) and reports
-through the same :class:`~pardnn.placement.result.PartitionReport` as ParDNN, with ``stage_seconds`` holding
-``placement`` and ``evaluation``. None has a memory heuristic (``exact`` keeps residual bytes within
-the limits as a constraint of its model).
-
-========================  ===========================================================  ====================
-name                      placer                                                       complexity
-========================  ===========================================================  ====================
-``single``                everything on device 0                                        O(|V|)
-``topological``           contiguous blocks of the topological order, equal compute     O(|V|)
-``round_robin``           i-th op in topological order to device i mod K               O(|V|)
-``critical_path``         Mayer et al. 2017: critical path on device 0, greedy rest     O(K|V| + |E|)
-``linear_clustering``     Kim and Browne 1988 linear clustering + GLB (time budget)    incremental levels
-``metis``                 METIS K-way on the undirected graph (needs ``pymetis``)       multilevel, ~O(|V|+|E|)
-``etf``                   earliest-start list scheduling (Baechi's m-ETF, by priority)  O(|E| + |V|(log |V| + K))
-``pipeline``              K contiguous stages, every micro-batch copy with its op; 1F1B  O((|V|+|E|) log |V| + U²K)
-                          or GPipe run order (:mod:`pardnn.baselines.pipeline`)
-``exact``                 CP-SAT optimum of placement + schedule (<= 60 ops; a bound)  exponential
-========================  ===========================================================  ====================
+Each has ParDNN's signature ``f(graph, machine, *, memory_heuristic="auto", progress=None, **options) -> Result``:
+``single``, ``topological``, ``round_robin``, ``critical_path``, ``linear_clustering``, ``metis``, ``etf``,
+``pipeline``, ``exact``. Shared rules: docs/notes-partitioner.md.
 
 May import: :mod:`pardnn.costs`, :mod:`pardnn.emulation`, :mod:`pardnn.steps`, :mod:`pardnn.placement`,
 :mod:`pardnn.errors`.

@@ -1,25 +1,9 @@
-"""The critical-path placer of Mayer, Mayer and Laich (2017), "The TensorFlow Partitioning and
-Scheduling Problem: It's the Critical Path!" (DIDL '17), the best of their heuristics and the "CP"
-baseline of the ParDNN paper (Section 5, "Graph-based methods").
+"""The critical-path placer of Mayer, Mayer and Laich (DIDL '17), the paper's "CP" baseline.
 
-1. The critical path — the costliest source-to-sink path counting compute and communication
-   (``machine.edge_comm_us`` on every edge, as if cut) — goes to device 0, with the colocation
-   groups it touches. Their compute and their own memory are charged to device 0 up front.
-2. Every other op, in topological order, goes to the least-loaded device (accumulated compute;
-   ties to the lowest index) that has memory for it. A colocation group is placed as one unit when
-   its topologically first member is reached (its whole compute and memory charged then); the rest
-   of its members follow.
-
-Memory model of the greedy (a deliberately conservative reading of Mayer et al.'s static per-op
-memory): a device holds, for the whole step, the ``out_bytes`` of every residual and normal op on
-it (reference ops hold none) plus, per edge whose producer sits on another device, the edge's bytes
-(the received copy). Nothing is ever freed, so this total bounds the memory tracker's peak from
-above. Limits are ``machine.limits_bytes`` when the machine is bounded. When no device has room, the
-op (or group) goes to the least-loaded device anyway. ``details["memory_overflow_ops"]`` counts the
-ops after whose charge (own bytes, received bytes) their device was over its limit in this model,
-critical-path ops included; when it is 0, the evaluation reports ``memory_fits``.
-
-Complexity: O(|V| + |E|) for the levels and the path, O(K|V| + |E|) for the greedy.
+:func:`critical_path_placement` puts the critical path (compute plus every edge's transfer, as if cut;
+:func:`critical_path_ops`) on device 0 and every other op, in topological order, on the least-loaded
+device with memory for it, colocation groups whole. Its memory model: docs/notes-partitioner.md.
+O(K|V| + |E|).
 """
 
 from __future__ import annotations

@@ -1,37 +1,8 @@
 """Earliest-start list scheduling in the style of Baechi's m-ETF (Jeon et al., SoCC 2020), made incremental.
 
-ETF (Hwang, Chow, Anger and Lee 1989) simulates the run: a ready op goes to the device where it can
-start earliest, the transfers of its inputs from other devices counted; the device that runs it is
-its placement. Where ParDNN keeps K critical paths whole and maps the rest by levels, this placer
-fills whichever device is free first, which wins on wide graphs (many parallel branches) and on
-graphs where a transfer costs more than waiting for a busy device.
-
-1. Priority: each op's bottom level with every edge's transfer time counted as if cut (the levels of
-   ParDNN's slicing). Ready ops are taken highest first (ties to the lowest topological rank), so the
-   critical path is placed before the ops that could delay it.
-2. Placement: the op goes to the device of earliest start: ``max(device free, inputs arrived)``,
-   an input on another device arriving ``latency + bytes / bandwidth`` after its producer finished.
-   Ties go to the device of the op's *critical parent* (the input that arrives last), then to the
-   lowest index, so a chain stays on one device unless another device really starts it earlier:
-   critical-path ops are kept together.
-3. Colocation groups go whole to the device chosen for their topologically first member; the rest
-   of a group's members follow it (their start is the group device's).
-4. Memory: on a machine with limits, a device whose residual bytes (variables, optimizer slots: held
-   all step) would exceed its limit is skipped, the group's whole residual charged at once; when no
-   device has room the earliest start wins anyway (``details["memory_overflow_ops"]`` counts those).
-   Activations are left to the memory tracker that judges every placement.
-
-Choices where Baechi's m-ETF differs, and why:
-
-- **Priority order, not a global earliest start.** m-ETF rescans every (ready op, free device) pair
-  at each step: O(|V| × ready × K), minutes on a 6k-op graph whose ready set reaches 2,300 ops.
-  Taking ops by priority and choosing only the device is O((|V| + |E|) log |V| + K|V|)
-  and keeps the earliest-start rule for the device; it is HEFT's list scheduling without insertion
-  (Topcuoglu et al. 2002), on identical devices.
-- **No chain fusion.** Fusing chains measured 2.6-2.9× slower on wide graphs; the guard compares
-  this placer with ParDNN and the others by one emulator instead.
-
-Complexity: O(|E| + |V| (log |V| + K)) after the levels' O(|V| + |E|), one compiled sweep.
+:func:`etf_placement` takes ready ops by priority (bottom level, edges as if cut) and puts each on the
+device where it can start earliest, colocation groups whole; it wins on wide graphs. Priority, ties,
+memory and where it differs from m-ETF: docs/notes-partitioner.md. O(|E| + |V| (log |V| + K)).
 """
 
 from __future__ import annotations

@@ -1,78 +1,11 @@
 """Exact placement and schedule of small graphs with CP-SAT: the optimum the heuristics are measured against.
 
-The emulator's machine (:mod:`pardnn.emulation.emulator`) as a constraint program for OR-Tools' CP-SAT (a
-lazy-clause-generation solver with LP relaxations; OR-Tools 9.9). On K devices it chooses
-
-- a device per op: booleans ``y[u, d]``, exactly one true per *unit* ``u`` (a colocation group, or an
-  op outside every group: :func:`pardnn.steps.units.units_of`), so groups never split; reference ops reach
-  their variable's device through their group, as the data says (:class:`pardnn.costs.graph.Kind`);
-- a start ``s_v`` per op; op ``v`` runs ``c_v`` as an optional interval on each device, present iff
-  it sits there, with no overlap on any device;
-- on every edge ``u -> v``: ``s_v >= s_u + c_u + comm(u, v) x_ab``, ``comm`` = ``machine.edge_comm_us``
-  (latency + bytes / bandwidth; transfers do not contend), ``x_ab`` a boolean equal to "the units
-  a of u and b of v sit on different devices" (clauses over ``y``);
-- when the machine is bounded, per device the residual bytes of its ops within ``machine.limits_bytes``
-  (counted in coarser granules only past 2^60 bytes in total, where CP-SAT's integers end);
-
-and minimises the makespan ``T >= s_v + c_v``. Redundant constraints (they cut no solution, tighten
-the relaxation): a cumulative of all ops of capacity K, every device's load ``<= T``. When the devices
-are interchangeable (no limit, or equal limits), units numbered in topological order of their first
-op may use device ``d > 0`` only if an earlier unit uses ``d - 1`` (value precedence), which removes
-the K! relabellings of every placement.
-
-**Why it bounds every placer from below.** For any placement, the emulator's FIFO schedule meets every
-constraint above (one op at a time per device; inputs from another device arrive ``comm`` after their
-producer ends), and a placement within memory keeps its residual bytes within the limits (the model
-drops Eq. 3's transient buffers: memory only removes placements). So the model's optimum ``T*``, and
-any bound CP-SAT proves on it, is at most the emulated makespan of every placement of every placer
-that fits memory on the same machine (of every placement, without limits): ``emulated / T*`` is an
-honest optimality gap. It overstates the gap of the *placement*: the emulator runs each device in
-order of readiness, the model in the best order, so even the exact placement may emulate above ``T*``.
-Of the placements of every solution the searches report and of the hint, the one the emulator runs
-fastest is returned (``details["chosen"]``; ``model_start_us``: the model's schedule of it). With
-it comes the model's run order (each device's ops by their start in the model's schedule, as
-:mod:`pardnn.polish.order` positions) when the emulator, holding each device to that order, runs the
-placement faster than in order of readiness and within memory (``details["run_order"]``; off with
-``ordered=False``): the emulated step then follows the model's schedule, so its makespan is the
-model's optimum up to the rounding of durations to ticks (on the exact benchmark at most 1.001 times
-it).
-
-**Integer time.** Times are ticks of ``10^-e`` µs, ``e`` such that the horizon (total compute + total
-communication) is about 10^7 ticks; durations and communication costs are rounded *down*. Rounding
-every start of a real schedule down gives an integer schedule (``floor(a + b) >= floor(a) +
-floor(b)``), so the integer optimum is still ``<= T*``: ``objective_us`` and ``bound_us`` stay lower
-bounds of every emulated makespan, short of the real optimum by less than a tick per op and edge of
-a path (relative error about 10^-6). ``status == "optimal"`` means proven within 0.01 % of the model's
-optimum (CP-SAT's ``relative_gap_limit``): at finer resolution, closing the last ticks of a gap can
-take longer than the rest of the search.
-
-**Search and determinism.** Two single-worker CP-SAT searches, each from the best solution so far:
-without LP relaxation (it proves small instances fastest), then, if unproven, with it (the bound it
-proves is far tighter); each gets half of ``time_limit_s``, read as CP-SAT's *deterministic* time (a
-count of work, nominally about a second of one core; 1-5 wall seconds on our shared 2-core machine).
-One worker and a fixed seed make the same inputs give a byte-identical placement on any load,
-stopped or not. (A portfolio of workers is not reproducible, and its deterministic interleaved mode
-runs whole batches past a proof.) A wall-clock backstop of ``5 time_limit_s + 10`` s guards against
-a stalled machine (``details["wall_limit_hit"]``; then the placement may differ). The first search
-starts from a hint: the best, by the integer schedule of its emulated order, of the single-device,
-topological and critical-path placements within the residual limits.
-
-**Size.** Scheduling with communication delays on identical machines (P|prec, c_ij|C_max) is strongly
-NP-hard before placement is added; the model has K |V| optional intervals, K |U| + |V| + |E| variables
-and O(K |E|) clauses. Measured (``python -m benchmarks.exact --sizes``, 3 random DAGs per row, CCR 1, 10 s
-deterministic, 2 shared cores), proven optimal: 10 and 20 ops, K = 2 and 4, all in < 0.5 s wall;
-30 ops: K = 4 all in 0.2 s, K = 2 two of three (12 and 3 s); 50 ops: all (K = 4 in 1.2 s, K = 2 in
-about 12 s); 80 ops: four of six (9-30 s). On the 210 DAGs of 15-30 ops of ``python -m
-benchmarks.exact`` (CCR 0.1-100, K = 2-4, 5 s): 208 proven, median 0.04 s. So: routine up to about 30
-ops, often up to 50-80 with a longer limit; ``max_ops`` (default 60) refuses larger graphs.
-
-``details``: ``status`` (``optimal``; ``feasible``: the limit stopped a search that had a solution;
-``infeasible``: no placement keeps the residual bytes within the limits, and the placement returned
-does not fit; ``unknown``: no solution when the limit hit, the hint's placement is returned),
-``objective_us`` (the model's best makespan), ``bound_us`` (its proven lower bound), ``gap``,
-``solve_seconds`` (wall), ``deterministic_time``, ``time_limit_s``, ``timeout``, ``chosen``,
-``chosen_model_us``, ``model_start_us``, ``hint``, ``hint_us``, ``ticks_per_us``. K = 1 and the empty
-graph need no solver: the optimum is the total compute, which a single device runs without idling.
+:func:`exact_placement` models the emulator's machine (a device per unit, a start per op, transfers on
+cut edges, residual bytes within the limits) and minimises the makespan; its ``objective_us`` and
+``bound_us`` bound every fitting placement's emulated makespan from below. Deterministic (one worker,
+fixed seed); refuses graphs over ``max_ops`` (:data:`DEFAULT_MAX_OPS`). ``details``: ``status``,
+``objective_us``, ``bound_us``, ``gap``, ``chosen``, ``run_order``... The model, the proof of the bound
+and the search: docs/notes-partitioner.md and docs/algorithm.md ("Exact optimum for small graphs").
 """
 
 from __future__ import annotations

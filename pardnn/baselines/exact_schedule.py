@@ -1,14 +1,8 @@
 """The exact placer's schedules outside CP-SAT (:mod:`pardnn.baselines.exact`).
 
-- :func:`list_schedule`: the integer schedule of the model when the ops run in a given order, each as
-  early as its device and inputs allow (how an emulated order becomes a hint or a candidate).
-- :func:`hint_candidate`: the first search's starting solution, the best of three cheap placements.
-- :func:`pick`: the returned placement among every solution found: the one the emulator runs fastest,
-  in order of readiness or in its model order.
-- :func:`model_order`: a placement's run order from the model's start times, kept when the emulator,
-  holding each device to it, runs the placement faster than in order of readiness and within memory.
-
-Complexity: O(|V| + |E|) per list schedule; an emulation per candidate (two with its order).
+:func:`list_schedule` (the model's integer schedule of an order), :func:`hint_candidate` (the first
+search's start), :func:`pick` (the placement returned) and :func:`model_order` (the model's run order,
+when the emulator runs it faster). O(|V| + |E|) per list schedule.
 """
 
 from __future__ import annotations

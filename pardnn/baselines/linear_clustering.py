@@ -1,41 +1,9 @@
-"""Linear clustering (Kim and Browne 1988, "A General Approach to Mapping of Parallel Computations
-upon Multiprocessor Architectures", ICPP) with GLB cluster mapping (Radulescu and van Gemund 1998,
-"GLB: A Low-Cost Scheduling Algorithm for Distributed-Memory Architectures", HiPC): the "LC"
-baseline of the ParDNN paper (Section 5, "Graph-based methods"), which ParDNN's slicing shortcuts.
+"""Linear clustering (Kim and Browne 1988) mapped by GLB (Radulescu and van Gemund 1998): the paper's "LC".
 
-1. **Clustering.** Take the critical path of the ops not yet clustered — compute plus
-   communication (``machine.edge_comm_us`` on every edge, as if cut), bottom levels recomputed on
-   that subgraph after every path — make it a cluster, remove it, repeat until no op is left.
-2. **Mapping (GLB).** Each cluster starts when its first op does in the clustered schedule on
-   unbounded processors: that op's top level with the edges inside clusters costing nothing. In
-   order of increasing start (ties to the earlier cluster), each cluster goes to the device with
-   the least work so far (ties to the lowest index). Colocation groups then follow their
-   topologically first member (:func:`pardnn.steps.colocation.keep_groups_whole`).
-
-Recomputing every level after every path is what makes LC slow — the ParDNN paper reports ~12
-hours on a 205K-op graph. Ours recomputes only the levels that can change: cutting a path changes
-the bottom level of an op only through a successor that was cut or whose level changed, so the
-path's unclustered predecessors are recomputed, then the predecessors of every op whose level did
-change, in decreasing topological rank (a heap), so each after its successors. The path starts
-come from a max-heap of (bottom level, -rank) over the sources of the unclustered subgraph only (a
-predecessor's level is at least its successor's, transfer times and compute being >= 0, and its
-rank lower, so the first op of highest level is always a source); entries sink as levels drop
-(levels only drop: an op only loses successors), and each carries its key, so a sift reads the
-heap, not the graph. Each level is recomputed by the same formula over the same successors as a
-full sweep, so the clusters are exactly those of the full recomputation, ties included (a test
-compares the two on random DAGs). On the model graphs of ``pardnn bench`` the full recomputation took 0.16-9.4 s and
-this takes 0.006-0.14 s; 0.08 s on the 200k-op synthetic graph, 0.5 s on 1M ops (2 shared cores).
-Cheap enough to be one of the guard's candidates (:mod:`pardnn.polish.guard`) at every size.
-
-``time_budget_s`` (default 60 s for the ``linear_clustering`` placer, none for the guard) still
-bounds the clustering: past it the clustering stops between paths, every op left becomes a cluster
-of its own, GLB maps all clusters as usual, and ``details["timeout"]`` is ``True``. The placement
-is then valid but depends on how far the clustering got, so it is deterministic only without a
-timeout (and with ``time_budget_s=0``, which clusters nothing).
-
-Complexity: O(|V| (|V| + |E|) log |V|) for the clustering in the worst case (every level changing
-after every path), in practice about O(A log |V|) with A the ops and edges whose levels the paths
-change; O(|V| + |E| + C log C + CK) for the mapping of C clusters.
+:func:`linear_clusters` cuts the graph into critical paths, levels updated incrementally (the clusters
+of a full recomputation, far faster); :func:`glb_map` maps them to the least-loaded device;
+:func:`linear_clustering_placement` does both, within ``time_budget_s``. Choices and cost:
+docs/notes-partitioner.md.
 """
 
 from __future__ import annotations

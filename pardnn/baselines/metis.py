@@ -1,32 +1,9 @@
-"""METIS: undirected multilevel K-way partitioning (Karypis and Kumar 1998, "A Fast and High Quality
-Multilevel Scheme for Partitioning Irregular Graphs", SIAM J. Sci. Comput. 20(1)) via ``pymetis``.
+"""METIS K-way partitioning (Karypis and Kumar 1998) via ``pymetis``: balanced compute, little communication cut.
 
-The classic graph-partitioning baseline: balance the compute across K parts while cutting as little
-communication as possible, blind to the order in which ops run (so to the critical path).
-
-- Each colocation group is contracted to one vertex first, so METIS can never split a group.
-- Vertex weight: the compute of the op (or group), scaled to integers (``1 + floor(2^28 comp / W)``,
-  so that ops without compute still count a little and the total fits 32-bit METIS builds).
-- Edge weight: the communication cost of the edge if cut (``machine.edge_comm_us``), edges between
-  the same two vertices merged (summed) in either direction, scaled to integers >= 1 with the total
-  at most about 2^28.
-- Memory is *not* a balance constraint. METIS supports several (``ncon > 1``), but pymetis
-  (2025.2) does not expose them: it derives ``ncon`` from ``len(vweights)`` and
-  ``len(xadj)`` and a flattened ``|V| x 2`` weight array was read as a single constraint in our
-  checks (https://github.com/inducer/pymetis/issues/45 and the unmerged
-  https://github.com/inducer/pymetis/pull/62). So the placement
-  balances compute only; the evaluation reports whether memory fits.
-- ``K = 1`` puts everything on device 0 without calling METIS; with at most K vertices, vertex i
-  goes to device i. The METIS seed is fixed (``seed`` option), so placements are deterministic.
-
-pymetis (>= 2025.2, for ``CSRAdjacency``) is an optional dependency (``pip install pymetis``);
-without it this placer raises :class:`MissingDependencyError` when it has to call METIS. The METIS
-that pymetis carries is called through ctypes when its extension exports it (it does on Linux
-wheels): the same function, arrays and options as ``pymetis.part_graph``, so the same partition,
-but without holding Python's GIL for the whole partition (:func:`_kway_without_the_gil`).
-
-Complexity: O(|V| + |E|) to build the contracted graph (two counting sorts of its arcs, compiled), and METIS's
-multilevel K-way scheme, about O(|V| + |E| + K log K).
+:func:`metis_placement` contracts each colocation group to one vertex (:func:`contract_groups`), weights
+vertices by compute and edges by their transfer cost, and partitions the undirected graph; it is blind to
+run order and memory. Needs ``pip install pymetis`` (else :class:`MissingDependencyError`). Weights and
+why memory is no constraint: docs/notes-partitioner.md.
 """
 
 from __future__ import annotations

@@ -1,60 +1,10 @@
 """The layer pipeline users know (GPipe, PipeDream-Flush), at op granularity: a guard candidate.
 
-A micro-batched step (:mod:`pardnn.costs.copies`) holds M copies of the forward and backward ops, sharing
-the variables. This placer cuts the *single-copy* graph (micro-batch 0 and the shared ops; a graph
-without metadata is its own single copy, M = 1) into K contiguous stages, sends every copy of an op
-to its op's stage, and gives each device a run order: 1F1B or GPipe, whichever the emulator finds
-shorter (the one that fits first).
-
-1. **Layers, from the graph's structure.** A *weight group* is a colocation group holding a
-   residual op (a variable with its reads, its update and its optimizer slots) that some op outside
-   every weight group reads; groups are numbered ``0..L`` by their first such reader in topological
-   order: these are the layers. Each op gets a *position* in ``0..L``:
-
-   - a weight group's members: its number;
-   - ``a(v)``, the largest number among the weight groups ``v`` depends on (a forward sweep): an op
-     with ``a(v) < L`` is a forward op of layer ``a(v)`` (the weights used so far);
-   - an op with ``a(v) = L`` (the last layer's forward ops, the loss, and every backward op, which
-     all depend on every layer through the loss) is *late*: it takes the largest position among its
-     inputs that are forward ops, weight-group members or inputs of forward ops (a data input feeds
-     the first layer that reads it) — a gradient op reads the activations or the weights of the
-     layer it differentiates, so it goes with that layer's forward ops and weights, never to a later
-     stage; a late op without such inputs (a sum of gradients, the clipping norm) takes the
-     smallest position among its late inputs; then, in reverse topological order, a late op moves
-     up to the smallest position among its consumers when that is later. So a weight gradient
-     ``dW_l = x_{l-1}^T dy_l``, which reads the previous layer's output, not layer l's weights, but
-     feeds layer l's update (directly or through the sum over micro-batches), goes with layer l:
-     the weight-sized gradient never crosses a stage boundary;
-   - an op that depends on no weight (inputs, constants) goes with its earliest consumer;
-   - every other colocation group takes its members' smallest position (groups stay whole).
-
-   What remains approximate: a reduction over every layer's gradients (clipping by the global norm)
-   has the smallest position of the layers it reads, and gradients that reach it before their
-   update may stay one layer early; the balance below counts every edge that crosses a boundary.
-2. **Stages** (PipeDream's partitioner, Narayanan et al. 2019): a dynamic program over the
-   positions in order, whose value is the slowest stage — its compute (every copy) or the transfer
-   time of one micro-batch's edges crossing a boundary (both directions, plus one latency: the
-   emulator's transfers never contend, so a boundary delays each micro-batch rather than
-   throttling the step) — with K or fewer contiguous
-   stages, stage ``s`` on device ``s``. Memory: stage ``s`` holds its residual bytes and, in 1F1B,
-   the activations of ``min(M, K - s)`` micro-batches; a split whose stage exceeds its device's
-   limit is not taken (when no split fits, memory is ignored and the tracker judges the placement).
-   More than :data:`MAX_UNITS` positions are merged into that many runs of equal compute first.
-3. **Run orders.** Forward ops (and the last stage's late ops, which 1F1B runs right after their
-   forward anyway) form micro-batch m's forward on their device, the other late ops its backward.
-   GPipe: every forward, then every backward. 1F1B: ``min(M, K - 1 - s)`` forwards on stage ``s``,
-   then one forward and one backward alternately, then the remaining backwards. The shorter of the
-   two under the emulator (the one that fits first) is returned — or no order at all when the order
-   of readiness is shorter still, so the candidate is never slower than its own placement unordered.
-   With one micro-batch (M = 1) there is nothing to interleave: no order, and no emulation here. Shared reads run
-   first, shared gradient sums and updates last; within a slot, topological order. Should the
-   devices' sequences so made wait on each other in a cycle (an edge from a later slot on one device
-   to an earlier one on another), a Kahn sweep taking the ready op of the smallest slot gives the
-   order instead (a topological order: valid by construction).
-
-Complexity: O((|V| + |E|) log |V|) for the sweeps and the orders, O(U² K) for the dynamic program
-(U ≤ :data:`MAX_UNITS` positions), and for M ≥ 2 three emulations and memory sweeps (1F1B, GPipe,
-readiness), O((|V| + |E|) log |V|) each; deterministic.
+:func:`pipeline_placement` finds layers from the weight groups (step 1, :func:`layer_positions`), cuts
+them into K contiguous stages by PipeDream's dynamic program (step 2, :func:`stage_split`), sends every
+micro-batch copy of an op to its op's stage and returns the shorter of a 1F1B and a GPipe run order
+(step 3, :func:`run_order`). Overview: docs/algorithm.md ("The pipeline candidate"); the steps' rules:
+docs/notes-partitioner.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """Contiguous topological split: K consecutive stretches of the topological order, equal in compute.
 
-What pipeline balancers do (GPipe, torchgpipe's ``balance_by_time``): cut the op sequence into K
-blocks of about equal work, block j on device j. An op belongs to the block in which the midpoint
-of its compute falls: op ``v`` with ``W_before`` work ahead of it in topological order goes to
-``floor(K (W_before + comp(v) / 2) / W)``, ``W`` the total work. The blocks are therefore contiguous
-and each holds ``W / K`` up to half an op at either end. (Equal op counts when the graph has no
-work.) Colocation groups then follow their topologically first member
-(:func:`pardnn.steps.colocation.keep_groups_whole`), which takes optimizer updates back to their variable's
-device, as TensorFlow's colocation does.
-
-Complexity: O(|V|) (plus the evaluation).
+:func:`topological_placement` does what pipeline balancers do (GPipe, torchgpipe's ``balance_by_time``),
+block j on device j; colocation groups then follow their first member. O(|V|).
 """
 
 from __future__ import annotations

@@ -1,36 +1,9 @@
 """A job's costed graph at any batch size, from graphs built at two consecutive sizes.
 
-Building a paper-size training graph in TensorFlow takes 4-30 s, and ``pardnn max-batch`` probes
-dozens of batch sizes; partitioning a probe takes well under a second. So the graph is built (and
-costed with :func:`pardnn.tf.estimate.estimate_parts`) at batches ``b`` and ``b + 1`` only, and every
-other batch's graph is computed from those two:
-
-- per op: FLOP candidates (:func:`pardnn.tf.estimate.op_flop_terms`; the op's FLOPs are the
-  largest), bytes moved, output bytes and parameter bytes; per edge: bytes. Each is a straight line
-  through its values at ``b`` and ``b + 1`` (whole numbers stay whole: the slope is the difference of
-  two integers);
-- an op's time is then the device's roofline of its FLOPs and bytes
-  (:meth:`pardnn.costs.presets.DevicePreset.kernel_us`, the formula ``estimate`` uses), so a MatMul that is
-  memory-bound at batch 1 and compute-bound at batch 512 is timed right at both. Ops without a
-  kernel of their own (free ops: 0; functional ops: their bodies' time) have their time itself
-  extended along the line.
-
-**Why lines are exact, and how that is checked.** Every one of these quantities is, for batch sizes
-``>= 0``, a sum or maximum of products of tensor dimensions, each dimension either fixed or
-proportional to the batch: a polynomial with non-negative coefficients, or the maximum of several
-(the estimator's one-FLOP-per-element rule), hence a *convex* function of the batch. For a convex
-``f`` and the line ``g`` through ``f(b)`` and ``f(b + 1)``: beyond ``b + 1``, ``f >= g``; and if
-``f(B) = g(B)`` at some ``B > b + 1``, then ``f <= g`` on ``[b + 1, B]`` (``f`` lies below its chord),
-so ``f = g`` on the whole of ``[b, B]``. One more build, at the largest batch a search probed,
-therefore proves every probe in between exact: :meth:`BatchScaling.mismatch` compares the two
-graphs (structure and bytes exactly, times to 1e-9 relative) and names the first op that differs. A
-model with a term quadratic in the batch (a ``B × B`` similarity matrix, say) or whose graph changes
-shape with the batch fails that check, and the caller builds every probe instead
-(``pardnn max-batch --rebuild``). The five paper models are linear; the tests compare scaled and
-built graphs for each.
-
-Complexity: :meth:`BatchScaling.graph_at` is O(|V| + |E|) array arithmetic plus the graph's own
-validation; building the graph is what it saves.
+:class:`BatchScaling` takes the graphs' :class:`CostParts` at batches ``b`` and ``b + 1``; its
+:meth:`~BatchScaling.graph_at` extends every op's FLOPs and bytes along the line through them and times
+it by the roofline, and :meth:`~BatchScaling.mismatch` checks the result against a built graph. Why lines
+are exact: docs/notes-partitioner.md. O(|V| + |E|) per graph.
 """
 
 from __future__ import annotations

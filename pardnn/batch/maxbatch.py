@@ -1,32 +1,8 @@
-"""The largest trainable batch on K devices: ParDNN against data parallelism.
+"""The largest trainable batch on K devices: ParDNN against data parallelism (the paper's "Increase over ideal DP").
 
-For each K, the largest batch size for which ParDNN (with memory heuristic I) finds a placement
-that fits every device, by doubling and then bisection over the batch size; each probe costs the
-job's graph at that batch size (a callback: build, estimate) and partitions it. Data parallelism
-replicates the whole model on every device, so its answer is the largest batch that fits *one*
-device, times K — the paper's "Increase over ideal DP" compares the two.
-
-Memory grows with the batch (every activation does, parameters do not), but whether the greedy
-heuristic *finds* a fitting placement is only nearly monotone: near its limit it can fail at one
-size and succeed at the next. After doubling and bisection, the search therefore scans upward
-until three sizes in a row fail, and reports the largest size that fitted.
-
-Probes are cached by key (job fingerprint, batch, K, memory, reserve, heuristic), in memory and
-optionally in a JSON file, so a rerun is instant; the caller's ``graph_for_batch`` keeps its graphs
-by batch, so the K values share one graph per batch size (``jobs.maxbatch`` builds few graphs and
-computes the others with :mod:`pardnn.batch.batchscale`).
-
-Probes are few all the same: data parallelism's search starts from a linear extrapolation of the
-peak memory at batches 1 and 2, and each K's from the previous K's answer scaled by the device
-count; both gallop from their guess, then bisect.
-
-With micro-batches (``micro_batches = M``) the step graph holds M copies of the forward and
-backward ops, each at micro-batch ``b``, and only multiples of M are batches: the search runs over
-``b`` and probes batch ``M b`` (:func:`max_batch`); :func:`best_micro_batches` picks, per K, the M
-whose largest batch is the largest (``pardnn max-batch --micro-batches auto``).
-
-Complexity: O(log B) probes per K for an answer B (doubling or galloping, then bisection), plus
-the upward scan (3 more for a monotone heuristic); O(log |B - guess|) with a guess.
+:func:`max_batch` finds, per K, the largest batch that ParDNN fits and the largest one device fits times K,
+by galloping and bisection, each probe a callback's graph partitioned; :func:`best_micro_batches` picks
+the best M per K. Probes are cached (:class:`ProbeCache`). Search rules: docs/notes-partitioner.md.
 """
 
 from __future__ import annotations

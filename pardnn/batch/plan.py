@@ -1,42 +1,9 @@
 """Choosing how a node's GPUs are used: replicas of k devices × M micro-batches, the allreduce included.
 
-A node of G GPUs can run G/k replicas of k devices each (k dividing G): k = G is one model-parallel
-replica per node, k = 1 plain data parallelism. Each replica trains B·k/G of the node's batch B, split
-into M micro-batches. A *plan* is (k, M); its cost is one replica's emulated step with the gradient
-allreduce across all N·G/k replicas of the cluster in it (:mod:`pardnn.emulation.allreduce`), placed
-by ParDNN on the k devices, in ParDNN's run order or in order of readiness where that step is shorter
-with the allreduce (:mod:`pardnn.placement.allreduce_order`; ``run_order`` says which). The cluster
-trains N·B samples per step, so the plan's throughput is ``N·B / step``.
-
-:func:`search_plans` tries every k that divides G and, for each, every M that divides the replica's
-batch; each trial costs the replica's real graph at its real batch and M (a callback builds it) and
-places it. It keeps the highest throughput that fits every device's memory. Ties (within the
-emulator's tolerance, :func:`pardnn.emulation.emulated.strictly_shorter`) go to the simpler plan: more
-replicas first (the smaller k), then the smaller M. k = 1 and k = G are always tried, so the plan
-chosen is never slower, in the emulator, than plain data parallelism or one replica per node where
-those fit.
-
-**Pruning.** Placing the step of many micro-batches is most of a search's placing time (M = 16 has
-about 16 times the ops of M = 1: near a million for the paper's largest models). So the plans are
-tried by M, then k (the smallest graphs first), and a plan is not placed when a lower bound on its
-step is already strictly longer (beyond the tolerance) than the shortest fitting step found: it
-cannot win, nor tie. The bound is the emulator's own: a device runs one op at a time and an op
-takes its compute time on any of the k (identical) devices, so the step is at least the replica's
-total compute over k and at least its critical path without communication
-(:func:`pardnn.emulation.simulate.lower_bound_us`), with the allreduce's holds on the updates as
-without them.
-Such a trial is reported ``pruned`` with its bound (``bound_us``), so the choice is exactly the one
-placing every plan would make; ``prune=False`` places them all (a benchmark's full table).
-
-A plan of M >= 2 micro-batches is first bounded without its own graph, whose build (TensorFlow, at
-M = 2) is most of a search's time: by ``bound_for``, first from the steps built already (with
-``ready_only``: from the plain step at the micro-batch's size, or else from the kernel launches of
-the plain steps at other batches), then from the plain step at the micro-batch's size, built if need
-be: M × the compute that step repeats per micro-batch, over k (:mod:`pardnn.batch.microbound`; each
-at most the bound above, so it prunes no plan that bound would keep). Such a trial has no ``ops``
-(not built).
-Before each trial the search tells the builder (``ahead``) which plans may still be placed, so the
-steps only pruned plans need are not built at all.
+:func:`search_plans` tries every k dividing the node's G GPUs and every M dividing the replica's batch,
+places each plan's step with ParDNN, emulates it with the cluster's gradient allreduce and keeps the
+highest throughput that fits memory; plans a lower bound rules out are ``pruned``, not placed. Ties and
+pruning: docs/notes-partitioner.md.
 """
 
 from __future__ import annotations

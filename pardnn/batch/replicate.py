@@ -1,38 +1,9 @@
 """A micro-batched step's costed graph at any M, from the graph built at M = 2.
 
-Building a paper-size training step in TensorFlow takes about 0.7 ms per graph op, and a step of M
-micro-batches has about M times the ops: building M = 16 directly takes many minutes per model,
-and a benchmark over M = 2, 4, 8, 16 hours. The step at M is, op for op, M copies of one
-micro-batch's forward and backward ops plus the ops of no micro-batch (variables, updates, summed
-gradients), so it can be written down from the step built at M = 2 and the same micro-batch size:
-
-- **Copies.** Copy 0 of the M = 2 graph is the template of copies 0 .. M-2, copy 1 (the *last*
-  copy, which alone runs batch norm's moving-average updates; :mod:`jobs.microbatch`) the template
-  of copy M-1. A copy's op keeps its template's costs, kind, type and colocation group, and its
-  name with the scope ``micro_t`` replaced by ``micro_j`` wherever it stands as a whole path part
-  (``tf.gradients`` repeats the forward op's name inside its gradient's).
-- **Edges.** An edge between shared ops stays; an edge touching copy 0 is repeated for copies
-  0 .. M-2, an edge touching copy 1 goes to copy M-1; bytes as in the template. An edge between
-  the two copies is refused.
-- **Shared ops.** An op of no micro-batch that reads the copies (the summed gradients and the
-  summed loss, ``AddN``) reads M inputs instead of 2: its bytes moved grow by ``(M - 2) ×`` the
-  bytes it reads from copy 0, and its time is the device's roofline again
-  (:meth:`pardnn.costs.presets.DevicePreset.kernel_us`, the estimator's formula). Its FLOPs do not
-  change: the estimator counts an elementwise op's FLOPs as the largest element count among its
-  tensors (:func:`pardnn.tf.estimate.op_flop_terms`), the added inputs repeat inputs it already
-  has, and a sum's output does not grow with the number of inputs. Only sums may read the copies
-  (``AddN``, ``AccumulateNV2``); any other op of no micro-batch that reads them (a ``Concat`` or
-  ``Pack`` of the copies' outputs grows with M), and any shared op that splits a full batch among
-  the copies (``Split``, ``SplitV``, ``Unpack``: the full batch grows with M), is refused with its
-  name: build that step at M directly.
-
-The M = 2 graph must be costed at the micro-batch size wanted (B / M for a global batch B), with
-its FLOPs and bytes moved (:class:`pardnn.batch.batchscale.CostParts`, from
-:func:`pardnn.tf.estimate.estimate_parts`). :func:`difference` compares a replicated graph with
-one built at M, op by op by name (structure, bytes, copy metadata exactly, times to 1e-9
-relative); the tests do so for zoo models, and ``python -m benchmarks.micro`` for two paper models,
-at M = 4. Complexity: O(M (|V| + |E|)) array work plus one regular-expression substitution per
-copied op name.
+:func:`replicate` writes the step of M micro-batches down from the M = 2 step costed at the same
+micro-batch size (its copies repeated, the shared sums widened), refusing graphs whose shared ops grow
+otherwise; :func:`difference` compares it with a step built at M. Rules: docs/notes-partitioner.md.
+O(M (|V| + |E|)).
 """
 
 from __future__ import annotations

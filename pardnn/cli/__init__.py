@@ -1,16 +1,10 @@
-"""The ``pardnn`` command: thin over the library (parse, call, print).
+"""The ``pardnn`` command: thin over the library (parse, call, print); :func:`main` is the entry point.
 
-Built-in sub-commands work on graph files (:mod:`pardnn.cli.commands`: info, simulate, place,
-convert, generate). Other packages add theirs through the entry-point group ``pardnn.commands``
-(:mod:`pardnn.cli.plugins`): the model zoo's ``capture`` and ``max-batch`` (``jobs.cli``) and the
-benchmark suite's ``bench`` (``benchmarks.cli``). Errors of every command are handled alike.
+Built-in sub-commands are in :mod:`pardnn.cli.commands`; other packages add theirs through the
+entry-point group ``pardnn.commands`` (:mod:`pardnn.cli.plugins`). Exit codes: 0 success, 1 bad input,
+2 bad command line, 3 infeasible.
 
-Exit codes: 0 success; 1 bad input (unreadable file, invalid graph, machine or placement; a
-command whose package is missing); 2 bad command line (argparse); 3 infeasible (no placement meets
-memory).
-
-May import: all of pardnn except :mod:`pardnn.tf` (commands from other packages are plugins,
-:mod:`pardnn.cli.plugins`).
+May import: all of pardnn except :mod:`pardnn.tf` (commands from other packages are plugins).
 """
 
 from __future__ import annotations

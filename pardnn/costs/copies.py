@@ -1,19 +1,9 @@
 """Micro-batch copy metadata of a graph: which micro-batch an op belongs to, and which op it copies.
 
-A micro-batched training step (``[train] micro_batches = M``) holds M copies of the forward and
-backward ops, sharing the variables. Two optional per-op columns of a
-:class:`~pardnn.costs.graph.CostGraph` say so:
-
-- ``micro_batch``: the copy an op belongs to, ``0..M-1``, or ``-1`` for an op of no micro-batch
-  (variables, their reads and updates, the summed gradients, the mean loss);
-- ``copy_of``: the index of the op of micro-batch 0 that this op copies; the op itself for an op
-  of micro-batch 0 and for a shared op.
-
-The rules (:func:`copy_columns`, run by every graph construction): both columns or neither (a
-missing ``copy_of`` means "itself" everywhere); ``micro_batch`` whole numbers >= -1; ``copy_of`` an
-op of the graph; an op of micro-batch 0 or shared copies itself; an op of micro-batch m >= 1 copies
-an op of micro-batch 0 of the same op type. Nothing else in pardnn reads the columns but the
-pipeline placer (:mod:`pardnn.baselines.pipeline`). O(n).
+Two optional columns of a :class:`~pardnn.costs.graph.CostGraph`: ``micro_batch`` (``0..M-1``, -1 for
+an op of no micro-batch) and ``copy_of`` (the micro-batch-0 op copied). :func:`copy_columns` checks them
+on every construction; :func:`single_copy` and :func:`micro_batches` read them. Rules:
+docs/notes-partitioner.md. O(n).
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
-"""Array algorithms over edge lists and CSR adjacency: what :class:`~pardnn.costs.graph.CostGraph` is built
-from, and what stages use to reduce over it.
+"""Array algorithms over edge lists and CSR adjacency, what a CostGraph is built from and reduced over.
 
-A CSR (compressed sparse row) adjacency of ``n`` nodes is a pointer array ``ptr`` of ``n + 1``
-offsets and a target array: the neighbours of ``v`` are ``targets[ptr[v]:ptr[v + 1]]``.
-
-- :func:`merge_parallel_edges` sorts edges by (source, destination) and merges those with the same
-  ends into one whose bytes are their sum (one transfer, one buffer).
-- :func:`pointers` builds ``ptr`` from sorted edge ends.
-- :func:`stable_buckets` orders edges by one end, keeping their order within each bucket (a counting
-  sort): edges sorted by (source, destination) come out sorted by (destination, source).
-- :func:`topological_order` is Kahn's algorithm with a FIFO queue seeded by node index (all sources
-  first, in index order), so it is deterministic; on a cyclic graph it returns the acyclic prefix,
-  and :func:`find_cycle` names a cycle among the nodes left over.
-- :func:`segment_reduce` applies a ufunc to every CSR segment.
-
-All are O(|V| + |E|) but the sort, O(|E| log |E|).
+The neighbours of ``v`` are ``targets[ptr[v]:ptr[v + 1]]``. :func:`merge_parallel_edges`,
+:func:`pointers`, :func:`stable_buckets`, :func:`topological_order` (deterministic Kahn),
+:func:`find_cycle`, :func:`segment_reduce`. O(|V| + |E|), the sort O(|E| log |E|).
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """CostGraph: the computational graph of one training step, as immutable NumPy arrays.
 
-Nodes are ``0..n-1``. Per node: ``names``, ``ops`` (op type, informational), ``comp_us`` (float64,
-microseconds), ``out_bytes`` (int64, memory its outputs hold), ``kind`` (:class:`Kind`),
-``colocation`` (group id or -1; ``group_names[id]`` is the group's label) and ``param_bytes``;
-optionally the micro-batch copy metadata ``micro_batch`` and ``copy_of`` (:mod:`pardnn.costs.copies`;
-both ``None`` on a graph without it).
-Edges are stored twice, as CSR successors (``succ_ptr``/``succ``/``succ_bytes``, sorted by source
-then destination; this is also the edge order of ``edge_src``/``edge_dst``/``edge_bytes``) and CSR
-predecessors (``pred_ptr``/``pred``/``pred_bytes``, with ``pred_edge`` giving each slot's edge id).
-
-Choices where the contract is silent:
-
-- Two edges with the same ends (an op reading two outputs of one producer) are merged into one edge
-  whose bytes are their sum: one transfer, one buffer.
-- ``topo_order`` is Kahn's algorithm with a FIFO queue seeded by node index (all sources first, in
-  index order), so it is deterministic.
-- Construction validates everything and copies its inputs; every array is read-only afterwards.
-  The rules live in :mod:`pardnn.costs.validation` (one function per column) and the array algorithms
-  (edge merging, CSR pointers, Kahn, the cycle walk) in :mod:`pardnn.costs.csr`; readers of files hand
-  their columns over unchecked and only prefix the message with the file name.
+Per node ``names``, ``ops``, ``comp_us`` (µs), ``out_bytes``, ``kind`` (:class:`Kind`), ``colocation``,
+``param_bytes`` and optionally the copy metadata (:mod:`pardnn.costs.copies`); edges as CSR successors and
+predecessors. Built by ``CostGraph(names, comp_us, out_bytes, src=, dst=, ...)`` or
+:meth:`CostGraph.from_named_edges`, validated (:mod:`pardnn.costs.validation`). Choices:
+docs/notes-partitioner.md.
 """
 
 from __future__ import annotations

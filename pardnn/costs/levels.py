@@ -1,22 +1,8 @@
 """Top, bottom and weighted levels (the paper's Table "Terminology"; Sinnen 2007, Ch. 4).
 
-- ``tl(n)``: length of the costliest path from a source to ``n``, excluding ``n``;
-- ``bl(n)``: length of the costliest path from ``n`` to a sink, including ``n``;
-- ``w_lvl(n) = tl(n) + bl(n)``: the length of the costliest path through ``n``.
-
-A path's length is the sum of its ops' compute plus its edges' weights; the edge weight is the
-communication cost the caller passes (``machine.edge_comm_us(graph.edge_bytes)`` for ParDNN's
-slicing, zeros for the communication-free critical path). The paper's artificial source and sink are
-implicit: every op without (active) predecessors starts at 0, every op without (active) successors
-ends a path. ``active`` restricts the computation to a subgraph (the not-yet-sliced ops): inactive
-ops and their edges are ignored.
-
-The one critical-path walk (:func:`walk_critical_path`, with :func:`walk_back` for the part before
-its start) follows the edges that realise these levels; graph slicing and the critical-path and
-linear-clustering baselines all walk with it.
-
-Complexity: O(|V| + |E|) per call, one sweep over the cached topological order each way; a walk is
-O(sum of the degrees of the path's ops).
+``tl(n)``, ``bl(n)`` and ``w_lvl(n) = tl(n) + bl(n)``: :func:`top_levels`, :func:`bottom_levels`,
+:func:`weighted_levels`, with edge weights the caller passes; :func:`walk_critical_path` (and
+:func:`walk_back`) is the one critical-path walk. O(|V| + |E|) per call.
 """
 
 from __future__ import annotations

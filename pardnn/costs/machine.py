@@ -1,12 +1,8 @@
 """Machine: K devices, memory per device, interconnect bandwidth and latency, memory reserve.
 
-The cost of an edge whose ends sit on different devices is ``latency_us + bytes / bandwidth``
-(microseconds); on one device it is 0. ``limits_bytes`` is ``memory × (1 − reserve)``, the memory a
-placement may use (the paper, Section 4, keeps 10 % free for fragmentation and workspace).
-
-Human-readable sizes and rates are accepted everywhere: ``32GiB``, ``16 GB``, ``900GB/s``,
-``25us``, ``0.5ms``. Decimal prefixes (k, M, G, T) are powers of 1000, binary ones (Ki, Mi, Gi, Ti)
-powers of 1024; ``B`` is optional; a bare number is bytes (or bytes/s, or microseconds).
+A cut edge costs ``latency_us + bytes / bandwidth`` µs; ``limits_bytes`` is ``memory × (1 − reserve)``
+(the paper keeps 10 % free). Sizes and rates read as text: ``32GiB``, ``16 GB``, ``900GB/s``, ``25us``,
+``0.5ms`` (k, M, G, T powers of 1000; Ki, Mi, Gi, Ti of 1024; a bare number is bytes, bytes/s or µs).
 """
 
 from __future__ import annotations

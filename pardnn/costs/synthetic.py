@@ -1,37 +1,9 @@
 """Synthetic DNN training graphs for tests and benchmarks.
 
-:func:`dnn_graph` builds the graph of one training step shaped like a real one:
-
-- **Forward pass**: a chain of layers. A layer is a plain chain (``MatMul``/``Conv2D`` → ``BiasAdd``
-  → ``Mul`` → ``Relu`` → dropout) or a fork–join block (``branches ± 1`` parallel branches of 1–3 ops
-  joined by a ``ConcatV2``, like inception branches, LSTM gates or attention heads). A share of the
-  layers (``skip_share``) ends in an ``AddV2`` that also reads the output of the layer 2–4 back: a
-  residual connection.
-- **Backward pass**: the mirror image, in reverse layer order. Every forward op has a gradient op that
-  consumes the upstream gradient and a saved forward activation (the op's output, or the layer input
-  for ``MatMul``-like ops), so activations live until their mirrored backward layer has run. Residual
-  connections send their gradient back over the same 2–4 layers.
-- **Variables**: 1–3 per layer (kind residual, ``param_bytes = out_bytes``), each read by its forward
-  op and its input-gradient op; a weight-gradient op reads the upstream gradient and the layer input.
-  Adam adds two slot variables (residual) and a ``ResourceApplyAdam`` (kind reference) that reads the
-  weight gradient, the variable and both slots. Variable, slots and update form one colocation group.
-
-Names follow TensorFlow: ``layer_12/branch_3/MatMul``, ``gradients/layer_12/branch_3/MatMul_grad/MatMul_1``,
-``layer_12/branch_3/kernel``, ``layer_12/branch_3/kernel/Adam``,
-``Adam/update_layer_12/branch_3/kernel/ResourceApplyAdam``; an input op and four loss ops frame the
-layers. Node indices are a topological order: input, forward layers, loss, backward layers.
-
-Sizes (log-uniform draws): one activation size per layer in 64 KiB–64 MiB, times 0.7–1.4 per op;
-kernels 16 KiB–64 MiB; bias and scale vectors 1–64 KiB; slots and weight gradients the size of their
-variable. Compute on a V100-class GPU (15 TFLOP/s, 900 GB/s, 5 µs launch): ``MatMul``/``Conv2D``/
-``BatchMatMulV2`` and their gradients do 2 FLOP per output element per inner index (inner dimension
-64–2048 per layer), ≈ 10 µs–4.6 ms; other ops read and write their output, ≈ 5–155 µs; an update
-passes 7 times over its variable, ≈ 5–525 µs; variables cost 0.
-
-With the defaults, from 10,000 ops on, DoP (total work / critical path) is 3–4.5 and CCR (sum over
-edges of ``25 µs + bytes / 150 GB/s``, over total work) 1.5–2.2; at 1,000 ops 2.5–5 and 1–3; small
-graphs of a few layers vary more. ``branches`` sets DoP (16: about 8; ``block_share=0``: about 1.5);
-``ccr`` rescales the activations to any CCR above the floor set by edge latency and parameters.
+:func:`dnn_graph` builds one training step shaped like a real one, with TensorFlow-style names:
+forward layers (chains and fork-join blocks, some residual), their mirrored backward pass, variables
+with Adam slots and updates; :func:`chain_graph` a plain chain. Shapes, sizes and costs:
+docs/notes-partitioner.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """The rules of a :class:`~pardnn.costs.graph.CostGraph`, each checked in one place.
 
-Every function takes one column as the caller has it (a list of Python values as a reader gathers
-them, or an array) and returns it as the graph stores it, or raises :class:`InvalidGraphError`
-naming the node (``node #3 'dense/MatMul'``) or edge (``edge #7 'a' -> 'b'``), the field, the value
-and what was expected. Readers call the graph's constructor (which calls these) and only prefix the
-message with their file name; they do not check values themselves.
-
-The rules: names are unique non-empty strings; costs are finite and >= 0; byte counts are whole
-numbers in 0..2**63-1 (``4096.0`` and ``1e6`` are whole); kinds are ``normal``/``residual``/
-``reference`` (or 0/1/2); an edge's ends are known ops; a memory limit is a whole number > 0.
-Acyclicity is checked by the graph itself once its adjacency is built.
-
-Each check is one C-level pass over the column; only a column that fails is walked in Python, to
-find its first culprit. O(n) per column.
+Each function takes one column as the caller has it and returns it as the graph stores it, or raises
+:class:`InvalidGraphError` naming the node or edge, the field, the value and what was expected. The
+rules: docs/notes-partitioner.md. O(n) per column.
 """
 
 from __future__ import annotations

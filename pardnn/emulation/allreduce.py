@@ -1,49 +1,9 @@
 """The gradient allreduce in the emulated step: what data parallelism adds to a replica's step.
 
-A cluster of N nodes runs R replicas per node (``replicas_per_node``; a replica places its graph on the
-K devices of the machine emulated), N·R replicas in all. Every step, each variable's gradient is
-averaged across them before the variable is updated. This module prices that, framework-free, as
-Horovod does it by default:
-
-- **One background loop per rank.** Each rank (one replica) hands its gradients to one loop, which
-  runs one allreduce at a time: the transfers of a rank's channel run one after another, never in
-  parallel for free. The channel is not a device: compute goes on while it works.
-- **Tensor fusion.** The loop runs in cycles, idle or not: a cycle begins ``cycle_us``
-  (``HOROVOD_CYCLE_TIME``: 1 ms since Horovod 0.21) after the last one began, or when the last one
-  ends if that is later. A cycle takes every gradient ready when it begins, in the order they became
-  ready, packs them into buffers of at most ``fusion_bytes`` (``HOROVOD_FUSION_THRESHOLD``: 128 MiB
-  since Horovod 0.21; a gradient larger than that goes alone) and reduces the buffers one after
-  another, one allreduce each. A gradient ready between two cycles waits for the next. A buffer of
-  several gradients is copied into the fusion buffer and back out: ``2 b / B_mem`` more, ``B_mem``
-  the device's memory bandwidth (measured here: 64 tensors of 256 MiB in all take 12 % longer than
-  one tensor of 256 MiB between 2 ranks; the copies at 19 GB/s say 10 %).
-- **Overlap.** A gradient's allreduce starts once it is ready (its last input has reached the
-  variable's device: the launcher runs each allreduce there), so it overlaps the rest of the backward
-  pass; the variable's update waits for it (:func:`emulate_with_allreduce` gives each update a release
-  time, and the emulator holds it until then).
-
-The time of one allreduce of ``b`` bytes is a hierarchical ring's: a reduce-scatter among the node's R
-ranks over the GPU link, an allreduce of each rank's ``b / R`` shard across the N nodes (the R shards
-in parallel, sharing the node's network), and an allgather inside the node::
-
-    t(b) = [R > 1] * (2 (R - 1) / R * b / B_link + 2 (R - 1) * a_link)
-         + [N > 1] * (2 (N - 1) / N * b / B_net  + 2 (N - 1) * a_net)
-
-A ring of p ranks moves ``2 (p - 1) / p * b`` bytes through each rank in ``2 (p - 1)`` steps
-(Patarasuk and Yuan, 2009); across nodes each rank moves its shard ``b / R`` over its share
-``B_net / R`` of the node's network, hence ``b / B_net``. Where the constants come from:
-
-- ``B_link``: the preset's GPU-to-GPU bandwidth per direction (NVLink/NVSwitch; :mod:`pardnn.costs.presets`).
-- ``B_net``: the node's network, all its NICs together (DGX-2: 8 × 100 Gb/s InfiniBand, 100 GB/s;
-  DGX A100: 8 × 200 Gb/s, 200 GB/s; DGX H100: 8 × 400 Gb/s, 400 GB/s); ``--network`` overrides it.
-- ``a_link``, ``a_net``: the latency of one ring step inside a node and across nodes, model parameters
-  (5 µs and 10 µs for GPUs); for the CPU preset they, and its ``B_net``, are fitted to Horovod's
-  allreduce measured on this project's test machine (``python -m benchmarks.allreduce_model``).
-
-Choices where Horovod is not a formula: a cycle begins at the step's start (the loop's phase is
-otherwise unknown); negotiation among the ranks costs nothing beyond the latency terms; every replica is
-the same, so one rank's channel stands for all (they wait for each other only at the same instants).
-With one replica nothing is averaged and the step is the replica's own.
+:func:`emulate_with_allreduce` emulates a replica with each variable's update held until its gradient's
+allreduce is done, priced as Horovod runs it (one channel per rank, tensor fusion in cycles, a
+hierarchical ring; :class:`Cluster`, :func:`cluster_for`). The model: docs/algorithm.md ("The gradient
+allreduce in the step"); choices: docs/notes-partitioner.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Placement validity: every op on a device of the machine, colocation groups whole; run orders.
 
-The one checker every placer's output goes through (as networkx's ``validate_flows`` is for flows). It
-sits below the emulator, the memory tracker and the evaluation, which all call it.
-
-A run order (:mod:`pardnn.polish.order`) is a position per op on its device; :func:`check_order` checks one
-against the graph, :func:`chain_next` turns it into the chains the emulator and
-:func:`pardnn.tf.apply` enforce.
-
-Complexity: O(|V|) for a placement; O(|V| log |V| + |E|) for an order.
+:func:`check_placement` is the one checker every placer's output goes through; :func:`check_order`
+checks a run order (:mod:`pardnn.polish.order`) and :func:`chain_next` turns it into the chains the
+emulator and :func:`pardnn.tf.apply` enforce. O(|V|); O(|V| log |V| + |E|) for an order.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""An emulated answer, and the rules every stage judges answers by — each written once, here.
+"""An emulated answer, and the rules every stage judges answers by, each written once here.
 
-Every stage after Step 2 (the guard, the refinement, the run order) and every placer that checks
-its own answer holds the same three things about a placement: its emulated schedule, its memory over
-the step and, optionally, the run order it was emulated in. :class:`Emulated` is that record;
-:func:`emulate_and_track` makes one. Three rules live here and nowhere else:
-
-- **fits** (:meth:`Emulated.fits`): every device's peak is within its limit (always, on a machine
-  without memory sizes);
-- **strictly shorter** (:func:`strictly_shorter`): shorter by more than :data:`TOLERANCE` of the
-  other makespan, so float noise in two emulations of equal schedules never counts as a gain;
-- **better** (:meth:`Emulated.beats`): fits, and either the other does not (or there is none) or it
-  is strictly shorter — how the pipeline decides whether a stage's answer replaces the current one.
+:class:`Emulated` holds a placement's schedule, its memory and its run order; :func:`emulate_and_track`
+makes one. :meth:`Emulated.fits` (every peak within its limit), :func:`strictly_shorter` (by more than
+:data:`TOLERANCE`) and :meth:`Emulated.beats` (fits, and the other does not or is strictly longer).
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """The scheduler emulator of the paper (Section 3.2, "Scheduler Emulator").
 
-TensorFlow's executor keeps a ready queue; an op whose in-degree drops to zero is pushed and ops run
-in FIFO order. We emulate that per device: each device runs one op at a time and takes from its own
-ready queue in FIFO order of readiness. An op is ready when the last of its inputs has *arrived*: an
-input produced on the same device arrives when its producer finishes, one produced on another device
-``comm = latency + bytes / bandwidth`` later (transfers do not contend; one per edge).
-
-Choices where the paper is silent:
-
-- FIFO ties (ops ready at the same instant on one device) are broken by topological rank, so the
-  result is a pure, deterministic function of (graph, machine, placement).
-- All events at one instant are applied before any idle device picks its next op, so an op that
-  becomes ready at ``t`` competes with the ops already queued when a device frees at ``t``.
-
-Complexity: O((|V| + |E|) log |V|) — every op enters one device heap and one event heap once, every
-edge is relaxed once. The sweep is sequential, so it is compiled with numba.
+:func:`emulate` (or :class:`Emulator`) gives a placement's :class:`Schedule`: per device one op at a time
+from a FIFO ready queue, inputs from another device arriving ``latency + bytes / bandwidth`` later; with
+``order`` each device runs by upward rank or by given positions. Paper choice: FIFO ties by
+topological rank, events at one instant applied together (docs/notes-partitioner.md).
+O((|V| + |E|) log |V|), compiled with numba.
 """
 
 from __future__ import annotations

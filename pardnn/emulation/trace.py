@@ -1,27 +1,8 @@
 """Look at an emulated step: a Chrome/Perfetto trace of the schedule and a plot of memory over time.
 
+:func:`chrome_trace` (:func:`write_trace`) gives the Trace Event Format: a track per device, a flow per
+cut edge, a memory counter per device; :func:`plot_memory` plots each device's use against its limit.
 ``pardnn simulate GRAPH PLACEMENT --trace step.json --memory-plot memory.png`` writes both.
-
-- **Trace** (:func:`chrome_trace`, the Trace Event Format that ``chrome://tracing``,
-  https://ui.perfetto.dev and ``speedscope`` read): one process, one track (thread) per device named
-  ``device d``; every op is a complete event (``ph: "X"``, ``ts`` and ``dur`` in µs — the format's
-  own unit, so the emulator's times go in unchanged) with its index, kind and output bytes; every cut
-  edge is a flow (``ph: "s"`` at the producer's finish on its track, ``ph: "f"`` at the consumer's
-  start on its track) carrying the bytes and the arrival time; and one counter track per device
-  (``ph: "C"``) with the bytes in use over the step (Eq. 3: residual plus live buffers), plus a
-  ``limit`` series when the machine has one. The trace's ``otherData`` holds the makespan, the
-  machine and the graph's name, so a reader can check it against ``simulate``'s numbers.
-- **Memory plot** (:func:`plot_memory`, matplotlib): each device's use over the step as a step
-  function, its limit as a dashed line of the same colour, peaks marked.
-
-Choices: a flow starts a hair (0.1 % of the producer's duration) before the producer's finish so
-that viewers bind it to the producer's slice rather than to the gap after it; a zero-length
-buffer (allocated and freed at one instant) is counted by the memory tracker at that instant but
-does not show on the counter track. Ops appear in the trace in op order; viewers sort by time.
-
-Complexity: O((|V| + |E|) log(|V| + |E|)) — the counter series sorts the buffers' allocation and
-release events once; the trace holds |V| op events, 2 events per cut edge and 2 counter events per
-buffer, so a 200k-op step makes a file of some tens of MB.
 """
 
 from __future__ import annotations

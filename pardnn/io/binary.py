@@ -1,25 +1,8 @@
 """The compact binary graph file (``.pardnn``): a :class:`~pardnn.costs.graph.CostGraph`'s columns as raw arrays.
 
-JSON spends most of a large graph's loading time and memory on parsing text into a million small
-records (a 1,000,000-op graph: a 350 MB file, seconds to decode, over 1 GB at its peak). This form
-holds each column as one little-endian array and the op names as one UTF-8 blob, so reading is one
-file read, one checksum, views on the buffer and the graph's own construction (which validates the
-values as for every reader). Layout (docs/formats.md, "Binary graph"):
-
-- bytes 0-7: the magic ``PARDNNGB``; bytes 8-15: the header's length H (uint64, little-endian);
-- H bytes of header: a JSON object (``format``, ``version``, ``n``, ``m``, ``name``, the CRC-32 and
-  length of the data section, the graph's scalar fields, the op-type and colocation-group tables, and
-  one entry per array: field, dtype, length, offset into the data section);
-- the data section, at the next multiple of 64: the arrays, each starting at a multiple of 64.
-
-Which fields it holds comes from the graph itself (``CostGraph._REPLACEABLE``, the fields its
-construction takes), so a field the graph gains (the micro-batch metadata of format version 2) is
-written and read without a change here: an array field as an array (omitted when ``None``), a scalar
-as a header entry. Three fields have a compact form: ``names`` (one blob, NUL-separated, or with
-``name_bytes`` lengths when a name holds a NUL), ``ops`` (a table of op types and one code per op) and
-``colocation`` (group ids and the table of group labels). Integer arrays are stored in the smallest
-signed type that holds their values (int32 op indices below 2**31 ops). The writer is deterministic.
-Every error names the file: a wrong magic, a truncated file, a checksum mismatch, a broken header.
+:func:`write_binary_graph` and :func:`read_binary_graph` (:func:`is_binary_graph` tells the file): one
+file read, one checksum, the graph's own validation. Layout: docs/formats.md ("Binary graph"). Every
+error names the file.
 """
 
 from __future__ import annotations

@@ -1,46 +1,9 @@
 """The native graph file: ``pardnn-graph`` JSON (``.json``, or gzip-compressed ``.json.gz``).
 
-Version 1 of the format (docs/formats.md, "Native graph"; version 2 below)::
-
-    {"format": "pardnn-graph", "version": 1, "name": "trn-2",
-     "nodes": [{"name": "dense/MatMul", "op": "MatMul", "comp_us": 812.0, "out_bytes": 33554432,
-                "kind": "normal", "colocate": null}],
-     "edges": [{"src": "dense/MatMul", "dst": "dense/BiasAdd", "bytes": 33554432}]}
-
-A node needs ``name`` (non-empty string), ``comp_us`` (number >= 0, microseconds) and ``out_bytes``
-(whole number >= 0); optional are ``op`` (string, default ``""``), ``kind`` (``normal``, ``residual``
-or ``reference``; default ``normal``), ``colocate`` (group label string or null; default null) and
-``param_bytes`` (whole number >= 0, default 0). An edge needs ``src`` and ``dst`` (op names);
-``bytes`` (whole number >= 0) defaults to the producer's ``out_bytes``, and null means the same.
-At the top level ``name`` is optional (default: the file name without its suffixes) and so is
-``memory_limit_bytes`` (whole number > 0 or null).
-
-Version 2 adds the micro-batch copy metadata (:mod:`pardnn.costs.copies`), two optional node fields:
-``micro_batch`` (whole number >= 0, or null for an op of no micro-batch) and ``copy_of`` (the name
-of the op of micro-batch 0 this op copies, or null for itself). Both versions are read; the writer
-writes version 1 for a graph without metadata (files stay byte-identical) and version 2, with both
-fields on every node, for a graph with it.
-
-One reader: msgspec decodes the file straight into the typed records of :mod:`pardnn.io.schema`
-(which checks what only the file can get wrong: JSON syntax, header, field types, required and
-unknown fields; ``NaN`` and ``Infinity`` are rejected; a whole number may be written ``1e6`` or
-``1048576.0``), each column is gathered by one C-level pass, and :class:`~pardnn.costs.graph.CostGraph`
-validates the values once (the rules of :mod:`pardnn.costs.validation`: the same for every reader).
-:func:`graph_from_dict` puts parsed JSON through the same schema (``msgspec.convert``). Every error
-names the file, then the node or edge, the field, the value and what was expected. Two edges with
-the same ends are merged by the graph (bytes summed), so a file with parallel edges reads, and
-writes back with one edge.
-
-The writer puts one node or edge per line (readable, greppable, diffable), writes every field
-except ``param_bytes`` when it is 0 and ``memory_limit_bytes`` when unset, escapes non-ASCII
-characters, and compresses ``.json.gz`` with mtime 0 and no file name in the gzip header, so the
-same graph always gives the same bytes. ``read_graph(p)`` after ``write_graph(g, p)`` equals ``g``
-exactly (floats are written with ``repr``, which round-trips).
-
-Reading is O(|V| + |E| log |E|) with no per-node NumPy call. A 200,000-op, 330,000-edge file
-(70 MB, 6.5 MB gzipped) loads in about 0.65 s on the 2-core development machine: gunzip 0.14 s,
-decode 0.15 s, gathering the columns and resolving edge ends by name 0.2 s, building the CostGraph
-(validation included) 0.1 s, freeing the decoded records 0.03 s.
+:func:`read_graph` and :func:`write_graph` (:func:`graph_from_dict`, :func:`graph_to_dict` for parsed
+JSON); the format is docs/formats.md ("Native graph"), versions 1 and 2. msgspec decodes into
+:mod:`pardnn.io.schema`'s records and the graph validates; errors name the file, node or edge, and field.
+The writer is deterministic and round-trips exactly (docs/notes-partitioner.md).
 """
 
 from __future__ import annotations

@@ -1,34 +1,8 @@
-"""Placement files: one device index per op of a graph.
+"""Placement files: one device index per op of a graph, text or JSON, optionally with a run order.
 
-Two formats (docs/formats.md, "Placement"):
-
-- text: one ``op_name device_index`` line per op. The device is the last whitespace-separated field,
-  so everything before it is the name. Blank lines are skipped; ``#`` starts a comment when it
-  begins a line or follows whitespace.
-- JSON: one object mapping op name to device index, ``{"dense/MatMul": 0, ...}``.
-
-An *ordered* placement also gives each op its position in its device's run order
-(:mod:`pardnn.polish.order`): text lines ``op_name device_index position``, JSON values
-``[device_index, position]``. The first line (the first entry) decides the form and every other must
-follow it; a text file is ordered when its first line has three fields and the last two are
-integers, its first field is an op of the graph and the line read as ``op_name device_index`` is not
-one (in that form a name cannot hold whitespace; the writer refuses such names there). The order is
-checked against the graph (:func:`~pardnn.emulation.checks.check_order`) by :func:`read_ordered_placement`,
-which returns it; :func:`read_placement` reads either form and returns the devices only, without
-looking at the order.
-
-Readers pick JSON for a ``.json`` file name or when the first non-blank character is ``{``.
-Writers (:mod:`pardnn.io.placement_writer`, re-exported here) list ops in graph order, one per
-line, so the same placement always gives the same bytes.
-
-Choices where the contract is silent:
-
-- Every op of the graph must be placed; an op listed twice is an error even when both lines agree.
-- A device index is a non-negative integer (``+3`` and ``03`` read as 3); with ``devices`` given it
-  must also be below ``devices``.
-- The text writer refuses names it could not read back (a line break, leading or trailing
-  whitespace, a ``#`` at the start or after whitespace) and points to the JSON format, which holds
-  any name.
+:func:`read_placement` returns the devices; :func:`read_ordered_placement` also the checked order;
+writers are :mod:`pardnn.io.placement_writer`'s (re-exported). Formats: docs/formats.md ("Placement");
+choices: docs/notes-partitioner.md.
 """
 
 from __future__ import annotations

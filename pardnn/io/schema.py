@@ -1,27 +1,9 @@
 """The native graph file's schema, and what to say when a document breaks it.
 
-The schema is a set of msgspec typed records: :class:`Document` holds the header and the lists of
-:class:`Node` and :class:`Edge`. Decoding checks exactly what only the file can get wrong: JSON
-syntax (``NaN`` and ``Infinity`` are not JSON), the ``format``/``version`` header, the JSON type
-of every field, required fields, and unknown fields (an error, so a misspelt ``"colocation"``
-cannot silently drop a constraint). Byte counts are typed ``int | float`` because a whole number
-may be written ``1e6`` or ``4096.0``. Everything about values (costs >= 0, whole byte counts,
-unique names, known kinds, edges between known ops, no cycles) is the graph's to check:
-:class:`~pardnn.costs.graph.CostGraph` does, once, for every reader.
-
-Versions 1 and 2 are read. Version 2 adds two optional node fields, the micro-batch copy metadata
-(``micro_batch``, ``copy_of``: :mod:`pardnn.costs.copies`); a version 1 file that has one is refused
-naming the node (looked for only when the file's bytes hold the field's name).
-
-msgspec stops at the first problem and says what and where: ``Expected `float`, got `str` - at
-`$.nodes[12].comp_us```. :func:`decode` and :func:`convert` turn that into an
-:class:`InvalidGraphError` naming the file, the node (``node #12 'dense/MatMul'``) or edge
-(``edge #3 'a' -> 'b'``), the field, the value and what was expected. The name and the value are
-looked up only then, by walking the document lazily (:class:`msgspec.Raw` slices, decoded just along
-the error's path), so a valid file pays nothing for good messages. A ``NaN``/``Infinity`` literal
-is a syntax error to msgspec, reported only by byte offset; the literal is replaced by ``{}`` (which
-no field accepts) and the document decoded again to learn which field it sits in. Other syntax
-errors give the line and column.
+msgspec records :class:`Document`, :class:`Node` and :class:`Edge` check what only the file can get
+wrong (syntax, header, field types, required and unknown fields); values are the graph's to check.
+:func:`decode` and :func:`convert` turn msgspec's error into an :class:`InvalidGraphError` naming the file,
+node or edge, field and value, at no cost to a valid file (docs/notes-partitioner.md).
 """
 
 from __future__ import annotations

@@ -1,30 +1,8 @@
 """Whether a placement's run order still pays once the gradient allreduce is in the step.
 
-ParDNN's ordering stage (:mod:`pardnn.polish.order`) keeps a run order per device when it shortens the
-replica's own step. It judges the step alone, and the order it finds (each device runs the op that feeds
-the critical path first) tends to run the weight gradients, which are off the critical path, last. With
-data parallelism that is the wrong way round: each gradient's allreduce starts when the gradient is
-ready, so gradients computed last leave their allreduces exposed. Measured on a 4-device replica of a
-small word-level RNN on 2 DGX A100 nodes: in its run order the step is 6.03 ms (compute 2.47, allreduce
-exposed 3.56); the same placement in order of readiness 4.03 ms (compute 2.65, exposed 1.38).
-
-So wherever the replicas are known (a plan search, ``pardnn place --nodes``, the launcher),
-:func:`judge_order` emulates the placement both ways with the allreduce
-(:func:`pardnn.emulation.allreduce.emulate_with_allreduce`) and keeps the run order only when its step
-is not longer. The placement itself is ParDNN's either way: it does not depend on the cluster, so one
-placement serves every number of nodes and only this judgement is made again for each.
-
-Choices where nothing says what to do:
-
-- **The same placement, two orders.** The placement was refined under its run order; the alternative is
-  that placement in order of readiness, not the placement ParDNN had before ordering (which the result
-  no longer holds). Both are placements the launcher can train as they were emulated.
-- **Ties keep the order** (within the emulator's tolerance,
-  :func:`pardnn.emulation.emulated.strictly_shorter`): the placement's own answer stands unless order of
-  readiness is strictly shorter.
-- **Memory.** Order of readiness changes the step's memory profile; it is taken only when every device
-  still fits (or when the ordered step did not fit either), and the result's report is evaluated again
-  in that order, so the figures a user reads are those of what trains.
+:func:`judge_order` emulates the placement with the allreduce in its run order and in order of
+readiness and keeps the order unless readiness is strictly shorter (and fits). Why and the choices:
+docs/algorithm.md ("The gradient allreduce in the step"), docs/notes-partitioner.md.
 """
 
 from __future__ import annotations

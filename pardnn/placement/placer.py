@@ -1,16 +1,9 @@
 """A placer, as every part of pardnn sees it: one record, with its public signature generated.
 
-A placer is :class:`Placer`\\ ``(name, place, options, cheap)``. ``place(graph, machine, **options)``
-computes a placement and its details (a :class:`Placed`); the record, called like
-:func:`pardnn.partition` — ``placer(graph, machine, *, memory_heuristic=None, progress=None,
-**options) -> Result`` — times it, evaluates the placement with the same emulator and memory tracker
-as ParDNN and wraps it in the same :class:`~pardnn.placement.result.PartitionReport`, so every placer's report
-compares field by field. ``cheap`` placers are the guard's candidates (:mod:`pardnn.polish.guard`), which
-calls ``place`` directly and judges the placement itself.
-
-The registry is :data:`pardnn.registry.PLACERS` (ParDNN and :data:`pardnn.baselines.BASELINES`): the
-CLI's ``--algorithm`` choices, the guard's candidates, ``pardnn-launch --placer`` and the benchmarks
-read it, so adding a placer is a module and one registry line.
+:class:`Placer` ``(name, place, options, cheap)``: ``place(graph, machine, **options)`` gives a
+:class:`Placed`; calling the record like :func:`pardnn.partition` times it, evaluates the placement and
+returns a :class:`~pardnn.placement.result.Result`. The registry is :data:`pardnn.registry.PLACERS`;
+adding a placer is a module and one registry line.
 """
 
 from __future__ import annotations

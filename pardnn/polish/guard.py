@@ -1,68 +1,10 @@
-"""After Step 2: the guard — never return a placement slower than a cheap one that also fits.
+"""After Step 2: the guard, never returning a placement slower than a cheap one that also fits.
 
-ParDNN is faithful to the paper and inherits its failures: on communication-bound graphs (an
-Inception-v3 training graph at 2 GB/s, CCR ≈ 63) its makespan was 1.7-2.6× that of a contiguous
-split or of one device, and a single heavy op alone on a primary path (a 6 GiB variable) can cost
-22× the single-device step. The paper is our floor, not our ceiling, so after the memory heuristic
-the pipeline compares ParDNN's placement with cheap candidates under the same emulator and memory
-tracker, and keeps the fastest that meets every device's limit. The candidates are the registry's
-``cheap`` placers (:data:`pardnn.baselines.BASELINES`, in its order; made by :mod:`pardnn.polish.candidates`),
-each ``memory_aware`` one also blind to the memory sizes on a machine that has them, and ParDNN's own
-placement folded:
-
-- ``single``: every op on device 0 (no communication at all);
-- ``topological``: K contiguous blocks of the topological order, equal in compute (GPipe-style);
-- ``round_robin``: op i of the topological order on device i mod K;
-- ``critical_path``: the critical path on device 0, the rest greedily (Mayer et al. 2017); under
-  memory limits its greedy skips devices it deems full, so its memory-blind placement is tried too
-  (``critical_path, memory-blind``: the tracker may find it fits, and it can be faster);
-- ``linear_clustering``: Kim and Browne's linear clustering mapped by GLB, run to the end (its
-  levels are recomputed incrementally: 0.1 s on 200k ops, :mod:`pardnn.baselines.linear_clustering`);
-- ``metis``: a K-way METIS partition of the undirected graph (when pymetis is installed);
-- ``etf``: earliest-start list scheduling (:mod:`pardnn.baselines.etf`, Baechi's m-ETF made
-  incremental), which fills whichever device is free first: it wins on wide graphs; like the
-  critical-path greedy it reads the memory sizes, so its memory-blind placement is tried too;
-- ``pipeline``: the layer pipeline (:mod:`pardnn.baselines.pipeline`): K contiguous stages of the
-  single-copy graph balanced by PipeDream's dynamic program, every micro-batch copy of an op on its
-  op's stage; it comes with a run order (1F1B or GPipe), and competes in it: its emulation, the
-  pruning bound (valid in any order) and the answer kept all carry the order, and the report says so
-  (``GuardDetails.ordered``);
-- ``folded``: ParDNN's own placement with its most communication-bound device folded into the
-  device it talks to most, repeated while that shortens the step (the heavy-single-op primary).
-
-Choices where nothing says what to do:
-
-- **Ties** go to ParDNN, then to the candidate listed first: a candidate must be strictly faster.
-- **Pruning.** A placement's makespan is at least the compute of its busiest device and at least
-  its longest path counting the transfer time of every cut edge (one O(|V| + |E|) sweep, cheaper
-  than an emulation), so a candidate whose bound reaches the best makespan so far is not emulated
-  (``single`` on any graph ParDNN parallelises well, ``round_robin`` on communicating graphs), and
-  its memory is tracked only when it is faster. Exact and deterministic: it only skips losers.
-- **Memory.** A candidate counts only if its emulated peaks fit the limits (the same tracker as
-  ParDNN's heuristics); one whose residual state (variables, optimizer slots: held all step, so
-  part of every peak) alone overflows a device is ruled out before any emulation. When ParDNN's
-  own placement does not fit (heuristic II gives no guarantee, heuristic I can give up), the best
-  fitting candidate wins; when none fits,
-  :func:`place_under_memory` runs heuristic I from each candidate in turn, at most
-  :data:`FALLBACK_MAX_ROUNDS` rounds from each (a hopeless start crawls on for hundreds of rounds).
-- **Ahead of time.** The candidates do not depend on ParDNN's placement, so :func:`prepare_candidates`
-  can make them, bound them and emulate them in a worker thread while Steps 1 and 2 run
-  (:func:`pardnn.partitioner.partition` does on two or more cores; the kernels release the GIL, and the
-  main thread takes its share of the emulations once it waits for them). It
-  skips emulating only what this guard is certain to prune: a bound that reaches ParDNN's makespan,
-  which Step 2 publishes to it once known, or, without memory sizes, the makespan of a candidate
-  judged earlier. The guard then decides on those numbers exactly as it would have lazily (pruned
-  candidates stay pruned in the report), so the answer does not depend on it. Only the fastest
-  candidate's emulation is kept whole, the others' makespans alone (memory: a 1M-op schedule is
-  37 MB); one let go that wins after all (under memory limits) is emulated again.
-- **Folding.** Device ``j``'s *pressure* is the communication on its cut edges minus its compute;
-  the device of highest positive pressure is folded (all its ops move) into the device it
-  communicates with most; at most ``ceil(log2 K)`` folds, stopping at the first that does not
-  shorten the step.
-
-Complexity: one emulation and memory sweep, O((|V| + |E|) log |V|), per candidate not pruned, plus
-each candidate's own placement (METIS's multilevel partition is the costliest); deterministic, so
-every node of a cluster computes the same answer.
+:func:`guard` (the stage: :func:`guard_stage`) emulates ParDNN's placement beside the registry's
+``cheap`` placers and ParDNN's own folded (:func:`fold_communicating_devices`), and keeps the fastest
+that fits every device, ties to ParDNN; :func:`place_under_memory` runs heuristic I from each when none
+fits. Candidates are made ahead by :mod:`pardnn.polish.candidates`. Ties, pruning, memory and folding:
+docs/notes-partitioner.md.
 """
 
 from __future__ import annotations

@@ -1,43 +1,9 @@
 """A run order on each device, chosen with the placement and enforced (the ordering stage).
 
-The paper emulates TensorFlow's executor: each device runs its ready ops in order of readiness
-(FIFO). That order is not always good. On a device with two ready ops, the one that feeds the
-critical path should run first; FIFO may run the other, and then the whole step waits. On 208 small
-random DAGs with a proven optimum (``python -m benchmarks.exact``), some cases stay ~30 % above the
-optimum under FIFO *for every placement*, while the same DAGs reach the optimum once each device
-runs its ops in upward-rank order (HEFT's list-scheduling priority).
-
-So after the refinement, this stage tries an order: each device, when free, runs its ready op of
-highest *upward rank* under the placement (its compute plus the longest path after it, the transfer
-time of cut edges counted; :class:`pardnn.emulation.emulator.Emulator` with ``ranked=True``). It refines the
-placement again by the same local search (:func:`pardnn.polish.refine.refine`) judged under that order, and
-keeps the order only when the step is strictly shorter than the unordered one and every device still
-fits its memory. Otherwise the placement has no order and runs as before.
-
-An order is a *position* per op: its place in its device's run sequence, from the emulated start
-order of the list schedule. :func:`pardnn.tf.apply` enforces it with one control dependency from
-each op to the next on its device; the emulator honours it the same way (each op also waits for the
-one before it on its device to finish: :func:`chain_next`). Replaying the positions of a list schedule
-as such chains reproduces that schedule exactly (a free device always started its next op as soon as
-it was ready, so waiting for the op before it changes nothing) — the tests check it on random DAGs.
-
-Choices where nothing says what to do:
-
-- **Upward rank, not a search over orders.** One priority per placement, computed in O(|V| + |E|);
-  the refinement searches placements under it. On the exact benchmark this closes the cases FIFO
-  cannot reach.
-- **Refined only when the budget buys moves.** Under :data:`MIN_REFINE_MOVES` moves (about 100,000
-  ops and more at the default budget) the placement keeps its upward-rank order without the second
-  refinement.
-- **Kept only when strictly shorter.** An order adds control dependencies the user's graph did not
-  have; they are worth it only when they buy time.
-- **Positions are dense** (0..n_d - 1 on a device with n_d ops). A file may give any distinct
-  non-negative integers per device; :func:`check_order` turns them dense and rejects an order that
-  contradicts the graph (an op before one of its inputs on its device, or a cycle through two
-  devices' sequences) naming the ops.
-
-Complexity: the ordered refinement costs what the refinement costs (its budget, ``seconds``) plus one
-O(|V| + |E|) rank sweep per emulation; the positions and chains are O(|V| log |V|).
+:func:`order_placement` (the stage: :func:`order_stage`) runs each device's ready ops by upward rank,
+refines the placement again under that order and keeps the order only when the step is strictly
+shorter and fits; :func:`positions` gives each op's place in its device's sequence, which
+:func:`pardnn.tf.apply` enforces. Why: docs/algorithm.md (step 7); choices: docs/notes-partitioner.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """The shape of a polishing stage: what runs after Step 2, and how the pipeline chains it.
 
-Steps 1 and 2 are the paper's; every stage after them *polishes* an emulated answer (the guard,
-the refinement, the run order). Each is one function of one signature::
-
-    run(graph, machine, current: Emulated | None, context: Context) -> (Emulated | None, details)
-
-where ``current`` is the best answer so far (``None`` when Step 2 produced none: heuristic I gave up)
-and ``details`` is the stage's own typed record (a frozen dataclass) that the report carries under
-the stage's name. :func:`polish` runs the stages of :data:`pardnn.partitioner.POLISH` in turn, times
-each and reports its progress, and keeps a stage's answer only when it *beats* the current one
-(:meth:`pardnn.emulation.emulated.Emulated.beats`: fits, and strictly shorter or the current does not fit).
-A stage that needs a fitting answer to start from (``needs_fit``) is skipped while there is none.
-
-Adding a stage is one function and one :class:`Stage` entry in that list.
+A stage is ``run(graph, machine, current: Emulated | None, context: Context) -> (Emulated | None,
+details)``; :func:`polish` runs :data:`pardnn.partitioner.POLISH` in turn and keeps a stage's answer
+only when it beats the current one. Adding a stage: one function and one :class:`Stage`
+(docs/notes-partitioner.md).
 """
 
 from __future__ import annotations

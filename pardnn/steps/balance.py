@@ -1,26 +1,9 @@
 """Memory heuristic II: residual balancing (Eq. 6) and critical-path chunk splitting (Section 3.2).
 
-No emulation: memory is balanced statically, by shares. For device ``pe``, ``share(pe)`` is its
-fraction of all residual bytes plus its fraction of all normal output bytes; Eq. 6 asks
-``K / 2 × share(pe) >= 1`` on every device (the shares sum to 2, so that is "no device below the
-mean").
-
-**Residual balancing** (after mapping): while some device is below the mean, move a residual unit
-(a colocation group holding residual ops, or a lone residual op — each unit moves at most once)
-from the device of highest share to the device of lowest share. The unit moved is the one whose
-share brings the two devices closest to each other without swapping their order, so the highest
-share never grows and the lowest never shrinks: the max/min ratio never increases. Stops when Eq. 6
-holds or no unit can move.
-
-**Chunk splitting** (after slicing, before mapping): when the primaries' memory is highly unbalanced
-— the heaviest primary holds more than ``split_factor`` (default 2) times the mean over primaries —
-contiguous chunks of the heaviest path go to the lightest primaries, one chunk each, each chunk
-sized to lift its receiver to the mean (cut at op boundaries, walking the path from its start), so
-mapping then builds locality around the moved chunks. The memory of an op here is its
-``out_bytes`` (residual or normal; reference ops hold none).
-
-Complexity: O(|V| + |E|) for the shares and O(U log U) to order the U residual units; chunk
-splitting is O(|V|).
+:func:`balance_residuals` moves residual units from the device of highest memory share to the lowest
+until Eq. 6 holds (:func:`memory_shares`); :func:`split_critical_path` gives chunks of the heaviest
+primary to the lightest when primaries are very unbalanced. No emulation, no guarantee.
+Paper choice: which unit moves, and chunk sizes (docs/notes-partitioner.md).
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """Colocation groups: keep each group whole, and choose its device.
 
-The paper is silent on colocation: LFLAM maps clusters, not groups, and may split a group (a
-variable, its optimizer slots and the ops that read or update it must share one device). After
-mapping, every group goes whole to one device chosen by the better, in emulated makespan, of two
-rules (:func:`resolve_groups`):
-
-- *first member*: the device of the group's topologically first member (for a variable group, the
-  variable itself);
-- *vote*: the device with the largest sum of the group's compute mapped to it plus the
-  communication between the group and ops outside it mapped to it, so a variable joins the ops that
-  read it and apply its gradients.
-
-Neither wins everywhere on the paper's models: the vote shortens TRN's step by 11-20 % (the
-attention weights' groups join their readers, and the critical path stops waiting for them) and
-lengthens Word-RNN-2's at K = 16 by 13 %; taking the better costs two emulations. Under memory
-limits "better" first means fewer bytes over the limits (see :func:`resolve_groups`).
-
-Complexity: :func:`keep_groups_whole` O(|V| log |V|), :func:`groups_by_vote` O(|V| + |E| + groups × K),
-:func:`resolve_groups` O((|V| + |E|) log |V|) (one or two emulations and memory sweeps).
+:func:`resolve_groups` sends every group whole to the better, in emulated makespan, of its first member's
+device (:func:`keep_groups_whole`) and the device of most compute and communication with it
+(:func:`groups_by_vote`). Paper choice: the paper is silent on colocation (docs/notes-partitioner.md).
+O((|V| + |E|) log |V|).
 """
 
 from __future__ import annotations

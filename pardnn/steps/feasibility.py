@@ -1,40 +1,9 @@
 """Proofs of infeasibility: memory demands that no placement can meet.
 
-:func:`check_feasible` raises :class:`~pardnn.errors.InfeasibleError` only with one of three proofs,
-each a lower bound on some device's peak under *every* placement and schedule of the memory model of
-:mod:`pardnn.emulation.memory` (Eq. 3), set against the limits ``memory × (1 − reserve)``:
-
-(a) **Residual bytes over total memory.** Residual ops hold their bytes on their device all step, so
-    the devices' peaks add up to at least the total residual bytes: over the sum of the limits, some
-    device overflows.
-(b) **A unit's residual bytes over every device.** A colocation unit (:mod:`pardnn.steps.units`) sits on
-    one device, which holds its residual members' bytes all step.
-(c) **An op's working set over every device.** ``need(v)`` = the residual bytes of v's unit, plus
-    — for an op that runs for a positive time — what must be resident on its device ``d`` at its
-    start ``t = st(v)``: its own output (normal ops; allocated at ``st(v)``, released no earlier than
-    ``ft(v)``) and, for each producer ``u`` of v (edges are merged per pair, so each producer once)
-    whose edge carries ``b > 0`` bytes, the smaller of the two ways it can be held:
-
-    - ``u`` on ``d``: u's output buffer, allocated at ``st(u) <= t`` and released no earlier than
-      its local consumer v finishes, ``ft(v) > t``: ``out_bytes(u)`` for a normal ``u``; a residual
-      ``u`` holds its bytes all step (for a ``u`` in v's own unit they are already in the unit's
-      residual bytes and count once); a reference ``u`` holds nothing;
-    - ``u`` elsewhere: the copy on ``d``, allocated at ``ft(u) <= t`` (the transfer starts when u
-      finishes; v starts after it lands) and released when its last consumer on ``d`` finishes,
-      ``>= ft(v) > t``; sized by the largest edge from ``u`` to ``d``, so at least ``b``. A ``u`` in
-      v's own unit is always on ``d``.
-
-    These buffers are distinct (one per producer and device, plus v's own) and all live at ``t``;
-    the tracker's peak is at least the use at any instant (usage only falls between allocations),
-    so ``peak(d) >= need(v)`` wherever v goes. An op that takes no time is charged only its unit's
-    residual bytes and its own output: at an instant ``st(v) = ft(v)`` the tracker releases the
-    inputs v was the last to read before it allocates v's output.
-
-When a heuristic finds no placement, that is no proof: it raises
-:class:`~pardnn.errors.NoPlacementFoundError` (a subclass) instead. :func:`infeasible_message` words a
-device's shortfall with what to change.
-
-Complexity: O(|V| + |E|).
+:func:`check_feasible` raises :class:`~pardnn.errors.InfeasibleError` only with a proof (residual bytes
+over total memory, a unit's over every device, an op's working set, :func:`op_need_bytes`, over every
+device); a heuristic that finds nothing raises :class:`~pardnn.errors.NoPlacementFoundError` instead.
+:func:`infeasible_message` words the shortfall. The proofs: docs/notes-partitioner.md. O(|V| + |E|).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Binary indexed (Fenwick) trees over levels (Fenwick 1994), as LFLAM uses them (Section 3.1).
 
-A tree stores one weight per level index ``0..L-1`` and answers prefix and range sums; both point
-update and query are O(log L). LFLAM keeps one tree per device plus one for unmapped work. They live
-as the *columns* of one ``(L + 1) x trees`` array: every tree walks the same indices, so one walk
-serves them all and reads, at each step, the trees' entries side by side (three cache lines for
-17 trees) instead of one scattered entry per tree. On a 1,000,000-op graph at K = 16 LFLAM's
-lookahead and balancing passes went from 1.3 to 0.95-1.15 s with this layout (one row per tree
-before); the rest of their time is walking the graph's edges, bound by memory latency too.
-The kernels are numba functions usable from compiled loops; :class:`FenwickTree` wraps one tree for
-Python callers and tests.
+Prefix and range sums of per-level weights, O(log L) per update or query, for many trees at once as the
+columns of one array (docs/notes-partitioner.md). Numba kernels (:func:`fenwick_add`,
+:func:`fenwick_range`...) for compiled loops; :class:`FenwickTree` wraps one tree for Python.
 """
 
 from __future__ import annotations

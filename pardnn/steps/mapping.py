@@ -1,38 +1,9 @@
 """Step 1, stage II: LFLAM mapping (the paper's Algorithm 2 and Eq. 2).
 
-Secondary clusters are attached to the K primaries (primary ``j`` is device ``j``) in order of
-*criticality*: the weighted level of the cluster when communication inside clusters is set to zero
-(Algorithm 2, line 1; ``tl`` from the same computation gives each op its expected start, its
-*level*). Two phases:
-
-1. **Locality-first lookahead mapping** (lines 1-7). A cluster is a candidate if it is
-   *totally communicating* (all its communication is with one device and none with unmapped ops) or,
-   when the graph's CCR >= 10, *maximally communicating* (more than ``comm(sc) / K`` of it with one
-   device). A candidate goes to the device it communicates with most when any of the paper's three
-   conditions holds, with ``W[pe]`` the work of ``pe`` within ``span(sc)``, ``U`` the unmapped work
-   within the span (other clusters), ``w`` the cluster's own work within its span, and
-   ``imbalance(W) = max(W) - min(W)``:
-
-   (a) ``U >= imbalance(W + w at target) - imbalance(W)`` — the unmapped work ahead covers the
-       imbalance the mapping causes;
-   (b) ``imbalance(W + w at target) <= imbalance(W)`` — no imbalance is caused, or balance improves;
-   (c) ``comm(sc, target) > weight(sc) + W[target] + U`` — the communication would dominate.
-
-   The pass is repeated while it maps something, at most ``ceil(log2 |V|)`` times; after the first
-   pass only clusters next to a newly mapped one are re-examined (nothing else changed for them).
-2. **Level-aware load balancing** (lines 8-14, Eq. 2): every cluster left goes to the device that
-   minimises ``W[pe] + comm(sc, mapped ops not on pe)``; ties go to the device it communicates with
-   most, then to the lowest index.
-
-``span(sc)`` runs from the latest expected finish (``tl + comp``) of the first op's predecessors (0
-if none) to the earliest expected start (``tl``) of the last op's successors (the critical-path
-length if none); an op is within it when its level ``tl`` is in ``[start, end)``. Work per level
-lives in Fenwick trees (one per device, one for unmapped work), so every span query and every
-update is O(log L) with L <= |V| distinct levels.
-
-Complexity: O(|V| log |V|) to sort clusters and levels; each pass and the balancing phase do
-O(|E|) edge scans and O(K log L) Fenwick work per cluster; with at most log |V| passes, at most
-O(K |V| log^2 |V|) — the paper's O(|V| log^2 |V|) with K a constant. Compiled with numba.
+:func:`map_clusters` attaches the secondary clusters to the K primaries in order of criticality: a
+locality-first lookahead under the paper's three conditions, then level-aware load balancing (Eq. 2),
+work per level in Fenwick trees. Paper choice: a cluster's span, and the rules in full
+(docs/notes-partitioner.md). O(K |V| log² |V|) at most, compiled with numba.
 """
 
 from __future__ import annotations

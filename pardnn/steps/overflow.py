@@ -1,47 +1,9 @@
 """Memory heuristic I: the overflow handler (the paper's Section 3.2, Eqs. 4-5).
 
-Emulate the schedule, track memory per device (Eq. 3), and wherever a device's use exceeds its limit
-(``memory × (1 − reserve)``) treat the overflow ``O`` as a 0-1 min-knapsack (Eq. 4): choose ops whose
-memory potentials at the overflow instant add up to at least ``O`` at least total *move cost*
-(Eq. 5: the op's compute plus its communication with ops on the same device — what moving it
-adds in imbalance and transfers). Greedily, as the paper does: a min-heap keyed by
-``move_cost / M_pot`` and a second min-heap keyed by ``move_cost`` holding the ops whose potential
-alone covers the overflow; each step takes both tops and keeps the cheaper move (the other goes
-back). An op moves only to a device that can hold it; otherwise it is dropped from the heaps. Moved
-ops never move again, so the handler ends.
-
-Choices where the paper is silent:
-
-- **Units.** A colocation group (a variable, its slots, the ops that read or mutate them) moves as
-  one unit: its potential and move cost are the sums over its members (residual members count their
-  bytes, live all step); edges inside the unit cost nothing.
-- **Where the overflow is taken.** Each round handles every overflowing device at its peak instant
-  (the largest overflow); the moves of a round are applied together, then the step is emulated again
-  and potentials recomputed (the paper recomputes after every move; batching per device and round
-  keeps the same greedy but costs one O(|V| + |E|) emulation per round instead of per move).
-- **The cover heap follows the overflow.** As moves shrink what is left of ``O``, units whose
-  potential alone covers the *remainder* join the second heap (they enter in order of falling
-  potential, each once), so a cheap unit that finishes the job beats a string of better-ratio ones.
-- **Target device.** A target must hold the unit's potential, less the copies it received from that
-  very device (there they become local reads), on top of its use at the overflow instant plus what
-  this round already sent there. A unit *with* residual bytes must also fit them on top of the
-  target's own peak, as they stay all step; a unit without needs no such room — else, when every
-  device overflows at its own (different) peak, nothing could move at all. Among the devices that
-  qualify: the one the unit communicates with most, then the lowest peak, then the lowest index.
-- **The target may overflow elsewhere.** The check is at the source's overflow instant only, so a
-  move can raise the target's use at another instant above its limit. The next round's emulation
-  sees that and treats the target like any overflowing device; moved units stay frozen, so every
-  round that goes on has frozen at least one more unit and the loop ends after at most U rounds.
-- **Ties** in either heap are broken by the unit's lowest op index, so the result is deterministic.
-
-A proof that no placement fits (:func:`~pardnn.steps.feasibility.check_feasible`, checked first) raises
-:class:`~pardnn.errors.InfeasibleError`. If a round moves nothing while a device still overflows,
-the heuristic has failed — no proof: :class:`~pardnn.errors.NoPlacementFoundError` ("no placement
-found") names the device, its peak, its limit, the shortfall, what was tried and what to change.
-
-Complexity: per round O((|V| + |E|) log |V|) for emulation and potentials plus O(U log U + U K) heap
-and room work for U candidate units on K devices; each unit moves at most once, so at most |V|
-moves over all rounds — the paper's O(|V|^2) worst case; in practice a handful of rounds.
+:func:`handle_overflow` emulates, tracks memory (Eq. 3) and solves each device's overflow as a greedy
+0-1 min-knapsack, moving whole units to devices with room, until every device fits; it raises
+:class:`~pardnn.errors.InfeasibleError` with a proof or :class:`~pardnn.errors.NoPlacementFoundError`.
+Paper choice: units, rounds, the cover heap, the target device and ties (docs/notes-partitioner.md).
 """
 
 from __future__ import annotations

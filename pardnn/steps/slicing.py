@@ -1,27 +1,8 @@
 """Step 1, stage I: graph slicing (the paper's Algorithm 1).
 
-The graph is cut into K *primary* clusters — each the heaviest (critical) path of the graph that is
-left once the earlier ones are removed, with weighted levels recomputed after each — and then into
-*secondary* clusters (paths or single ops) found with the last levels, without recomputation, until
-every op belongs to a cluster. Edge weights are communication costs as if every edge were cut
-(``latency + bytes / bandwidth``), as the paper's levels count computation and communication.
-
-How a heaviest path is found (the paper: "traversing the graph using the computed w_lvls as
-priorities until reaching a dead-end"): start at the unvisited op of highest weighted level, then
-extend forward through the unvisited successor ``s`` that maximises ``comm(v, s) + bl(s)`` and
-backward through the unvisited predecessor ``p`` that maximises ``tl(p) + comp(p) + comm(p, v)``,
-each until no unvisited neighbour is left. With fresh levels this is exactly a critical path of the
-remaining graph (the path through the heaviest op, continued by the edges that realise its top and
-bottom levels); with stale levels it is a heavy path. A primary can be empty when fewer than K
-paths exist (an empty or tiny graph).
-
-Ties are broken deterministically: the lowest topological rank wins (among start ops and among
-neighbours).
-
-Complexity: O(K(|V| + |E|)) for the K + 1 level computations (in the worst case; each after the
-first only recomputes the levels the last path can change, in practice a handful), O(|V| log |V|) for
-ordering the secondary starts once, and O(|V| + |E|) for all path walks (an op joins one path; an edge
-is scanned from each end at most once per walk that reaches that end).
+:func:`slice_graph` cuts the graph into K primary clusters, each the heaviest path of what is left, then
+into secondary clusters (paths or single ops) until every op is in one (:class:`Clusters`). Paper choice:
+how a heaviest path is walked, and ties (docs/notes-partitioner.md). O(K(|V| + |E|)) worst case.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""The TensorFlow adapter: capture a training step, cost it, place it.
+"""The TensorFlow adapter: capture a training step, cost it, place it (docs/tensorflow.md).
 
-::
-
-    cost = pardnn.tf.profile(graph, [train_op, loss], feed_fn)     # or capture(...) / estimate(...)
-    cost, sizing = pardnn.tf.capture_with_report(graph, [train_op, loss])   # outputs per sizing rule
-    result = pardnn.partition(cost, pardnn.Machine(4))
-    pardnn.tf.apply(graph, result.placement, pardnn.tf.device_names(4), names=cost.names, order=result.order)
-    session = tf.compat.v1.Session(graph=graph, config=pardnn.tf.session_config(4))
-
-Importing this package imports TensorFlow; ``import pardnn`` does not import it. The functions are
-imported here by name, so ``pardnn.tf.profile`` is the function (its module is
-``pardnn.tf.profile`` in ``sys.modules``).
+``cost = pardnn.tf.profile(graph, [train_op, loss], feed_fn)`` (or ``capture``, ``estimate``), then
+``pardnn.tf.apply(graph, result.placement, pardnn.tf.device_names(K), names=cost.names, order=result.order)``.
+Importing this package imports TensorFlow; ``import pardnn`` does not.
 
 May import: TensorFlow (the only package of pardnn that does), :mod:`pardnn.costs`, :mod:`pardnn.batch`,
 :mod:`pardnn.tfstack`, :mod:`pardnn.errors`.

@@ -1,36 +1,9 @@
 """Apply a placement to a TensorFlow graph, and the session configuration that runs it.
 
-``apply(graph, placement, device_names)`` sets the device of *every* op of ``graph``, because
-TensorFlow's placer checks the whole graph when a session first runs it, not only the step. It must
-run before the first ``Session.run`` on the graph (a session does not see later device changes).
-
-Ops named by the placement take their device. Every other op (initializers, savers, ops
-``capture`` pruned) follows the first rule that gives a device:
-
-1. its colocation group's device (groups as in :func:`pardnn.tf.capture.colocation_groups`);
-2. the device of its first data or control input, in graph order (an initializer follows the op it
-   reads, a chain follows its head);
-3. the device of its first consumer, in reverse graph order (a ``Const`` goes where it is used);
-4. device 0.
-
-A decided op settles its group, so groups are never split. On GPUs, an op that is not in a group
-and has no kernel registered for the devices' type goes to the host (``/device:CPU:0``): savers,
-string and iterator ops cannot run on a GPU, and with soft placement off they would fail; so do
-``tf.data`` ops (datasets, iterators and their groups), whatever kernels they have.
-
-With ``order`` (each op's position on its device, :attr:`pardnn.placement.result.Result.order`), each device's
-ops also run in that order: every op gets a control dependency on the op before it on its device,
-the sequence :mod:`pardnn.polish.order` emulated (on a GPU this fixes the order the kernels enter the
-device's stream; TensorFlow's executor otherwise starts ready ops in order of readiness). Left out
-of the sequences, so that they can still run alone as before: ops without inputs (variables,
-constants, placeholders: ``session.run(init_op)`` and variable reads must not pull a step's ops in)
-and ops inside a TF1 ``while_loop``/``cond`` (a control edge may not cross into or out of a frame).
-Fetching a chained op alone (the loss, say) also runs the ops before it on each device's sequence.
-The sequences are checked before the graph is touched: if TensorFlow's graph has dependencies the
-cost graph did not (a graph changed after capture), an order that would close a cycle is refused.
-
-:func:`session_config` builds the ``ConfigProto`` with ``allow_soft_placement=False`` so that a
-placement TensorFlow cannot honour fails loudly instead of silently moving ops.
+:func:`apply` sets the device of every op of ``graph`` before its first ``Session.run`` (ops the
+placement does not name follow rules 1-4 of docs/notes-partitioner.md), and with ``order`` chains each
+device's ops by control dependencies. :func:`session_config` turns soft placement off;
+:func:`device_names` names K devices.
 """
 
 from __future__ import annotations

@@ -1,41 +1,9 @@
 """Capture: the ops one training step runs, as a :class:`~pardnn.costs.graph.CostGraph` (no costs yet).
 
-``capture(graph, fetches)`` walks back from the fetches' ops through data and control inputs; the
-ops reached are what ``Session.run(fetches)`` executes, so initializers, savers and summaries not
-fetched are left out. One node per op, named as the op.
-
-- **Edges.** A data edge carries its tensor's bytes; an op reading two outputs of one producer gets
-  one edge with their sum. Control edges carry 0 bytes. v1 while-loop back edges
-  (``NextIteration`` → ``Merge``) are dropped so the step is a DAG.
-- **Sizes** of outputs come from :func:`pardnn.tf.sizing.size_step`: static shape × dtype size, and
-  where the shape is not static (a reserve space of unknown rank, a ``Unique``'s data-dependent
-  length, a ``None`` batch) a documented rule per case; :func:`capture_with_report` returns how many
-  outputs each rule sized. Resource handles and strings count 0 bytes, TensorLists 0 unless they are
-  a loop's accumulators. Unknown dimensions no rule resolves count as ``unknown_dim`` (the batch
-  size) when it is given. A ``Placeholder`` of unknown batch without ``unknown_dim`` raises
-  :class:`InvalidGraphError` naming the op and the tensor, as nothing bounds it. ``strict=True``
-  turns the rules off: an unknown dimension without ``unknown_dim`` or an unknown rank that
-  something reads raises (:func:`pardnn.tf.profile.profile` sizes such tensors from the trace).
-- **Kinds.** Variables (``VarHandleOp``, ``VariableV2``, ``Variable``) are residual; their
-  ``out_bytes`` and ``param_bytes`` are the variable's size from its ``shape`` attribute. Ops that
-  mutate a variable (``Assign*``, ``ApplyAdam``, ``ResourceApply*``, ``ScatterUpdate``,
-  ``ResourceScatter*``...) are reference ops and hold no bytes of their own. Everything else is
-  normal, holding the sum of its outputs' bytes.
-- **Micro-batch copies.** A graph built with M micro-batches carries, in the graph collection
-  :data:`COPIES` (:func:`mark_copies`, called by the builder that made the copies), each copy's op
-  name → ``(micro-batch, name of the op of micro-batch 0 it copies)``. The capture turns it into
-  the graph's ``micro_batch`` and ``copy_of`` columns (:mod:`pardnn.costs.copies`): an op whose original
-  is not in the step or is of another type, and every op not marked, belongs to no micro-batch. A
-  graph without marks has no metadata (its file is version 1).
-- **Colocation groups** are found by union-find over the *whole* graph, because TensorFlow's placer
-  constrains the whole graph, not only the step: an edge carrying a resource handle joins producer
-  and consumer (a variable, its ``ReadVariableOp``, ``AssignVariableOp``, ``ResourceApplyAdam`` with
-  the optimizer's slot variables, a ``While`` taking the handle), so does an edge into an input
-  declared as a reference (``Assign``, ``ApplyAdam`` on a ``VariableV2``), and so does a ``_class``
-  attribute ``loc:@name``. A group is labelled by its first variable in graph order (else its first
-  op); ops alone in their group get no label.
-
-Capture is O(|V| + |E|) over the graph's ops and tensors.
+:func:`capture` (:func:`capture_with_report`) walks back from the fetches' ops: one node per op, edges
+sized by :mod:`pardnn.tf.sizing`, variables residual, their mutators reference, colocation groups by
+union-find, copy marks (:func:`mark_copies`) as copy metadata. Rules: docs/notes-partitioner.md.
+O(|V| + |E|).
 """
 
 from __future__ import annotations

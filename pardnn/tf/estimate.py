@@ -1,49 +1,9 @@
 """Estimate: analytic per-op costs from static shapes, for a GPU the code is not running on.
 
-The model is a roofline per op::
-
-    time_us = max(flops / peak_flops, bytes / memory_bandwidth) × 1e6 + launch_us
-
-with the rates of a :class:`~pardnn.costs.presets.DevicePreset` (``v100-32gb``, ``a100-80gb``,
-``h100-80gb``). FLOPs count a multiply-add as 2:
-
-- ``MatMul``: ``2 × |out| × K``, K the inner dimension after ``transpose_a``; ``BatchMatMul``,
-  ``BatchMatMulV2``/``V3`` the same per batch (``adj_x``). Gradients of a MatMul are MatMuls with
-  transpose attributes, so they are covered.
-- ``Conv2D``/``Conv3D``: ``2 × |out| × (kernel volume × input channels per group)``;
-  ``Conv2DBackpropInput``/``Filter`` and ``Conv3DBackpropInputV2``/``FilterV2``: the same with
-  ``out_backprop`` in place of the output (each does the forward's work once).
-  ``DepthwiseConv2dNative`` and its gradients: ``2 × |out| × kernel area``.
-- Any other op: one FLOP per element of its largest input or output (elementwise ops, reductions).
-
-Shapes are static shapes where fully known; elsewhere the sizes :func:`pardnn.tf.sizing.size_step`
-gives by rule (the same the cost graph's ``out_bytes`` hold: a ``Unique``'s output bounded by its
-input, a reserve space per channel...), and ``unknown_dim`` for a MatMul's unknown inner dimension.
-Sizes count each dtype's own width: a ``mixed_float16`` graph's float16 activations 2 bytes per
-element, its float32 master weights and their updates 4.
-
-Bytes moved are the op's input plus output bytes (a handle moves none). An optimizer update
-(``ApplyAdam``, ``ResourceApplyAdam``...) also reads and writes each variable it updates (the
-variable and its slots, each the size of the gradient).
-
-Functional ops are costed from their function bodies. A ``While`` costs ``trips × (body + cond)``:
-``trips`` is the smaller of its ``maximum_iterations`` and of ``limit - start`` of a
-``counter < limit`` test in its cond, where these are known statically (Keras RNNs loop to
-``tf.shape(x)[0]``; their gradient loops run to the forward loop's final counter), else
-``loop_trips`` (default 1, :class:`pardnn.tf.loops.LoopTrips`). ``If``/``Case`` cost their most
-expensive branch, calls their function. Inside a body, a tensor of unknown shape counts 0 bytes and 0
-FLOPs unless ``unknown_dim`` sizes it (bodies are not sized by rule). A loop's memory is its
-outputs', which include the TensorList accumulators it keeps for backprop (trips × element bytes,
-see :mod:`pardnn.tf.sizing`).
-
-Metadata-only ops (``Const``, ``Identity``, ``Reshape``, ``Shape``, ``ReadVariableOp``,
-``VarHandleOp``, ``NoOp``, control-flow plumbing...) cost 0: they launch no kernel.
-
-Limits: no kernel efficiency (peak is an upper bound, so times are optimistic, most for small ops);
-no fusion, and no tensor-core rate for float16 (its bytes are counted at 2, its FLOPs at the
-preset's one peak); data-dependent ops are costed at their upper bounds; host-side ops are costed as
-if on the GPU. Relative costs are what the partitioner needs, and
-:func:`pardnn.tf.profile.profile` measures real ones where the hardware is at hand.
+:func:`estimate` gives each op ``max(flops / peak_flops, bytes / memory_bandwidth) × 1e6 + launch_us``
+with a :class:`~pardnn.costs.presets.DevicePreset`'s rates; :func:`estimate_parts` keeps the FLOPs and
+bytes apart for batch scaling. FLOP counts and limits: docs/notes-partitioner.md; :func:`pardnn.tf.profile.profile`
+measures real costs.
 """
 
 from __future__ import annotations

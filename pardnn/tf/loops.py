@@ -1,30 +1,8 @@
 """Functional control flow: function bodies, static integers, trip counts and loop accumulators.
 
-Shared by :mod:`pardnn.tf.sizing` (what a loop keeps alive) and :mod:`pardnn.tf.estimate` (what a
-loop costs), so both count the same iterations.
-
-- **Function bodies** (:func:`function_graph`) are looked up by name in the op's graph and then in
-  its outer graphs (a ``While`` inside a ``tf.function`` body names a function of the outer graph).
-- **Static integers** (:func:`static_int`): what ``tf.get_static_value`` folds (constants, shapes
-  fully known), plus ``tf.shape(x)[i]`` of a known dimension, the way Keras RNNs take their number of
-  time steps.
-- **Trip counts** (:class:`LoopTrips`): a ``While`` runs ``min(maximum_iterations, limit - start)``
-  times, each where known statically: ``maximum_iterations`` is the op's second input (``-1`` means
-  none), and ``counter < limit`` (or ``<=``) is a test in its cond of a loop variable whose initial
-  value is static against a limit that is a constant of the cond or a loop variable with a static
-  initial value. A gradient loop's limit is its forward loop's final counter (output 0),
-  so it runs as often as the forward loop. Otherwise the loop runs ``default`` times (the callers'
-  ``loop_trips``, 1 unless given): the number of iterations of a loop over a dynamic length is not in
-  the graph, and one trip is the least the loop does.
-- **Accumulators** (:func:`accumulated_element`): a ``While`` output of type variant whose body
-  output comes (through ``Identity``) from ``TensorListPushBack`` or ``TensorListSetItem`` is a
-  TensorList that gains one element per iteration: the per-step intermediates ``while_v2`` keeps for
-  the gradient loop, and a Keras RNN's per-step outputs. It holds ``trips × element bytes`` when the
-  loop ends (:mod:`pardnn.tf.sizing` sizes it so). Lists that shrink (``TensorListPopBack`` in a
-  gradient loop) end empty and hold nothing.
-
-Complexity: a loop's cond is scanned once (cached per op); a body output is followed through its
-``Identity`` chain.
+:func:`function_graph`, :func:`static_int`, :class:`LoopTrips` and :func:`accumulated_element`, shared by
+:mod:`pardnn.tf.sizing` and :mod:`pardnn.tf.estimate` so both count the same iterations. Rules:
+docs/notes-partitioner.md.
 """
 
 from __future__ import annotations

@@ -1,32 +1,8 @@
 """Profile: measured per-op times and output sizes of a training step, from TensorFlow's own trace.
 
-``profile(graph, fetches, feed_fn)`` runs ``warmup + steps`` steps in a session with Grappler and
-constant folding off (so the ops that run keep their graph names), traces the last ``steps`` with
-``RunOptions(trace_level=FULL_TRACE)`` and reads ``run_metadata.step_stats``:
-
-- **Time** of a trace node is ``op_end_rel - op_start_rel`` (ns precision where present). An op's
-  time in one step is the sum over its trace nodes (a loop body runs once per iteration); its cost
-  is the trimmed mean over the traced steps (``trim`` of the steps cut at each end), robust to the
-  odd slow step.
-- **Which op a trace node belongs to** (:func:`owner_op`): its own name; ``_arg_<op>_<slot>_<i>``
-  is a fed placeholder; otherwise, after dropping a ``Func/`` prefix, the longest prefix ending at
-  a ``/`` that names an op. So the nodes a lowered ``While`` becomes (``lstm/while/body/_1/...``,
-  ``lstm/while/merge/_52``) count for the ``While`` op. ``_SOURCE``, ``_SINK``, ``_Send``,
-  ``_Recv`` and ``_Retval`` nodes are skipped.
-- **Sizes** come from the trace nodes named exactly as the op: each output's runtime shape × dtype
-  size. They replace the static sizes, and fill the unknown ones (a ``None`` batch, an unknown
-  rank). Outputs the trace does not size are sized as capture sizes them (static shape, else the
-  rules of :mod:`pardnn.tf.sizing`, which see the traced sizes of their inputs): resource handles
-  and strings 0 bytes, a loop's TensorList accumulators trips × element bytes. Variables keep the
-  size of their ``shape`` attribute (the trace shows only their handle).
-
-Ops the trace never shows keep their static values (0 µs) and are listed in the
-:class:`ProfileReport`; tensors no rule sizes either count 0 bytes and are listed too (profiling
-never raises for a size).
-
-On GPUs the trace has the executor's view and per-stream kernel views of one op; the op's time per
-step is the largest of its views (its kernel time when the stream view has it). This path is not
-exercised on the CPU-only development machines.
+:func:`profile` (:func:`profile_with_report`) runs ``warmup + steps`` steps with Grappler off, traces the
+last ``steps`` and takes a trimmed mean of each op's time and its runtime output sizes; ops the trace
+never shows keep 0 µs and are listed. Rules: docs/notes-partitioner.md.
 """
 
 from __future__ import annotations

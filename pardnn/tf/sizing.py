@@ -1,76 +1,9 @@
 """Sizing: the bytes of every output of a training step, from its static shape or, failing that, by rule.
 
-Users' own Keras graphs hold tensors whose static shape TensorFlow cannot give: a batch norm's
-reserve space (unknown rank), a ``Unique``'s output (as long as the data has distinct values), a
-layer wrapped in a ``tf.function`` (its outputs lose their batch dimension). :func:`size_step` sizes
-every output of the step; each output gets exactly one of these rules, tried in this order, and the
-:class:`SizingReport` counts how many outputs each rule sized. Where the size depends on the data
-the rule gives an upper bound: the partitioner must not put more on a device than fits, so such a
-tensor counts as large as it can be.
-
-``trace``
-    :func:`pardnn.tf.profile.profile` only: the runtime shape the trace recorded.
-``loop_accumulator``
-    A ``While`` output that is a TensorList growing by one element per iteration (the per-step
-    intermediates ``while_v2`` keeps for backprop, a Keras RNN's outputs) holds
-    ``trips × element bytes`` (:mod:`pardnn.tf.loops`), so the loop's memory includes what it keeps
-    alive for the gradient loop. Only lists something in the step reads are sized (TensorFlow prunes
-    the others); an element of unresolved shape leaves the list at 0. Applies with ``strict`` too.
-``static``
-    The shape is fully known: elements × dtype size (float16 2 bytes, float32 4...). Resource
-    handles, strings and other variants count 0 (their shape says nothing about the data behind
-    them); a variable counts its ``shape`` × ``dtype`` attributes.
-``reserve``
-    Workspace and reserve outputs, by what the op is. ``FusedBatchNorm``/``V2``/``V3``/
-    ``_FusedBatchNormEx``: batch mean and variance and ``reserve_space_1``/``_2`` are per channel (the
-    scale's element count × their dtype size); ``reserve_space_3`` is 0 (on CPU it is empty, or one
-    float for float16, measured; on a GPU cuDNN keeps at most an activation mask there, not
-    counted). ``FusedBatchNormGrad*``: scale
-    and offset gradients per channel, ``reserve_space_4``/``_5`` 0 (unused placeholders).
-    ``CudnnRNN``/``V2``/``V3``: ``reserve_space`` = output bytes × gates (4 LSTM, 3 GRU, 1 plain RNN:
-    the per-step activations cuDNN keeps for backprop), ``host_reserved`` 0.
-``data_dependent``
-    Outputs whose length depends on the data, bounded above by their inputs' sizes:
-    ``Unique``/``UniqueWithCounts``/``ListDiff`` ≤ their input's elements; ``Where`` ≤ input elements ×
-    input rank (int64 coordinates); each ``DynamicPartition`` piece ≤ the whole data (so the op's sum
-    counts the data once per piece); ``DynamicStitch`` ≤ the data it merges; ``Segment*``/
-    ``UnsortedSegment*`` (the dense sum of a sparse gradient) ≤ the data; a reduction (``Sum``,
-    ``Mean``, ``Max``...) over axes computed at run time (the gradient of a broadcast sums over
-    ``BroadcastGradientArgs``) holds ≤ its input's elements (exact when nothing is broadcast;
-    static axes fall through to ``propagated``); ``SparseSegment*`` ≤
-    indices × row; ``Gather``/``GatherV2``/``ResourceGather`` = indices' elements × the output's
-    dimensions outside the indices' positions (exact given the indices, and a gathered embedding row
-    per id); ``GatherNd`` likewise; ``BroadcastGradientArgs`` ≤ the longer shape; ``TensorListStack``
-    and ``TensorListConcatV2`` = the list's bytes.
-``reshape``
-    A ``Reshape`` of unknown output shape holds as many elements as its input (exact; the batch-size
-    guess would size LayerNormalization's ``[1, batch × steps, features, 1]`` as ``batch²``).
-``propagated`` / ``unknown_dim``
-    Other outputs of known rank with unknown dimensions: as many elements as the largest input of
-    the same partial shape (an elementwise op, a batch norm's ``y``; an input read through ``Shape``
-    counts, as for a gradient's ``Tile``/``Fill``/``BroadcastTo`` to ``tf.shape(t)``); else each
-    unknown dimension counts as the largest value the inputs' unknown dimensions resolved to (a
-    MatMul of a ``Unique``-sized gradient has that gradient's rows); with no such input, as
-    ``unknown_dim`` (the batch size, as before). A tensor's resolved value is its elements divided by
-    its known dimensions, spread over its unknown ones (rounded up). The rule reported is
-    ``unknown_dim`` when the size equals the batch guess, else ``propagated``.
-``unused``
-    An unknown shape that nothing reads, in the graph or as a fetch (e.g. ``reserve_space_3`` of an
-    inference-only batch norm): 0, since it is freed as soon as it is made.
-``largest_input``
-    No rule applies (an unknown rank; unknown dimensions with no ``unknown_dim`` and no resolved
-    input): the op's largest input's elements × the output's dtype size. Exact for elementwise ops
-    and wrappers (``PartitionedCall`` of a layer); ops that broadcast or tile can exceed it. An op
-    with no sized input (a ``Placeholder`` of unknown batch) cannot be bounded so and raises
-    :class:`~pardnn.errors.InvalidGraphError` naming it: give ``unknown_dim`` or a static shape.
-``unsized``
-    Left unknown (``None``, counting 0 bytes): only where the caller asks not to raise (profiling,
-    which reports these tensors).
-
-With ``strict=True`` only ``static``, ``unknown_dim`` (every unknown dimension is ``unknown_dim``),
-``unused`` and ``loop_accumulator`` apply and anything else raises, naming the op and tensor (the
-behaviour before these rules). Outputs are sized in graph order, so every rule sees its inputs'
-sizes. O(|V| + |E|) plus each loop's cond and body outputs once.
+:func:`size_step` gives every output exactly one rule of :data:`RULES`, tried in order, and the
+:class:`SizingReport` counts them; where a size depends on the data it is an upper bound. With
+``strict=True`` only ``static``, ``unknown_dim``, ``unused`` and ``loop_accumulator`` apply, else it
+raises. The rules: docs/notes-partitioner.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The DOT dialect of the reference-ParDNN graph file: an edge list, read and written.
 
-Read: ``"a" -> "b"`` or ``"a"->"b"`` per line, chains ``a -> b -> c``, a trailing ``;``,
-``[attributes]`` and bare IDs too. A lone ``"x"`` line declares an op, so isolated ops can be listed.
-``digraph NAME {`` and ``}`` lines, blank lines, ``//`` or ``#`` comment lines and attribute-only
-lines (``node [shape=box]``, ``rankdir=LR``) are skipped; anything else (a ``subgraph``, ``=>``) is
-an error naming the line. A repeated edge is one edge; a self-loop is an error.
-
-Written: IDs are always quoted (:func:`quote`), with ``"`` and ``\\`` escaped.
+:func:`parse_dot` reads ``"a" -> "b"`` lines (chains, attributes, bare IDs, lone ``"x"`` declarations;
+``digraph`` and comment lines skipped) and names any other line as an error; a repeated edge is one
+edge, a self-loop an error. :func:`quote` writes IDs quoted and escaped.
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ def target_cases(draw):
 
 
 def _target_by_the_rule(case) -> int:
-    """Heuristic I's target (module docstring, "Target device"), restated: the devices other than the
+    """Heuristic I's target (docs/notes-partitioner.md, overflow, "Target device"), restated: the devices other than the
     source with room for the potential less the copies from there (whole bytes) on top of their use
     and arrivals, and, for a unit with residual bytes, room for those on top of their peak and arrivals;
     among them the most communication, then the lowest peak with arrivals, then the lowest index."""
