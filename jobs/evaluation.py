@@ -22,6 +22,7 @@ import tensorflow as tf
 from jobs.config import Job, JobError
 from jobs.datasets import numpy_batches
 from jobs.entrypoints import DATA_EXPECTED, call, resolve
+from jobs.keras3 import StateUpdates, flavour, is_keras3
 from jobs.kerasnet import call_model, model_loss, with_model_extras
 from jobs.recipe import Recipe, by_output, loss_name
 from jobs.userbatch import Layout, as_dict, check_batch, label_key
@@ -56,9 +57,12 @@ def _metric_names(job: Job, model: tf.keras.Model) -> list[Any]:
     given = (job.evaluation or {}).get("metrics")
     if given is not None:
         return list(given)
-    compiled = getattr(model, "compiled_metrics", None)  # Keras 2 eager; in a graph, the v1 model's
-    user = getattr(compiled, "_user_metrics", None) if compiled is not None else getattr(model, "_compile_metrics",
-                                                                                        None)
+    if is_keras3(model):  # Keras 3 keeps them in its CompileMetrics
+        user = getattr(getattr(model, "_compile_metrics", None), "_user_metrics", None)
+    else:
+        compiled = getattr(model, "compiled_metrics", None)  # Keras 2 eager; in a graph, the v1 model's
+        user = getattr(compiled, "_user_metrics", None) if compiled is not None else getattr(model, "_compile_metrics",
+                                                                                            None)
     if not user:
         return []
     if isinstance(user, dict):
@@ -67,25 +71,26 @@ def _metric_names(job: Job, model: tf.keras.Model) -> list[Any]:
     return list(user) if isinstance(user, (list, tuple)) else [user]
 
 
-def _metric(job: Job, metric: Any, loss: Any, labels: tf.Tensor, output: tf.Tensor) -> tuple[str, Callable[..., Any]]:
+def _metric(job: Job, metric: Any, loss: Any, labels: tf.Tensor, output: tf.Tensor,
+            keras: Any = tf.keras) -> tuple[str, Callable[..., Any]]:
     """A metric's Keras name and its per-sample function of (labels, output); ``accuracy`` is chosen as
     Keras chooses it (binary for one unit, sparse for integer class labels, else categorical)."""
     if isinstance(metric, str):
         if metric in ("accuracy", "acc"):
-            metrics = tf.keras.metrics
+            metrics = keras.metrics
             if "binary" in loss_name(loss) or output.shape[-1] == 1:
                 return metric, metrics.binary_accuracy
             if labels.shape.rank == output.shape.rank - 1 or (labels.shape[-1] == 1 and output.shape[-1] != 1):
                 return metric, metrics.sparse_categorical_accuracy
             return metric, metrics.categorical_accuracy
         try:
-            found = tf.keras.metrics.get(metric)
+            found = keras.metrics.get(metric)
         except ValueError:
             found = None
         if not callable(found):  # Keras 2.15 returns an unknown name as it is
             raise JobError(f"{job.source}: [eval] metrics: unknown Keras metric {metric!r}; expected a name such as "
                            "'accuracy', 'mae', 'sparse_top_k_categorical_accuracy'") from None
-        if isinstance(found, tf.keras.metrics.Metric):
+        if isinstance(found, keras.metrics.Metric):
             metric = found
         else:
             return metric, found
@@ -152,15 +157,17 @@ def evaluation(job: Job, model: tf.keras.Model, recipe: Recipe, layout: Layout, 
         labels = _placeholders(named, first, [label_key(layout.outputs, n) for n in layout.outputs or []],
                                step_inputs, size)
     with v1.name_scope("evaluation/"):
-        outputs = call_model(job, model, layout, inputs, training=False)
+        with StateUpdates().collect():
+            outputs = call_model(job, model, layout, inputs, training=False)
+            own = list(model.losses) if is_keras3(model) else None
         loss = model_loss(job, recipe, outputs, labels, first)
-        loss, _ = with_model_extras(model, [inputs[name] for name in layout.inputs], loss)
+        loss, _ = with_model_extras(model, [inputs[name] for name in layout.inputs], loss, own)
         fetches: dict[str, tf.Tensor] = {"loss": loss}
         losses = by_output(job, recipe, [name for name, _ in outputs])
         for metric in _metric_names(job, model):
             for (name, output), (output_loss, _) in zip(outputs, losses, strict=True):
                 key = label_key(layout.outputs, name)
-                shown, function = _metric(job, metric, output_loss, labels[key], output)
+                shown, function = _metric(job, metric, output_loss, labels[key], output, flavour(model))
                 label = shown if len(outputs) == 1 else f"{name}_{shown}"
                 value = function(_aligned(labels[key], output), output)
                 fetches[label] = tf.reduce_mean(tf.cast(value, tf.float32), name=f"metric_{len(fetches)}")

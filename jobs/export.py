@@ -26,7 +26,9 @@ KERAS, VARIABLES = "keras", "variables"
 def describe_keras(model: Any, layout: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
     """What :func:`save_model` needs of a Keras model built in the job's graph: its weights' graph names
     (``model.weights`` order) and its inputs (name, shape without the batch, dtype) and call form."""
-    return {"kind": KERAS, "weights": [v.name for v in model.weights], "call": layout.call,
+    from jobs.keras3 import graph_variable
+
+    return {"kind": KERAS, "weights": [graph_variable(v).name for v in model.weights], "call": layout.call,
             "inputs": [{"name": name, "shape": inputs[name].shape.as_list()[1:], "dtype": inputs[name].dtype.name}
                        for name in layout.inputs]}
 
@@ -99,9 +101,8 @@ def keras_model(job: Job, model: Mapping[str, Any]) -> Any:
     """The user's model made anew by its ``[model] entry``, as a user's script makes it (call this outside
     any ``tf.Graph``: eagerly), and called once on zeros shaped like the trained inputs when it has no
     weights yet."""
-    import tensorflow as tf
-
     from jobs.entrypoints import MODEL_EXPECTED, call, resolve, takes
+    from jobs.keras3 import is_model
     from jobs.precision import policy
 
     assert job.entry is not None
@@ -111,7 +112,7 @@ def keras_model(job: Job, model: Mapping[str, Any]) -> Any:
         kwargs["batch_size"] = job.batch_size
     with policy(job.precision):
         made = call(job, "model.entry", job.entry, function, (), kwargs, MODEL_EXPECTED)
-        if not isinstance(made, tf.keras.Model):
+        if not is_model(made):
             raise JobError(f"{job.source}: model.entry = {job.entry!r}: it returned {type(made).__name__} when called "
                            "outside the training graph, not the tf.keras.Model it was trained as")
         if len(made.weights) != len(model["weights"]):
@@ -125,6 +126,10 @@ def keras_model(job: Job, model: Mapping[str, Any]) -> Any:
 
 def _save_keras(job: Job, model: Mapping[str, Any], weights: list[np.ndarray], path: Path) -> None:
     made = keras_model(job, model)
+    keras3 = _keras3_version(made)
+    if keras3 and not path.name.endswith((".weights.h5", ".keras")):
+        raise JobError(f"{path}: {job.source} trains a Keras {keras3} model, which Keras writes as .weights.h5 (its "
+                       "weights) or .keras (the whole model); choose one of those names")
     shapes = [tuple(v.shape) for v in made.weights]
     if len(shapes) != len(weights) or any(s != w.shape for s, w in zip(shapes, weights)):
         first = next((i for i, (s, w) in enumerate(zip(shapes, weights)) if s != w.shape), min(len(shapes),
@@ -147,6 +152,12 @@ def _save_keras(job: Job, model: Mapping[str, Any], weights: list[np.ndarray], p
                        + ("write its weights instead (a .weights.h5 name)" if path.name.endswith(".keras")
                           else "choose another path")) from error
     os.replace(tmp, path)
+
+
+def _keras3_version(model: Any) -> str | None:
+    from pardnn.tfstack import keras3_model
+
+    return keras3_model(model)
 
 
 def _suffix(path: Path) -> str:

@@ -1,4 +1,4 @@
-"""A ``tf.keras.Model`` from a job's ``[model] entry`` made into a training step in the job's graph.
+"""A Keras model (tf.keras, or Keras 3) from a job's ``[model] entry`` made into a training step in the job's graph.
 
 :func:`keras_net` makes one placeholder per model input (from the model's inputs, or from batch 0 for
 a subclassed or unbuilt model), calls the model with ``training=True``, makes one labels
@@ -19,6 +19,7 @@ import tensorflow as tf
 from jobs.config import Job, JobError
 from jobs.datasets import Stream
 from jobs.entrypoints import model_error, user_error
+from jobs.keras3 import StateUpdates, is_keras3, spec_of
 from jobs.microbatch import Copies, micro_step, scope
 from jobs.models.layers import Net, keras_blocks
 from jobs.recipe import COMPILED, Recipe, by_output, loss_name
@@ -33,9 +34,12 @@ def _input_placeholders(job: Job, model: tf.keras.Model, first: Any, batch: int,
                         stream: Stream | None = None) -> tuple[Layout, dict[str, tf.Tensor]]:
     """The model's layout and input placeholders (see the module docstring); with a ``stream`` (a
     ``[data] dataset``) each placeholder's default is the stream's batch."""
-    known = bool(model.inputs)
+    try:
+        known = bool(getattr(model, "inputs", None))
+    except (AttributeError, ValueError):  # a Keras 3 Sequential not built yet
+        known = False
     if known:
-        names = list(model.input_names)
+        names = list(getattr(model, "input_names", None) or [tensor.name for tensor in model.inputs])
         layout = Layout(names, "list" if len(names) > 1 else "one")
     else:
         layout = layout_of(job, first, batch)
@@ -48,7 +52,8 @@ def _input_placeholders(job: Job, model: tf.keras.Model, first: Any, batch: int,
         given = values.get(name)
         if known:
             symbolic = model.inputs[index]
-            dims, dtype = symbolic.shape.as_list()[1:], symbolic.dtype
+            dims, dtype = spec_of(symbolic)
+            dims = dims[1:]
             if given is not None and given.ndim == len(dims) + 1:  # unknown dimensions from batch 0
                 dims = [g if d is None else d for d, g in zip(dims, given.shape[1:])]
         else:  # batch 0 has every input: the layout is its own (a scalar fails check_batch)
@@ -130,7 +135,7 @@ def model_loss(job: Job, recipe: Recipe, outputs: list[tuple[str, tf.Tensor]], l
             key = label_key(names, name)
             given = values[key]
             try:
-                term = tf.reduce_mean(tf.keras.losses.get(loss)(labels[key], output))
+                term = tf.reduce_mean(recipe.losses.get(loss)(labels[key], output))
             except Exception as error:
                 which = f", for the output {name!r} ({loss_name(loss)})," if len(names) > 1 else ""
                 raise JobError(f"{job.source}: {where}{which} of labels {given.shape[1:]} {given.dtype} (per sample) "
@@ -155,24 +160,33 @@ def keras_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batch
     layout, inputs = _input_placeholders(job, model, first, batch, stream)
     if micro > 1:
         return _micro_net(job, model, recipe, first, batch, micro, layout, inputs, stream), layout
-    outputs = call_model(job, model, layout, inputs)
+    state = StateUpdates()
+    with state.collect():
+        outputs = call_model(job, model, layout, inputs)
+        own = list(model.losses) if is_keras3(model) else None  # this call's, read now (Keras 3 remakes them)
     layout.outputs = [name for name, _ in outputs]
     values = as_dict(job, 0, first, layout, batch)
     labels = _label_placeholders(job, values, layout, batch, stream)
     loss = model_loss(job, recipe, outputs, labels, values)
     x = [inputs[name] for name in layout.inputs]
-    loss, updates = with_model_extras(model, x, loss)
+    loss, updates = with_model_extras(model, x, loss, own, state.ops)
     return Net(loss, {**inputs, **labels}, updates), layout
 
 
-def with_model_extras(model: tf.keras.Model, x: list[tf.Tensor], loss: tf.Tensor) -> tuple[tf.Tensor, list[Any]]:
-    """The loss with the model's own losses of the call on ``x`` (regularization), and its update ops."""
-    extra = [*model.get_losses_for(None), *model.get_losses_for(x)]
+def with_model_extras(model: tf.keras.Model, x: list[tf.Tensor], loss: tf.Tensor, own: list[tf.Tensor] | None = None,
+                      assigned: list[tf.Operation] | None = None) -> tuple[tf.Tensor, list[Any]]:
+    """The loss with the model's own losses of the call on ``x`` (regularization), and its update ops.
+    A Keras 3 model's are given: ``own``, its ``model.losses`` read after the call, and ``assigned``, the
+    state its call assigned (:class:`jobs.keras3.StateUpdates`)."""
+    if is_keras3(model):
+        extra, updates = list(own or []), list(assigned or [])
+    else:
+        extra = [*model.get_losses_for(None), *model.get_losses_for(x)]
+        updates = [u.op if isinstance(u, tf.Tensor) else u for u in [*model.get_updates_for(x),
+                                                                     *model.get_updates_for(None)]]
     if extra:
         with v1.name_scope("loss/"):
-            loss = tf.add(loss, tf.add_n(extra), name="with_regularization")
-    updates = [u.op if isinstance(u, tf.Tensor) else u for u in [*model.get_updates_for(x),
-                                                                 *model.get_updates_for(None)]]
+            loss = tf.add(loss, tf.add_n([tf.cast(term, loss.dtype) for term in extra]), name="with_regularization")
     return loss, updates
 
 
@@ -187,10 +201,14 @@ def _micro_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batc
     label_pieces: dict[str, list[tf.Tensor]] = {}
     values: Batch = {}
     copies = Copies()  # which op of micro-batch 0 each op copies, for the graph file
+    keras3 = is_keras3(model)
     for index in range(micro):
         with copies.copy(index), v1.name_scope(scope(index)):
             sliced = {name: parts[index] for name, parts in pieces.items()}
-            outputs = call_model(job, model, layout, sliced)
+            state = StateUpdates()
+            with state.collect():  # each call's own: a Keras 3 seed is read after the last call's write
+                outputs = call_model(job, model, layout, sliced)
+                own = list(model.losses) if keras3 else None
             if index == 0:
                 layout.outputs = [name for name, _ in outputs]
                 values = as_dict(job, 0, first, layout, batch)
@@ -199,7 +217,7 @@ def _micro_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batc
                     label_pieces = {key: tf.split(tensor, micro, name=f"split_{_op_name(key)}")
                                     for key, tensor in labels.items()}
             loss = model_loss(job, recipe, outputs, {key: parts[index] for key, parts in label_pieces.items()}, values)
-            loss, updates = with_model_extras(model, [sliced[name] for name in layout.inputs], loss)
+            loss, updates = with_model_extras(model, [sliced[name] for name in layout.inputs], loss, own, state.ops)
             nets.append(Net(loss, {}, updates))
     copies.record()
     return micro_step(nets, {**inputs, **labels})

@@ -33,10 +33,11 @@ _UPDATE_METHODS = ("apply_gradients", "update_step", "_internal_apply_gradients"
 _KERAS = ("keras.", "tf_keras.")
 
 
-def _schedule(job: Job) -> Any:
-    """The job file's learning rate: a float, or a Keras schedule (docs/training.md has the table)."""
+def _schedule(job: Job, keras: Any = None) -> Any:
+    """The job file's learning rate: a float, or a schedule of ``keras`` (default tf.keras; docs/training.md
+    has the table)."""
     rate, kind, steps = job.learning_rate, job.schedule, job.decay_steps or job.iterations
-    schedules = tf.keras.optimizers.schedules
+    schedules = (keras or tf.keras).optimizers.schedules
     if kind == "constant":
         return rate
     if kind == "cosine":
@@ -53,7 +54,7 @@ def _schedule(job: Job) -> Any:
     return schedules.InverseTimeDecay(rate, steps, job.decay_rate)
 
 
-def from_job(job: Job, keras: bool = False) -> Callable[[], Any] | None:
+def from_job(job: Job, keras: bool = False, module: Any = None) -> Callable[[], Any] | None:
     """A maker of the Keras optimizer the job file names, or ``None`` for pardnn's fused Adam or momentum
     (``train.optimizer`` adam or momentum on a constant rate without weight decay, unless ``keras``:
     loss scaling gates a Keras update, not a fused one)."""
@@ -70,10 +71,10 @@ def from_job(job: Job, keras: bool = False) -> Callable[[], Any] | None:
         name, settings["momentum"] = "sgd", job.momentum if name == "momentum" else 0.0
     if job.weight_decay:
         settings["weight_decay"] = job.weight_decay
-    cls = getattr(tf.keras.optimizers, "Adam" if name == "adam" else KERAS_OPTIMIZERS[name])
+    cls = getattr((module or tf.keras).optimizers, "Adam" if name == "adam" else KERAS_OPTIMIZERS[name])
 
     def make() -> Any:
-        return cls(**{**settings, "learning_rate": _schedule(job)})
+        return cls(**{**settings, "learning_rate": _schedule(job, module)})
 
     return make
 
@@ -133,6 +134,8 @@ def _legacy(optimizer: Any) -> bool:
 def rate_of(optimizer: Any) -> Any:
     """What the log shows of a Keras optimizer's rate: a float, or the schedule object."""
     learning = optimizer._hyper["learning_rate"] if _legacy(optimizer) else optimizer._learning_rate
+    if type(learning).__module__.startswith("keras.") and isinstance(getattr(learning, "value", None), tf.Variable):
+        learning = learning.value  # a Keras 3 variable
     if isinstance(learning, tf.Variable):
         return float(str(tf.get_static_value(learning.initial_value)))
     return learning

@@ -9,6 +9,8 @@ constant rate are TensorFlow's fused ones. docs/user-models.md and docs/training
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 import tensorflow as tf
 
 from jobs.config import Job, JobError
+from jobs.keras3 import flavour, is_keras3
 from jobs.optimizers import check_compiled, config_of, from_job, schedule_name
 from jobs.precision import LossScale
 from jobs.schema import DEFAULT, JOB_FILE
@@ -49,6 +52,12 @@ class Recipe:
     keras: Callable[[], Any] | None = None
     precision: str = "float32"
     loss_scale: LossScale | None = None
+    keras3: bool = False  # the model is a Keras 3 one: its losses, its optimizer's variables
+
+    @property
+    def losses(self) -> Any:
+        """The Keras losses module the step's losses come from (the model's Keras)."""
+        return sys.modules["keras"].losses if self.keras3 else tf.keras.losses
 
     @property
     def schedule(self) -> str:
@@ -101,6 +110,11 @@ def recipe(job: Job, model: Any = None) -> Recipe:
         The compiled optimizer is one pardnn cannot train with the same way, and the job file sets no
         ``[train] optimizer``.
     """
+    made = _recipe(job, model)
+    return dataclasses.replace(made, keras3=True) if is_keras3(model) else made
+
+
+def _recipe(job: Job, model: Any) -> Recipe:
     sources: dict[str, str] = {}
 
     def pick(key: str, compiled: Any) -> Any:
@@ -114,7 +128,9 @@ def recipe(job: Job, model: Any = None) -> Recipe:
     loss = weights = None
     if model is not None:
         loss = pick("loss", getattr(model, "loss", None))
-        weights = pick("loss_weights", getattr(model, "loss_weights", None))
+        compiled_weights = (getattr(getattr(model, "_compile_loss", None), "_user_loss_weights", None)
+                            if is_keras3(model) else getattr(model, "loss_weights", None))
+        weights = pick("loss_weights", compiled_weights)
     ignored = tuple(f"{owner}.{name}" for name in ("train_step", "compute_loss")
                     if (owner := _custom(model, name)) is not None)
     clip = float(pick("grad_clip", None))
@@ -123,6 +139,12 @@ def recipe(job: Job, model: Any = None) -> Recipe:
     precision = "float32" if precision == "auto" else precision
     if sources["precision"] == COMPILED:
         sources["precision"] = "the model's dtype policy"
+    if is_keras3(model) and (precision != "float32" or hasattr(keras_optimizer, "inner_optimizer")):
+        raise JobError(f"{job.source}: model.entry = {job.entry!r}: a Keras 3 model trains in float32 here "
+                       f"(precision {precision!r} from the {sources['precision']}"
+                       + (f", compiled with {type(keras_optimizer).__name__}" if keras_optimizer is not None else "")
+                       + "); mixed precision and loss scaling are built for tf.keras models: set train.precision = "
+                       "'float32' and compile without LossScaleOptimizer, or build the model with tf.keras")
     scale = LossScale.of(keras_optimizer)
     if scale is None and precision == "mixed_float16":
         scale = LossScale()  # never float16 without loss scaling
@@ -140,7 +162,7 @@ def recipe(job: Job, model: Any = None) -> Recipe:
         return _keras_recipe(name, make, clip, loss, weights, sources, ignored, precision, scale)
     kind = pick("optimizer", None)
     rate, momentum = pick("learning_rate", None), pick("momentum", None)
-    make = from_job(job, keras=gated)
+    make = from_job(job, keras=gated, module=flavour(model) if is_keras3(model) else None)  # the model's Keras
     if make is not None:
         return _keras_recipe(kind, make, clip, loss, weights, sources, ignored, precision, scale)
     return Recipe(kind, float(rate), float(momentum), clip, {}, loss, weights, sources, ignored,

@@ -29,6 +29,7 @@ from jobs.data import batches
 from jobs.datasets import Stream
 from jobs.evaluation import Evaluation, evaluation
 from jobs.export import describe_keras, describe_variables
+from jobs.keras3 import is_keras3, reset_names, seed_keras3
 from jobs.microbatch import mean_gradients, micro_size, split_feed, zoo_copies
 from jobs.models import model_module
 from jobs.models.layers import computing
@@ -124,6 +125,15 @@ def _zoo_precision(job: Job, module: Any) -> Any:
     return computing({"mixed_float16": tf.float16, "mixed_bfloat16": tf.bfloat16}[job.precision])
 
 
+def keras_variables(optimizer: Any, user: Any, grads_and_vars: GradsAndVars) -> list[tuple[tf.Tensor, Any]]:
+    """``grads_and_vars`` with a Keras 3 optimizer's variables as Keras 3 variables (its slots are named by their
+    paths, AdamW's exclusions match them); a tf.keras optimizer's as they are."""
+    if not is_keras3(optimizer) or user is None or user.keras is None or not is_keras3(user.keras):
+        return grads_and_vars
+    own = {id(v.value): v for v in user.keras.variables}
+    return [(grad, own.get(id(var), var)) for grad, var in grads_and_vars]
+
+
 def _dense_gradients(grads_and_vars: GradsAndVars) -> GradsAndVars:
     out: GradsAndVars = []
     with v1.name_scope("dense_gradients"):
@@ -177,9 +187,11 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
     user = entry_points(job, batch, shard)  # the job's own model and data functions, if any
     streamed = user is not None and user.dataset is not None
     feed = batches(job, batch, shard=shard) if user is None or (user.data is None and not streamed) else None
+    reset_names()  # Keras 3's layer names start afresh in each build, as tf.keras' do in a new graph
     graph = tf.Graph()
     with graph.as_default():
         tf.keras.utils.set_random_seed(job.seed)
+        seed_keras3(job.seed)
         if user is not None and user.dataset is not None:
             user.stream = Stream(job, user.dataset, batch, shard)
         if user is not None and user.model is not None:
@@ -235,7 +247,7 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
         if made.keras is not None:
             with scaling.gated([optimizer.iterations]) if scaling is not None else contextlib.nullcontext():
                 try:
-                    apply, rate = keras_update(optimizer, grads_and_vars)
+                    apply, rate = keras_update(optimizer, keras_variables(optimizer, user, grads_and_vars))
                 except Exception as error:  # the user's schedule or optimizer, evaluated in a graph
                     raise JobError(f"{job.source}: the optimizer {made.optimizer} (learning_rate "
                                    f"{type(made.options.get('learning_rate')).__name__}) could not build its update in "

@@ -31,12 +31,12 @@ import tensorflow as tf
 from jobs.config import Job, JobError
 from jobs.datasets import Stream, first_batch
 from jobs.entrypoints import DATA_EXPECTED, MODEL_EXPECTED, call, model_error, resolve, takes
+from jobs.keras3 import graph_variable, is_keras3, is_model
 from jobs.kerasnet import keras_net
 from jobs.models.layers import Net
 from jobs.precision import policy
 from jobs.recipe import Recipe, recipe
 from jobs.userbatch import Batch, Layout, as_dict, check_batch
-from pardnn.tfstack import keras3_model
 
 __all__ = ["Entries", "build_net", "entry_points", "feeder"]
 
@@ -99,12 +99,8 @@ def build_net(job: Job, entries: Entries, batch: int, graph: tf.Graph, micro: in
         kwargs["batch_size"] = batch
     with _quiet(), policy(job.precision):
         result = call(job, "model.entry", job.entry, entries.model, (), kwargs, MODEL_EXPECTED)
-        keras3 = keras3_model(result)
-        if keras3 is not None:
-            raise model_error(job, f"it returned a Keras {keras3} model (import keras); pardnn trains Keras 2 "
-                              "models in graph mode: build it with tf.keras (or import tf_keras as keras)")
-        if isinstance(result, tf.keras.Model):
-            if not hasattr(result, "get_updates_for"):
+        if is_model(result):
+            if _made_elsewhere(result, graph):
                 raise model_error(job, "it returned a tf.keras.Model made outside the graph of jobs.build (at import "
                                   "time?): create the model inside the function")
             made = recipe(job, result)
@@ -123,6 +119,13 @@ def build_net(job: Job, entries: Entries, batch: int, graph: tf.Graph, micro: in
                        f"cannot be split into micro_batches = {micro}; "
                        "return the tf.keras.Model, or set micro_batches = 1")
     return _step_net(job, result, graph), recipe(job)
+
+
+def _made_elsewhere(model: Any, graph: tf.Graph) -> bool:
+    """Whether ``model`` was made outside ``graph`` (at import time, eagerly): its variables are not the graph's."""
+    if not is_keras3(model):
+        return not hasattr(model, "get_updates_for")  # Keras 2's v1 model class, made in a graph
+    return any(getattr(graph_variable(v), "graph", None) is not graph for v in model.variables)
 
 
 def _field(result: Any, name: str) -> Any:

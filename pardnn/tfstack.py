@@ -79,9 +79,10 @@ def check_keras(where: str = "pardnn") -> None:
 
 
 def keras3_model(value: Any) -> str | None:
-    """The Keras 3 version when ``value`` is an object of Keras 3 (``import keras`` 3.x), else ``None``."""
-    module = type(value).__module__ or ""
-    if not (module == "keras" or module.startswith("keras.")):
+    """The Keras 3 version when ``value`` is an object of Keras 3 (``import keras`` 3.x) or of a subclass of
+    one, else ``None``."""
+    modules = [getattr(cls, "__module__", "") or "" for cls in type(value).__mro__]  # a user's subclass too
+    if not any(module == "keras" or module.startswith("keras.") for module in modules):
         return None
     keras = sys.modules.get("keras")
     version = str(getattr(keras, "__version__", ""))

@@ -61,7 +61,7 @@ def keras_blocks(model: tf.keras.Model) -> int:
         return 0
     count = 0
     for layer in model.layers:
-        if isinstance(layer, tf.keras.layers.InputLayer) or type(layer).__name__ in _RANDOM_LAYERS:
+        if type(layer).__name__ == "InputLayer" or type(layer).__name__ in _RANDOM_LAYERS:  # tf.keras or Keras 3
             continue
         if not getattr(layer.call, "recomputed", False):  # a model called again (micro-batches) is wrapped once
             layer.call = _recomputed_call(layer.call)

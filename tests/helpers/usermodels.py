@@ -36,6 +36,20 @@ def batches(iteration, batch_size, rank, ranks):
 """
 
 
+def scatter(graph: object, devices: int = 4) -> object:
+    """Every op of ``graph`` on one of ``devices`` logical CPU devices, round robin (a colocation group
+    together): a step's ordering must hold across devices, as a placement spreads it. Returns the
+    session config with those devices."""
+    from pardnn.tf import apply, colocation_groups, device_names, session_config
+
+    groups = colocation_groups(graph)
+    labels = {label: index for index, label in enumerate(dict.fromkeys(groups.values()))}
+    placement = {op.name: labels[groups[op.name]] % devices if op.name in groups else index % devices
+                 for index, op in enumerate(graph.get_operations())}
+    apply(graph, placement, device_names(devices))
+    return session_config(devices)
+
+
 def write(tmp_path: Path, job: str = JOB, module: str | None = KERAS, **replace: str) -> Path:
     """``tmp_path/job.toml`` (and ``usernet.py`` from ``module``, with ``old=new`` replacements)."""
     if module is not None:

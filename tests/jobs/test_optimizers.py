@@ -14,26 +14,13 @@ import numpy as np
 import pytest
 
 from jobs import load_job
-from tests.helpers.usermodels import JOB, KERAS, MODELS, OPTIMIZERS, K, S, one_line_error, write
+from tests.helpers.usermodels import JOB, KERAS, MODELS, OPTIMIZERS, K, S, one_line_error, scatter, write
 
 tf = pytest.importorskip("tensorflow")
 pytestmark = [pytest.mark.tf, pytest.mark.filterwarnings("ignore:non-integer arguments to randrange")]
 
 HEADS = JOB.replace(":build", ":heads").replace(":batches", ":two")
 STEPS = 5
-
-
-def _scatter(graph, devices=4):
-    """Every op on one of ``devices`` logical CPU devices, round robin (a colocation group together):
-    the update's ordering must hold across devices, as a placement spreads it."""
-    from pardnn.tf import apply, colocation_groups, device_names, session_config
-
-    groups = colocation_groups(graph)
-    labels = {label: index for index, label in enumerate(dict.fromkeys(groups.values()))}
-    placement = {op.name: labels[groups[op.name]] % devices if op.name in groups else index % devices
-                 for index, op in enumerate(graph.get_operations())}
-    apply(graph, placement, device_names(devices))
-    return session_config(devices)
 
 
 def _train(tmp_path, optimizer, train_text="", devices=1):
@@ -44,7 +31,7 @@ def _train(tmp_path, optimizer, train_text="", devices=1):
     text = HEADS + train_text + f"[model.args]\noptimizer = {optimizer!r}\n"
     train = build(load_job(write(tmp_path, text, MODELS)))
     trainable = [v for v in train.variables if v.trainable][:6]  # the model's (Nadam makes a trainable one)
-    config = _scatter(train.graph, devices) if devices > 1 else None
+    config = scatter(train.graph, devices) if devices > 1 else None
     with tf.compat.v1.Session(graph=train.graph, config=config) as session:
         session.run(train.init_op)
         start = session.run(trainable)

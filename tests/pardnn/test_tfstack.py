@@ -90,6 +90,7 @@ def test_keras_3_model_objects_are_told_from_keras_2_ones(monkeypatch):
     Functional.__module__ = "keras.src.models.functional"
     monkeypatch.setitem(sys.modules, "keras", types.SimpleNamespace(__version__="3.11.3"))
     assert tfstack.keras3_model(Functional()) == "3.11.3"
+    assert tfstack.keras3_model(type("Net", (Functional,), {})()) == "3.11.3"  # a user's subclass
     monkeypatch.setitem(sys.modules, "keras", types.SimpleNamespace(__version__="2.15.0"))  # TensorFlow 2.15's keras
     assert tfstack.keras3_model(Functional()) is None
     Functional.__module__ = "tf_keras.src.engine.functional"

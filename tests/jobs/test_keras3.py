@@ -1,0 +1,214 @@
+"""Keras 3 models (``import keras`` on the latest stack) train as Keras 3 trains them.
+
+The oracle is Keras 3's own eager ``train_on_batch`` of the same model from the same initial values (the
+weights, batch norm's statistics and dropout's seed state): every step's loss and every variable after
+the last step equal pardnn's graph's (rtol 1e-5), on one device and with the ops spread over 4 logical
+devices. Functional, Sequential (built by its first call) and subclassed models; compiled optimizers on
+schedules, and the job file's. Skipped on the pinned stack, whose ``keras`` is Keras 2.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jobs import load_job
+from tests.helpers.usermodels import one_line_error, scatter, write
+
+tf = pytest.importorskip("tensorflow")
+pytest.importorskip("keras", minversion="3")
+pytestmark = [pytest.mark.tf, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+STEPS, BATCH = 6, 8
+MODULE = """\
+import numpy as np
+import keras
+from keras import ops
+
+S = keras.optimizers.schedules
+
+
+def functional():
+    x = keras.Input((6,), name="features")
+    h = keras.layers.Dense(16, activation="relu", kernel_regularizer=keras.regularizers.l2(1e-3))(x)
+    h = keras.layers.BatchNormalization()(h)
+    h = keras.layers.Dropout(0.25)(h)
+    model = keras.Model(x, keras.layers.Dense(3, activation="softmax")(h))
+    rate = S.CosineDecay(0.0, 20, warmup_target=0.01, warmup_steps=3)
+    model.compile(keras.optimizers.AdamW(rate, weight_decay=0.01), "sparse_categorical_crossentropy",
+                  metrics=["accuracy"], jit_compile=False)
+    return model
+
+
+def sequential():  # built by its first call
+    model = keras.Sequential([keras.layers.Dense(8, activation="tanh"), keras.layers.LayerNormalization(),
+                              keras.layers.Dense(3, activation="softmax")])
+    model.compile(keras.optimizers.SGD(S.ExponentialDecay(0.1, 4, 0.5), momentum=0.9, nesterov=True),
+                  "sparse_categorical_crossentropy", jit_compile=False)
+    return model
+
+
+class Net(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.hidden = keras.layers.Dense(12)
+        self.drop = keras.layers.Dropout(0.5)
+        self.head = keras.layers.Dense(3)
+
+    def call(self, x, training=False):
+        h = self.drop(ops.relu(self.hidden(x)), training=training)
+        return ops.softmax(self.head(h))
+
+
+def subclassed():
+    model = Net()
+    model.compile(keras.optimizers.Adam(0.01, clipnorm=0.5), keras.losses.SparseCategoricalCrossentropy(),
+                  jit_compile=False)
+    return model
+
+
+def plain():  # not compiled: the job file's loss and optimizer
+    x = keras.Input((6,), name="features")
+    return keras.Model(x, keras.layers.Dense(3, activation="softmax")(keras.layers.Dense(8, activation="relu")(x)))
+
+
+def batches(iteration, batch_size, rank, ranks):
+    r = np.random.default_rng([iteration, rank, ranks])
+    return r.normal(size=(batch_size, 6)).astype(np.float32), r.integers(0, 3, batch_size)
+"""
+
+
+def _job(entry: str, train: str = "", extra: str = "") -> str:
+    return (f'[model]\nentry = "usernet:{entry}"\n[data]\nentry = "usernet:batches"\n'
+            f"[train]\nbatch_size = {BATCH}\n{train}{extra}")
+
+
+def _ours(tmp_path, entry, train="", devices=1, extra=""):
+    """pardnn's graph of the job: its build, the values of every variable before and after STEPS steps
+    (by graph name), and the losses."""
+    from jobs import build
+
+    graph = build(load_job(write(tmp_path, _job(entry, train, extra), MODULE)))
+    config = scatter(graph.graph, devices) if devices > 1 else None
+    with tf.compat.v1.Session(graph=graph.graph, config=config) as session:
+        session.run(graph.init_op)
+        start = dict(zip((v.name for v in graph.variables), session.run(graph.variables)))
+        losses = [session.run(graph.fetches, graph.feed_fn(i))[1] for i in range(STEPS)]
+        after = dict(zip((v.name for v in graph.variables), session.run(graph.variables)))
+    return graph, start, after, losses
+
+
+def _keras(graph, entry, start, compile_as=None):
+    """Keras 3's own training of the same model from ``start``: the losses, and each of its variables
+    with the graph name it has in ``graph``."""
+    import keras
+    import usernet  # the job's module, imported by jobs.build from tmp_path
+
+    model = getattr(usernet, entry)()
+    if compile_as is not None:
+        model.compile(*compile_as, jit_compile=False)
+    model(np.zeros((1, 6), np.float32))  # a Sequential or subclassed model makes its weights
+    names = dict(zip((id(w) for w in model.weights), graph.model["weights"]))
+    seeds = sorted(name for name in start if "seed_generator_state" in name)
+    named = [(v, names.get(id(v)) or seeds.pop(0)) for v in model.variables]
+    assert not seeds
+    for variable, name in named:
+        variable.assign(start[name])
+    losses = []
+    for step in range(STEPS):
+        out = model.train_on_batch(*usernet.batches(step, BATCH, 0, 1))
+        losses.append(float(out[0] if isinstance(out, (list, tuple)) else out))
+    assert isinstance(model, keras.Model)
+    return losses, named, model
+
+
+def _check(ours, theirs, after, named):
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+    for variable, name in named:
+        np.testing.assert_allclose(after[name], variable.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("devices", [1, 4])
+def test_a_functional_model_with_batch_norm_and_dropout_trains_as_keras_3(tmp_path, devices):
+    """AdamW on a warmup cosine schedule, L2 regularization, batch norm's statistics and dropout's seed:
+    the same losses and variables as Keras 3's own steps, the ops on one device or spread over four."""
+    graph, start, after, ours = _ours(tmp_path, "functional", devices=devices)
+    assert graph.recipe.optimizer == "AdamW" and graph.recipe.keras3
+    theirs, named, _ = _keras(graph, "functional", start)
+    assert any("moving_mean" in name for _, name in named) and any("seed" in name for _, name in named)
+    assert not np.allclose(start[named[4][1]], after[named[4][1]])  # the moving mean moved
+    _check(ours, theirs, after, named)
+
+
+@pytest.mark.parametrize("entry", ["sequential", "subclassed"])
+def test_sequential_and_subclassed_models_train_as_keras_3(tmp_path, entry):
+    graph, start, after, ours = _ours(tmp_path, entry)
+    theirs, named, _ = _keras(graph, entry, start)
+    _check(ours, theirs, after, named)
+
+
+def test_the_job_files_loss_and_optimizer_are_the_models_keras(tmp_path):
+    """An uncompiled Keras 3 model: the job file's AdamW on a cosine schedule is Keras 3's class."""
+    import keras
+
+    train = 'loss = "sparse_categorical_crossentropy"\noptimizer = "adamw"\nlearning_rate = 0.02\n' \
+            'weight_decay = 0.01\nschedule = "cosine"\ndecay_steps = 10\n'
+    graph, start, after, ours = _ours(tmp_path, "plain", train)
+    assert graph.recipe.optimizer == "adamw" and type(graph.recipe.make_optimizer()).__module__.startswith("keras.")
+    rate = keras.optimizers.schedules.CosineDecay(0.02, 10, alpha=0.0)
+    theirs, named, _ = _keras(graph, "plain", start, (keras.optimizers.AdamW(rate, weight_decay=0.01),
+                                                   "sparse_categorical_crossentropy"))
+    _check(ours, theirs, after, named)
+
+
+def test_micro_batches_apply_one_update_of_the_mean_gradient(tmp_path):
+    """M = 2 (a model without batch statistics): one update, Keras 3's on the whole batch."""
+    graph, start, after, ours = _ours(tmp_path, "sequential", "micro_batches = 2\n")
+    theirs, named, _ = _keras(graph, "sequential", start)
+    _check(ours, theirs, after, named)
+
+
+def test_validation_is_keras_3s_evaluate(tmp_path):
+    """[eval] after training: the loss (regularization included) and the compiled accuracy equal Keras 3's
+    ``evaluate`` of its own trained model on the same batch."""
+    import usernet
+
+    graph, start, after, ours = _ours(tmp_path, "functional", extra='[eval]\nentry = "usernet:batches"\nbatches = 1\n')
+    theirs, named, model = _keras(graph, "functional", start)
+    _check(ours, theirs, after, named)
+    with tf.compat.v1.Session(graph=graph.graph) as session:
+        session.run(graph.init_op)
+        for variable in graph.variables:
+            variable.load(after[variable.name], session)
+        validated = session.run(graph.evaluation.fetches, graph.evaluation.feed(0))
+    expected = model.evaluate(*usernet.batches(0, BATCH, 0, 1), batch_size=BATCH, return_dict=True, verbose=0)
+    assert sorted(validated) == ["accuracy", "loss"]
+    np.testing.assert_allclose([validated["loss"], validated["accuracy"]], [expected["loss"], expected["accuracy"]],
+                               rtol=1e-5)
+
+
+def test_the_trained_model_is_a_file_keras_3_loads(tmp_path):
+    """--save-model's writer: a .weights.h5 that the user's own build() loads and a .keras that Keras 3
+    loads whole, each holding the trained values; .h5 (Keras 2's) is one line."""
+    import keras
+    import usernet
+
+    from jobs import JobError
+    from jobs.export import save_model
+
+    graph, _, after, _ = _ours(tmp_path, "functional")
+    weights = save_model(graph.job, graph.model, after, tmp_path / "out" / "model.weights.h5")
+    whole = save_model(graph.job, graph.model, after, tmp_path / "out" / "model.keras")
+    fresh = usernet.functional()
+    fresh.load_weights(weights)
+    loaded = keras.saving.load_model(whole)
+    for model in (fresh, loaded):
+        for variable, name in zip(model.weights, graph.model["weights"], strict=True):
+            np.testing.assert_array_equal(variable.numpy(), after[name], err_msg=name)
+    with pytest.raises(JobError, match=r"trains a Keras 3\.\S+ model, which Keras writes as \.weights\.h5"):
+        save_model(graph.job, graph.model, after, tmp_path / "out" / "model.h5")
+
+
+def test_mixed_precision_is_one_line(tmp_path):
+    path = write(tmp_path, _job("functional", 'precision = "mixed_float16"\n'), MODULE)
+    one_line_error(path, "a Keras 3 model trains in float32 here", "mixed_float16")
