@@ -21,7 +21,7 @@ from jobs.datasets import Stream
 from jobs.entrypoints import model_error, user_error
 from jobs.keras3 import StateUpdates, is_keras3, spec_of
 from jobs.microbatch import Copies, micro_step, scope
-from jobs.models.layers import Net, keras_blocks
+from jobs.models.layers import Net, keras_blocks, recomputing_now
 from jobs.recipe import COMPILED, Recipe, by_output, loss_name
 from jobs.userbatch import LABELS, Batch, Layout, as_dict, check_batch, dtype_of, label_key, layout_of, where
 
@@ -84,6 +84,9 @@ def call_model(job: Job, model: tf.keras.Model, layout: Layout, inputs: dict[str
     """Call the model on ``inputs``; its outputs by name, in order."""
     x = [inputs[name] for name in layout.inputs]
     argument: Any = dict(inputs) if layout.call == "dict" else x if layout.call == "list" else x[0]
+    if training and is_keras3(model) and recomputing_now():
+        raise JobError(f"{job.source}: model.entry = {job.entry!r}: --recompute wraps the layers of tf.keras models; "
+                       "a Keras 3 model's are not wrapped: train it without --recompute, or build it with tf.keras")
     try:
         if training:
             keras_blocks(model)  # with pardnn-launch --recompute: each layer's activations recomputed

@@ -2,7 +2,7 @@
 
 :func:`prepare` (called before TensorFlow is imported) sets ``TF_USE_LEGACY_KERAS=1`` when ``tf_keras`` is
 installed; :func:`check_keras` raises when Keras 3 is already fixed; :func:`keras3_model` tells a Keras 3
-model without importing anything. This module imports neither TensorFlow nor Keras.
+object without importing anything (Keras 3 models train through jobs.keras3). Imports neither TensorFlow nor Keras.
 """
 
 from __future__ import annotations

@@ -23,9 +23,24 @@ import tensorflow as tf
 
 v1 = tf.compat.v1
 
-__all__ = ["LayerNorm", "Net", "block", "compute", "computing", "dense", "dropout", "keras_blocks", "layer_norm",
-           "lstm_layer", "lstm_stack",
-           "placeholder", "recomputing", "variable", "weights"]
+__all__ = [
+    "LayerNorm",
+    "Net",
+    "block",
+    "compute",
+    "computing",
+    "dense",
+    "dropout",
+    "keras_blocks",
+    "layer_norm",
+    "lstm_layer",
+    "lstm_stack",
+    "placeholder",
+    "recomputing",
+    "recomputing_now",
+    "variable",
+    "weights",
+]
 
 _RECOMPUTE = contextvars.ContextVar("recompute", default=False)
 
@@ -38,6 +53,11 @@ def recomputing() -> Iterator[None]:
         yield
     finally:
         _RECOMPUTE.reset(token)
+
+
+def recomputing_now() -> bool:
+    """Whether this build is inside :func:`recomputing`."""
+    return _RECOMPUTE.get()
 
 
 def block(function: Callable[..., object], *tensors: tf.Tensor) -> object:
