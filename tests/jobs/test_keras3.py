@@ -70,6 +70,16 @@ def subclassed():
     return model
 
 
+class Quieter(keras.optimizers.Adam):  # a user's subclass that keeps Keras' update
+    pass
+
+
+def tuned(optimizer):  # compiled with the optimizer [model.args] names
+    model = plain()
+    model.compile(eval(optimizer), "sparse_categorical_crossentropy", jit_compile=False)
+    return model
+
+
 def plain():  # not compiled: the job file's loss and optimizer
     x = keras.Input((6,), name="features")
     return keras.Model(x, keras.layers.Dense(3, activation="softmax")(keras.layers.Dense(8, activation="relu")(x)))
@@ -128,13 +138,13 @@ def _ours(tmp_path, entry, train="", devices=1, extra="", data="batches", placed
     return graph, start, after, losses
 
 
-def _keras(graph, entry, start, compile_as=None, data="batches", eagerly=False, steps=STEPS):
+def _keras(graph, entry, start, compile_as=None, data="batches", eagerly=False, steps=STEPS, args=()):
     """Keras 3's own training of the same model from ``start``: the losses, and each of its variables
     with the graph name it has in ``graph``."""
     import keras
     import usernet  # the job's module, imported by jobs.build from tmp_path
 
-    model = getattr(usernet, entry)()
+    model = getattr(usernet, entry)(*args)
     if compile_as is not None:
         model.compile(*compile_as, jit_compile=False)
     model.run_eagerly = eagerly  # op by op, as the graph runs without Grappler's fusions
@@ -176,6 +186,35 @@ def test_a_functional_model_with_batch_norm_and_dropout_trains_as_keras_3(tmp_pa
 def test_sequential_and_subclassed_models_train_as_keras_3(tmp_path, entry):
     graph, start, after, ours = _ours(tmp_path, entry)
     theirs, named, _ = _keras(graph, entry, start)
+    _check(ours, theirs, after, named)
+
+
+K3, S3 = "keras.optimizers.", "keras.optimizers.schedules."
+OPTIMIZERS = [
+    K3 + "SGD(0.05, momentum=0.9, nesterov=True, clipnorm=0.5)",
+    K3 + "SGD(0.1, weight_decay=0.05, global_clipnorm=1.0)",
+    K3 + "Adam(0.02, amsgrad=True, clipvalue=0.05)",
+    K3 + "AdamW(" + S3 + "CosineDecay(0.0, 10, warmup_target=0.05, warmup_steps=3), weight_decay=0.02)",
+    K3 + "Adamax(0.02, use_ema=True, ema_momentum=0.9)",
+    K3 + "Nadam(0.01)",
+    K3 + "RMSprop(0.01, momentum=0.3, centered=True)",
+    K3 + "Adagrad(" + S3 + "ExponentialDecay(0.1, 2, 0.5))",
+    K3 + "Adadelta(1.0, rho=0.9)",
+    K3 + "Ftrl(0.1, l1_regularization_strength=0.01, l2_regularization_strength=0.01)",
+    K3 + "Lion(0.005, beta_1=0.8)",
+    K3 + "Adafactor(0.05)",
+    K3 + "Lamb(0.01)",
+    K3 + "SGD(" + S3 + "PiecewiseConstantDecay([2], [0.1, 0.01]), momentum=0.5)",
+    "Quieter(0.01, epsilon=1e-4)",
+]
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS, ids=[o.removeprefix(K3).split("(")[0] for o in OPTIMIZERS])
+def test_every_keras_3_optimizer_trains_as_keras_3_trains_it(tmp_path, optimizer):
+    """Each Keras 3 optimizer class with its settings (clipping, weight decay, EMA, schedules, a user's subclass):
+    the same losses and variables as Keras 3's own steps."""
+    graph, start, after, ours = _ours(tmp_path, "tuned", extra=f"[model.args]\noptimizer = {optimizer!r}\n")
+    theirs, named, _ = _keras(graph, "tuned", start, args=(optimizer,))
     _check(ours, theirs, after, named)
 
 
