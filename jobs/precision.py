@@ -6,18 +6,22 @@ update, which would put the whole update in one op. Here every state change of t
 update (``assign``, ``assign_add``, ``assign_sub`` of weights, slots, EMA, a schedule's current rate)
 is gated instead: on a skipped step it writes the value it read (or adds 0), while the step counter
 goes on, as Keras' skip does. The scale's rules are Keras': 2^15 at first, halved (not below 1) on
-a non-finite gradient, doubled after 2,000 finite steps. Gradients are checked after the allreduce,
-so every rank skips the same steps.
+a non-finite gradient, doubled after 2,000 finite steps. Keras 3's differ (``LossScale.keras3``): a
+skipped step does not count, the scale is halved with no floor and doubled unchecked. Gradients are
+checked after the allreduce, so every rank skips the same steps.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
+
+from pardnn.tfstack import keras3_model
 
 v1 = tf.compat.v1
 
@@ -32,6 +36,7 @@ class LossScale:
     initial: float = 2.0 ** 15
     growth_steps: int = 2000
     dynamic: bool = True
+    keras3: bool = False  # Keras 3's LossScaleOptimizer rules (the module docstring)
 
     @classmethod
     def of(cls, optimizer: Any) -> LossScale | None:
@@ -39,7 +44,7 @@ class LossScale:
         if not hasattr(optimizer, "inner_optimizer") or not hasattr(optimizer, "initial_scale"):
             return None
         return cls(float(optimizer.initial_scale), int(optimizer.dynamic_growth_steps or 2000),
-                   bool(optimizer.dynamic))
+                   bool(getattr(optimizer, "dynamic", True)), keras3_model(optimizer) is not None)
 
     def describe(self) -> str:
         if not self.dynamic:
@@ -53,12 +58,19 @@ def policy(name: str) -> Iterator[None]:
     and the one before it afterwards (a model entry that sets it does not leak it into the next build)."""
     keras_policy = tf.keras.mixed_precision
     kept = keras_policy.global_policy()
+    keras3 = sys.modules.get("keras")
+    keras3 = keras3 if str(getattr(keras3, "__version__", "")).startswith("3.") else None
+    kept3 = keras3.config.dtype_policy() if keras3 is not None else None
     if name != "auto":
         keras_policy.set_global_policy(name)
+        if keras3 is not None:
+            keras3.config.set_dtype_policy(name)
     try:
         yield
     finally:
         keras_policy.set_global_policy(kept)
+        if keras3 is not None:
+            keras3.config.set_dtype_policy(kept3)
 
 
 class Scaling:
@@ -97,8 +109,12 @@ class Scaling:
             self.finite = tf.identity(finite, name="finite")
             grow = tf.logical_and(finite, self.counter.read_value() + 1 >= self.settings.growth_steps)
             doubled = self.scale * 2.0
-            doubled = tf.where(tf.math.is_finite(doubled), doubled, self.scale)
-            scale = tf.where(finite, tf.where(grow, doubled, self.scale), tf.maximum(self.scale / 2.0, 1.0))
+            if self.settings.keras3:  # doubled as it is, halved with no floor
+                halved = self.scale * 0.5
+            else:
+                doubled = tf.where(tf.math.is_finite(doubled), doubled, self.scale)
+                halved = tf.maximum(self.scale / 2.0, 1.0)
+            scale = tf.where(finite, tf.where(grow, doubled, self.scale), halved)
             counter = tf.where(tf.logical_and(finite, tf.logical_not(grow)), self.counter.read_value() + 1,
                                tf.zeros([], tf.int64))
             return tf.group(self.current.assign(scale), self.counter.assign(counter), name="update")

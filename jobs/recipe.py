@@ -139,16 +139,9 @@ def _recipe(job: Job, model: Any) -> Recipe:
     precision = "float32" if precision == "auto" else precision
     if sources["precision"] == COMPILED:
         sources["precision"] = "the model's dtype policy"
-    if is_keras3(model) and (precision.startswith("mixed_") or hasattr(keras_optimizer, "inner_optimizer")):
-        raise JobError(f"{job.source}: model.entry = {job.entry!r}: a Keras 3 model trains in one precision here "
-                       f"(precision {precision!r}: {sources['precision']}"
-                       + (f", compiled with {type(keras_optimizer).__name__}"
-                          if hasattr(keras_optimizer, "inner_optimizer") else "")
-                       + "); mixed precision and loss scaling are built for tf.keras models: set train.precision = "
-                       "'float32' and compile without LossScaleOptimizer, or build the model with tf.keras")
     scale = LossScale.of(keras_optimizer)
     if scale is None and precision == "mixed_float16":
-        scale = LossScale()  # never float16 without loss scaling
+        scale = LossScale(keras3=is_keras3(model))  # never float16 without loss scaling
     gated = scale is not None and scale.dynamic
     if keras_optimizer is not None:
         own = [key for key in _JOB_OPTIMIZER_KEYS if f"train.{key}" in job.given]

@@ -245,7 +245,9 @@ def build(job: Job, batch_size: int | None = None, gradient_hook: GradientHook |
                 grads_and_vars = list(zip(clipped, (var for _, var in grads_and_vars)))
         rate = None
         if made.keras is not None:
-            with scaling.gated([optimizer.iterations]) if scaling is not None else contextlib.nullcontext():
+            # Keras 2's skipped step counts; Keras 3's does not (every assignment gated)
+            counters = [] if is_keras3(optimizer) else [optimizer.iterations]
+            with scaling.gated(counters) if scaling is not None else contextlib.nullcontext():
                 try:
                     apply, rate = keras_update(optimizer, keras_variables(optimizer, user, grads_and_vars))
                 except Exception as error:  # the user's schedule or optimizer, evaluated in a graph

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from jobs import load_job
-from tests.helpers.usermodels import one_line_error, scatter, write
+from tests.helpers.usermodels import scatter, write
 
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("keras", minversion="3")
@@ -97,9 +97,23 @@ def mobilenet():  # keras.applications in their Keras 3 form, in float64 (see th
     return model
 
 
+def mixed():  # float16 layers, a float32 softmax; compiled under the policy: Keras 3 wraps it for loss scaling
+    keras.config.set_dtype_policy("mixed_float16")
+    x = keras.Input((6,), name="features")
+    h = keras.layers.Dense(8, activation="relu")(keras.layers.Dense(8, activation="relu")(x))
+    model = keras.Model(x, keras.layers.Activation("softmax", dtype="float32")(keras.layers.Dense(3)(h)))
+    model.compile(keras.optimizers.Adam(0.01), "sparse_categorical_crossentropy", jit_compile=False)
+    return model
+
+
 def batches(iteration, batch_size, rank, ranks):
     r = np.random.default_rng([iteration, rank, ranks])
     return r.normal(size=(batch_size, 6)).astype(np.float32), r.integers(0, 3, batch_size)
+
+
+def overflowing(iteration, batch_size, rank, ranks):  # the last rank's batches 2 and 5 overflow float16
+    x, y = batches(iteration, batch_size, rank, ranks)
+    return (x * 1e6 if iteration in (2, 5) and rank == ranks - 1 else x), y
 
 
 def images(iteration, batch_size, rank, ranks):
@@ -292,15 +306,49 @@ def test_a_keras_application_placed_by_pardnn_on_4_devices_trains_as_keras_3(tmp
     _check(ours, theirs, after, named)
 
 
-def test_mixed_precision_and_recompute_are_one_line(tmp_path):
+def test_recompute_is_one_line(tmp_path):
     from jobs import JobError, build
     from jobs.models.layers import recomputing
 
     with recomputing(), pytest.raises(JobError, match=r"job\.toml: model\.entry = 'usernet:functional': --recompute "
                                                        r"wraps the layers of tf\.keras models; a Keras 3 model's"):
         build(load_job(write(tmp_path, _job("functional"), MODULE)))
-    path = write(tmp_path, _job("functional", 'precision = "mixed_float16"\n'), MODULE)
-    one_line_error(path, "a Keras 3 model trains in one precision here (precision 'mixed_float16': job file)")
+
+
+def test_a_float16_model_trains_as_keras_3_does_skipping_overflowing_steps(tmp_path):
+    """mixed_float16 with Keras 3's LossScaleOptimizer rules: the steps of batches 2 and 5 (overflowing float16)
+    skipped and the scale halved each time, as Keras 3's own float16 steps; float16's tolerance."""
+    import keras
+    import usernet
+
+    from jobs import build
+
+    try:
+        graph = build(load_job(write(tmp_path, _job("mixed", data="overflowing"), MODULE)))
+        assert keras.config.dtype_policy().name == "float32"  # the entry's policy did not leak
+        assert graph.recipe.precision == "mixed_float16" and graph.recipe.loss_scale.keras3
+        trainable = [v for v in graph.variables if v.trainable]
+        with tf.compat.v1.Session(graph=graph.graph) as session:
+            session.run(graph.init_op)
+            start = session.run(trainable)
+            steps = [session.run([*graph.fetches, graph.loss_scale, graph.finite], graph.feed_fn(i))
+                     for i in range(STEPS)]
+            ours = session.run(trainable)
+            iterations = session.run([v for v in graph.variables if v.name.endswith("iteration:0")])
+        assert [bool(step[3]) for step in steps] == [True, True, False, True, True, False]
+        assert [float(step[2]) for step in steps] == [32768.0, 32768.0, 32768.0, 16384.0, 16384.0, 16384.0]
+        assert max(iterations) == 4  # a skipped step does not count, as Keras 3 has it
+        model = usernet.mixed()
+        for variable, value in zip(model.trainable_variables, start, strict=True):
+            variable.assign(value)
+        losses = [float(model.train_on_batch(*usernet.overflowing(i, BATCH, 0, 1))) for i in range(STEPS)]
+        assert float(model.optimizer.dynamic_scale.numpy()) == 8192.0 and int(model.optimizer.iterations) == 4
+    finally:
+        keras.config.set_dtype_policy("float32")
+    for mine, their in zip(ours, model.trainable_variables, strict=True):
+        np.testing.assert_allclose(mine, their.numpy(), rtol=1e-3, atol=1e-4)
+    finite = [i for i in range(STEPS) if steps[i][3]]
+    np.testing.assert_allclose([steps[i][1] for i in finite], [losses[i] for i in finite], rtol=1e-3)
 
 
 def test_capture_max_batch_and_plan_take_a_keras_3_model(tmp_path, capsys):
