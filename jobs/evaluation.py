@@ -84,16 +84,20 @@ def _metric(job: Job, metric: Any, loss: Any, labels: tf.Tensor, output: tf.Tens
                 return metric, metrics.sparse_categorical_accuracy
             return metric, metrics.categorical_accuracy
         try:
-            found = keras.metrics.get(metric)
+            with tf.Graph().as_default():  # Keras 3 makes a Metric (with variables) of a name: not in the step's graph
+                found = keras.metrics.get(metric)
         except ValueError:
             found = None
         if not callable(found):  # Keras 2.15 returns an unknown name as it is
             raise JobError(f"{job.source}: [eval] metrics: unknown Keras metric {metric!r}; expected a name such as "
                            "'accuracy', 'mae', 'sparse_top_k_categorical_accuracy'") from None
-        if isinstance(found, keras.metrics.Metric):
-            metric = found
-        else:
+        if not isinstance(found, keras.metrics.Metric):
             return metric, found
+        shown, metric = metric, found  # the name as given ('mae'), the function of Keras 3's Metric
+        function = getattr(metric, "_fn", None)
+        if function is not None:
+            kwargs = dict(getattr(metric, "_fn_kwargs", {}) or {})
+            return shown, lambda y, p: function(y, p, **kwargs)
     function = getattr(metric, "_fn", None)  # a MeanMetricWrapper (SparseCategoricalAccuracy(), ...)
     if function is None:
         raise JobError(f"{job.source}: the metric {getattr(metric, 'name', metric)!r} ({type(metric).__name__}) is "
@@ -157,7 +161,7 @@ def evaluation(job: Job, model: tf.keras.Model, recipe: Recipe, layout: Layout, 
         labels = _placeholders(named, first, [label_key(layout.outputs, n) for n in layout.outputs or []],
                                step_inputs, size)
     with v1.name_scope("evaluation/"):
-        with StateUpdates().collect():
+        with StateUpdates().collect(model):
             outputs = call_model(job, model, layout, inputs, training=False)
             own = list(model.losses) if is_keras3(model) else None
         loss = model_loss(job, recipe, outputs, labels, first)

@@ -52,11 +52,14 @@ def spec_of(symbolic: Any) -> tuple[list[int | None], tf.DType]:
 
 
 def reset_names() -> None:
-    """Start Keras 3's layer names afresh (``dense``, not ``dense_2``), so two builds of one job name their
-    ops alike; outside any graph (Keras refuses inside one). Nothing when Keras 3 is not imported."""
+    """Start Keras 3's automatic names afresh (``dense``, not ``dense_2``), so two builds of one job name
+    their ops alike; the rest of Keras 3's global state (a policy the user's module set) is kept. Nothing
+    when Keras 3 is not imported."""
     keras = sys.modules.get("keras")
     if keras is not None and str(getattr(keras, "__version__", "")).startswith("3."):
-        keras.utils.clear_session(free_memory=False)
+        from keras.src.utils import naming
+
+        naming.reset_uids()
 
 
 def seed_keras3(seed: int) -> None:
@@ -80,7 +83,12 @@ class StateUpdates:
         self.ops: list[tf.Operation] = []
 
     @contextmanager
-    def collect(self) -> Iterator[StateUpdates]:
+    def collect(self, model: Any = None) -> Iterator[StateUpdates]:
+        """Collect the writes of the calls inside; for a ``model`` that is not Keras 3's, nothing (tf.keras
+        models say their updates themselves)."""
+        if model is not None and not is_keras3(model):
+            yield self
+            return
         from tensorflow.python.framework import auto_control_deps
         from tensorflow.python.framework.auto_control_deps_utils import RESOURCE_READ_OPS
 

@@ -38,9 +38,16 @@ def _input_placeholders(job: Job, model: tf.keras.Model, first: Any, batch: int,
         known = bool(getattr(model, "inputs", None))
     except (AttributeError, ValueError):  # a Keras 3 Sequential not built yet
         known = False
+    symbolic_inputs: list[Any] = []
     if known:
-        names = list(getattr(model, "input_names", None) or [tensor.name for tensor in model.inputs])
-        layout = Layout(names, "list" if len(names) > 1 else "one")
+        structure = getattr(model, "input", None) if is_keras3(model) else None
+        if isinstance(structure, Mapping):  # a Keras 3 model of named inputs is called with a dict of them
+            names, symbolic_inputs = list(structure), list(structure.values())
+            layout = Layout(names, "dict")
+        else:
+            names = list(getattr(model, "input_names", None) or [tensor.name for tensor in model.inputs])
+            symbolic_inputs = list(model.inputs)
+            layout = Layout(names, "list" if len(names) > 1 else "one")
     else:
         layout = layout_of(job, first, batch)
     if LABELS in layout.inputs:
@@ -51,7 +58,7 @@ def _input_placeholders(job: Job, model: tf.keras.Model, first: Any, batch: int,
     for index, name in enumerate(layout.inputs):
         given = values.get(name)
         if known:
-            symbolic = model.inputs[index]
+            symbolic = symbolic_inputs[index]
             dims, dtype = spec_of(symbolic)
             dims = dims[1:]
             if given is not None and given.ndim == len(dims) + 1:  # unknown dimensions from batch 0
@@ -164,7 +171,7 @@ def keras_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batch
     if micro > 1:
         return _micro_net(job, model, recipe, first, batch, micro, layout, inputs, stream), layout
     state = StateUpdates()
-    with state.collect():
+    with state.collect(model):
         outputs = call_model(job, model, layout, inputs)
         own = list(model.losses) if is_keras3(model) else None  # this call's, read now (Keras 3 remakes them)
     layout.outputs = [name for name, _ in outputs]
@@ -205,22 +212,25 @@ def _micro_net(job: Job, model: tf.keras.Model, recipe: Recipe, first: Any, batc
     values: Batch = {}
     copies = Copies()  # which op of micro-batch 0 each op copies, for the graph file
     keras3 = is_keras3(model)
-    for index in range(micro):
-        with copies.copy(index), v1.name_scope(scope(index)):
-            sliced = {name: parts[index] for name, parts in pieces.items()}
-            state = StateUpdates()
-            with state.collect():  # each call's own: a Keras 3 seed is read after the last call's write
+    state = StateUpdates()
+    with state.collect(model):  # one scope: a Keras 3 call reads its seed after the call before wrote it
+        for index in range(micro):
+            with copies.copy(index), v1.name_scope(scope(index)):
+                sliced = {name: parts[index] for name, parts in pieces.items()}
                 outputs = call_model(job, model, layout, sliced)
                 own = list(model.losses) if keras3 else None
-            if index == 0:
-                layout.outputs = [name for name, _ in outputs]
-                values = as_dict(job, 0, first, layout, batch)
-                labels = _label_placeholders(job, values, layout, batch, stream)
-                with v1.name_scope("micro_batches/"):
-                    label_pieces = {key: tf.split(tensor, micro, name=f"split_{_op_name(key)}")
-                                    for key, tensor in labels.items()}
-            loss = model_loss(job, recipe, outputs, {key: parts[index] for key, parts in label_pieces.items()}, values)
-            loss, updates = with_model_extras(model, [sliced[name] for name in layout.inputs], loss, own, state.ops)
-            nets.append(Net(loss, {}, updates))
+                if index == 0:
+                    layout.outputs = [name for name, _ in outputs]
+                    values = as_dict(job, 0, first, layout, batch)
+                    labels = _label_placeholders(job, values, layout, batch, stream)
+                    with v1.name_scope("micro_batches/"):
+                        label_pieces = {key: tf.split(tensor, micro, name=f"split_{_op_name(key)}")
+                                        for key, tensor in labels.items()}
+                loss = model_loss(job, recipe, outputs, {key: parts[index] for key, parts in label_pieces.items()},
+                                  values)
+                loss, updates = with_model_extras(model, [sliced[name] for name in layout.inputs], loss, own, [])
+                nets.append(Net(loss, {}, updates))
+    if keras3:  # every micro-batch's writes (statistics, seeds), in order: the step runs the last net's
+        nets[-1].update_ops = list(state.ops)
     copies.record()
     return micro_step(nets, {**inputs, **labels})

@@ -10,6 +10,7 @@ all gradients (the ``tf.function`` call's inputs). Keras' eager ``train_on_batch
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -95,6 +96,12 @@ def check_compiled(job: Job, optimizer: Any, rate: float | None, gated: bool = F
                            "not run as Keras would; compile with a tf.keras.optimizers class (or .legacy), or set "
                            "[train] optimizer in the job file")
     config = config_of(optimizer)
+    if config.get("ema_overwrite_frequency") and type(optimizer).__module__.startswith("keras.") \
+            and str(getattr(sys.modules.get("keras"), "__version__", "")).startswith("3."):
+        raise JobError(f"{job.source}: model.entry = {job.entry!r}: the model is compiled with {cls.__name__}("
+                       f"ema_overwrite_frequency={config['ema_overwrite_frequency']}), whose overwriting of the "
+                       "weights by their moving averages pardnn does not build for Keras 3 models; compile with "
+                       "ema_overwrite_frequency=None (the averages are still kept)")
     if rate is not None:
         config["learning_rate"] = rate
     if gated and _legacy(optimizer):

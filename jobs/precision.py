@@ -59,18 +59,20 @@ def policy(name: str) -> Iterator[None]:
     keras_policy = tf.keras.mixed_precision
     kept = keras_policy.global_policy()
     keras3 = sys.modules.get("keras")
-    keras3 = keras3 if str(getattr(keras3, "__version__", "")).startswith("3.") else None
-    kept3 = keras3.config.dtype_policy() if keras3 is not None else None
+    state = None
+    if str(getattr(keras3, "__version__", "")).startswith("3."):
+        from keras.src.backend.common import global_state as state  # read as set: dtype_policy() would fix floatx's
+    kept3 = state.get_global_attribute("dtype_policy", None) if state is not None else None
     if name != "auto":
         keras_policy.set_global_policy(name)
-        if keras3 is not None:
+        if state is not None:
             keras3.config.set_dtype_policy(name)
     try:
         yield
     finally:
         keras_policy.set_global_policy(kept)
-        if keras3 is not None:
-            keras3.config.set_dtype_policy(kept3)
+        if state is not None:
+            state.set_global_attribute("dtype_policy", kept3)
 
 
 class Scaling:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from jobs import load_job
-from tests.helpers.usermodels import scatter, write
+from tests.helpers.usermodels import one_line_error, scatter, write
 
 tf = pytest.importorskip("tensorflow")
 pytest.importorskip("keras", minversion="3")
@@ -89,7 +89,7 @@ def mobilenet():  # keras.applications in their Keras 3 form, in float64 (see th
     keras.config.set_floatx("float64")
     try:
         base = keras.applications.MobileNetV2(weights=None, include_top=False, pooling="avg",
-                                              input_shape=(32, 32, 3), alpha=0.35)
+                                              input_shape=(64, 64, 3), alpha=0.35)
         model = keras.Model(base.input, keras.layers.Dense(3, activation="softmax")(base.output))
     finally:
         keras.config.set_floatx("float32")
@@ -106,9 +106,33 @@ def mixed():  # float16 layers, a float32 softmax; compiled under the policy: Ke
     return model
 
 
+def dropped():  # dropout in every micro-batch
+    x = keras.Input((6,), name="features")
+    h = keras.layers.Dropout(0.5)(keras.layers.Dense(16, activation="relu")(x))
+    model = keras.Model(x, keras.layers.Dense(3, activation="softmax")(h))
+    model.compile(keras.optimizers.SGD(0.1), "sparse_categorical_crossentropy", jit_compile=False)
+    return model
+
+
+def named():  # inputs by name (a dict), two outputs with their own losses and weights
+    a, b = keras.Input((3,), name="a"), keras.Input((2,), name="b")
+    h = keras.layers.Dense(8, activation="tanh")(keras.layers.Concatenate()([a, b]))
+    score = keras.layers.Dense(1, name="score")(h)
+    kind = keras.layers.Dense(3, activation="softmax", name="kind")(h)
+    model = keras.Model({"a": a, "b": b}, {"score": score, "kind": kind})
+    model.compile(keras.optimizers.Adam(0.02), loss={"score": "mse", "kind": "sparse_categorical_crossentropy"},
+                  loss_weights={"score": 0.5, "kind": 2.0}, jit_compile=False)
+    return model
+
+
 def batches(iteration, batch_size, rank, ranks):
     r = np.random.default_rng([iteration, rank, ranks])
     return r.normal(size=(batch_size, 6)).astype(np.float32), r.integers(0, 3, batch_size)
+
+
+def pairs(iteration, batch_size, rank, ranks):
+    x, y = batches(iteration, batch_size, rank, ranks)
+    return {"a": x[:, :3], "b": x[:, 3:5]}, {"score": x[:, 5:], "kind": y}
 
 
 def overflowing(iteration, batch_size, rank, ranks):  # the last rank's batches 2 and 5 overflow float16
@@ -118,7 +142,7 @@ def overflowing(iteration, batch_size, rank, ranks):  # the last rank's batches 
 
 def images(iteration, batch_size, rank, ranks):
     r = np.random.default_rng([iteration, rank, ranks])
-    return r.random((batch_size, 32, 32, 3)), r.integers(0, 3, batch_size)
+    return r.random((batch_size, 64, 64, 3)), r.integers(0, 3, batch_size)
 """
 
 
@@ -232,6 +256,12 @@ def test_every_keras_3_optimizer_trains_as_keras_3_trains_it(tmp_path, optimizer
     _check(ours, theirs, after, named)
 
 
+def test_overwriting_the_weights_by_their_averages_is_one_line(tmp_path):
+    optimizer = K3 + "Adamax(0.02, use_ema=True, ema_overwrite_frequency=2)"
+    path = write(tmp_path, _job("tuned", extra=f"[model.args]\noptimizer = {optimizer!r}\n"), MODULE)
+    one_line_error(path, "compiled with Adamax(ema_overwrite_frequency=2)", "compile with ema_overwrite_frequency=None")
+
+
 def test_the_job_files_loss_and_optimizer_are_the_models_keras(tmp_path):
     """An uncompiled Keras 3 model: the job file's AdamW on a cosine schedule is Keras 3's class."""
     import keras
@@ -243,6 +273,39 @@ def test_the_job_files_loss_and_optimizer_are_the_models_keras(tmp_path):
     rate = keras.optimizers.schedules.CosineDecay(0.02, 10, alpha=0.0)
     theirs, named, _ = _keras(graph, "plain", start, (keras.optimizers.AdamW(rate, weight_decay=0.01),
                                                    "sparse_categorical_crossentropy"))
+    _check(ours, theirs, after, named)
+
+
+def test_named_inputs_and_weighted_outputs_train_as_keras_3(tmp_path):
+    """A dict of named inputs (called with a dict, as Keras 3 wants) and two outputs with their compiled losses
+    and loss weights."""
+    graph, start, after, ours = _ours(tmp_path, "named", data="pairs")
+    assert graph.recipe.loss_weights == {"score": 0.5, "kind": 2.0}
+    theirs, named, _ = _keras(graph, "named", start, data="pairs")
+    _check(ours, theirs, after, named)
+
+
+def test_micro_batches_draw_their_own_dropout_and_train_as_keras_3_accumulating(tmp_path):
+    """M = 2 with dropout: each micro-batch draws its own mask (the seed read after the micro-batch before
+    wrote it), as Keras 3's own steps over the two halves with gradient accumulation; one update of the mean."""
+    import keras
+    import usernet
+
+    graph, start, after, ours = _ours(tmp_path, "dropped", "micro_batches = 2\n")
+    model = usernet.dropped()
+    model.compile(keras.optimizers.SGD(0.1, gradient_accumulation_steps=2), "sparse_categorical_crossentropy",
+                  jit_compile=False)
+    names = dict(zip((id(w) for w in model.weights), graph.model["weights"]))
+    [seed] = [name for name in start if "seed_generator_state" in name]
+    named = [(v, names.get(id(v), seed)) for v in model.variables]
+    for variable, name in named:
+        variable.assign(start[name])
+    theirs = []
+    for step in range(STEPS):
+        x, y = usernet.batches(step, BATCH, 0, 1)
+        halves = [float(model.train_on_batch(x[h * 4:(h + 1) * 4], y[h * 4:(h + 1) * 4])) for h in (0, 1)]
+        theirs.append(np.mean(halves))
+    assert not np.array_equal(start[seed], after[seed])
     _check(ours, theirs, after, named)
 
 
@@ -272,6 +335,28 @@ def test_validation_is_keras_3s_evaluate(tmp_path):
                                rtol=1e-5)
 
 
+def test_a_validation_metric_named_in_the_job_file_is_keras_3s_function(tmp_path):
+    """[eval] metrics = ['mae'] on Keras 3: the mean absolute error under the name given, computed by Keras 3's
+    function, and no metric variables in the step's graph."""
+    import usernet
+
+    extra = '[eval]\nentry = "usernet:batches"\nbatches = 1\nmetrics = ["mae"]\n'
+    graph, _, after, _ = _ours(tmp_path, "plain", 'loss = "sparse_categorical_crossentropy"\n', extra=extra)
+    assert sorted(graph.evaluation.fetches) == ["loss", "mae"]
+    assert not [v.name for v in graph.variables if "mean_absolute_error" in v.name or v.name.startswith("mae")]
+    with tf.compat.v1.Session(graph=graph.graph) as session:
+        session.run(graph.init_op)
+        for variable in graph.variables:
+            variable.load(after[variable.name], session)
+        validated = session.run(graph.evaluation.fetches, graph.evaluation.feed(0))
+    model = usernet.plain()
+    for variable, name in zip(model.weights, graph.model["weights"], strict=True):
+        variable.assign(after[name])
+    x, y = usernet.batches(0, BATCH, 0, 1)
+    expected = np.mean(np.abs(y[:, None].astype(np.float32) - model.predict(x, verbose=0)))
+    np.testing.assert_allclose(validated["mae"], expected, rtol=1e-5)
+
+
 def test_the_trained_model_is_a_file_keras_3_loads(tmp_path):
     """--save-model's writer: a .weights.h5 that the user's own build() loads and a .keras that Keras 3
     loads whole, each holding the trained values; .h5 (Keras 2's) is one line."""
@@ -296,11 +381,12 @@ def test_the_trained_model_is_a_file_keras_3_loads(tmp_path):
 
 @pytest.mark.slow
 def test_a_keras_application_placed_by_pardnn_on_4_devices_trains_as_keras_3(tmp_path):
-    """keras.applications.MobileNetV2 (Keras 3, weights=None, 32x32, batch norm everywhere): estimated, placed
+    """keras.applications.MobileNetV2 (Keras 3, weights=None, 64x64, batch norm everywhere): estimated, placed
     by ParDNN over 4 logical devices, and trained two steps as Keras 3's own eager steps train it. In float64
-    and for two steps, as the zoo test trains: batch norm over the 1x1 maps of 8 samples cancels so much that
+    and for two steps, as the zoo test trains: batch norm over the 2x2 maps of 8 samples cancels so much that
     float32 rounding (and, after a few steps, float64's) grows into different trajectories, whoever runs it."""
     graph, start, after, ours = _ours(tmp_path, "mobilenet", devices=4, data="images", placed=True, steps=2)
+    assert graph.model["inputs"][0]["dtype"] == "float64"  # the floatx the entry set, not float32's policy
     theirs, named, _ = _keras(graph, "mobilenet", start, data="images", eagerly=True, steps=2)
     assert sum("moving_mean" in name for _, name in named) > 10
     _check(ours, theirs, after, named)

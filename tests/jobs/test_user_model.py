@@ -4,6 +4,7 @@ moving averages updated)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import textwrap
 from pathlib import Path
@@ -260,3 +261,27 @@ def test_a_subclassed_model_without_inputs_is_built_from_batch_0(tf, tmp_path):
     assert np.isfinite(one_step(train, tf))
 
 
+
+
+@pytest.mark.tf
+def test_a_tf_keras_call_is_built_as_before_keras_3_state_collection(tf):
+    """jobs.keras3.StateUpdates leaves a tf.keras model's call alone: the same ops and control inputs as a
+    call made without it (its updates are its own: get_updates_for), and nothing collected."""
+    from jobs.keras3 import StateUpdates
+
+    def build(collect):
+        graph = tf.Graph()
+        with graph.as_default():
+            tf.keras.utils.set_random_seed(1)
+            x = tf.keras.Input((3,))
+            h = tf.keras.layers.BatchNormalization()(tf.keras.layers.Dense(4)(x))
+            model = tf.keras.Model(x, tf.keras.layers.Dropout(0.5)(h))
+            placeholder = tf.compat.v1.placeholder(tf.float32, [2, 3])
+            state = StateUpdates()
+            with state.collect(model) if collect else contextlib.nullcontext():
+                model(placeholder, training=True)
+        return state.ops if collect else None, {(op.name, tuple(sorted(c.name for c in op.control_inputs)))
+                                                for op in graph.get_operations()}
+
+    collected, ops = build(True)
+    assert collected == [] and ops == build(False)[1]
