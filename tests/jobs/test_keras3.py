@@ -85,11 +85,11 @@ def plain():  # not compiled: the job file's loss and optimizer
     return keras.Model(x, keras.layers.Dense(3, activation="softmax")(keras.layers.Dense(8, activation="relu")(x)))
 
 
-def mobilenet():  # keras.applications in their Keras 3 form, in float64 (see the test)
+def application(name="MobileNetV2", **kwargs):  # keras.applications in their Keras 3 form, float64 (see the test)
     keras.config.set_floatx("float64")
     try:
-        base = keras.applications.MobileNetV2(weights=None, include_top=False, pooling="avg",
-                                              input_shape=(64, 64, 3), alpha=0.35)
+        base = getattr(keras.applications, name)(weights=None, include_top=False, pooling="avg",
+                                                 input_shape=(64, 64, 3), **kwargs)
         model = keras.Model(base.input, keras.layers.Dense(3, activation="softmax")(base.output))
     finally:
         keras.config.set_floatx("float32")
@@ -176,20 +176,20 @@ def _ours(tmp_path, entry, train="", devices=1, extra="", data="batches", placed
     return graph, start, after, losses
 
 
-def _keras(graph, entry, start, compile_as=None, data="batches", eagerly=False, steps=STEPS, args=()):
+def _keras(graph, entry, start, compile_as=None, data="batches", eagerly=False, steps=STEPS, args=(), kwargs=None):
     """Keras 3's own training of the same model from ``start``: the losses, and each of its variables
     with the graph name it has in ``graph``."""
     import keras
     import usernet  # the job's module, imported by jobs.build from tmp_path
 
-    model = getattr(usernet, entry)(*args)
+    model = getattr(usernet, entry)(*args, **(kwargs or {}))
     if compile_as is not None:
         model.compile(*compile_as, jit_compile=False)
     model.run_eagerly = eagerly  # op by op, as the graph runs without Grappler's fusions
     if not model.built:
         model(np.zeros((1, 6), np.float32))  # a Sequential or subclassed model makes its weights
     names = dict(zip((id(w) for w in model.weights), graph.model["weights"]))
-    seeds = sorted(name for name in start if "seed_generator_state" in name)
+    seeds = [name for name in start if "seed_generator_state" in name]  # in the order the graph made them
     named = [(v, names.get(id(v)) or seeds.pop(0)) for v in model.variables]
     assert not seeds
     for variable, name in named:
@@ -379,15 +379,23 @@ def test_the_trained_model_is_a_file_keras_3_loads(tmp_path):
         save_model(graph.job, graph.model, after, tmp_path / "out" / "model.h5")
 
 
+APPLICATIONS = {"MobileNetV2": {"alpha": 0.35}, "EfficientNetB0": {}}
+
+
 @pytest.mark.slow
-def test_a_keras_application_placed_by_pardnn_on_4_devices_trains_as_keras_3(tmp_path):
-    """keras.applications.MobileNetV2 (Keras 3, weights=None, 64x64, batch norm everywhere): estimated, placed
-    by ParDNN over 4 logical devices, and trained two steps as Keras 3's own eager steps train it. In float64
-    and for two steps, as the zoo test trains: batch norm over the 2x2 maps of 8 samples cancels so much that
-    float32 rounding (and, after a few steps, float64's) grows into different trajectories, whoever runs it."""
-    graph, start, after, ours = _ours(tmp_path, "mobilenet", devices=4, data="images", placed=True, steps=2)
+@pytest.mark.parametrize("name", list(APPLICATIONS))
+def test_a_keras_application_placed_by_pardnn_on_4_devices_trains_as_keras_3(tmp_path, name):
+    """keras.applications (Keras 3, weights=None, 64x64, batch norm everywhere; EfficientNet's stochastic depth
+    draws from its seeds): estimated, placed by ParDNN over 4 logical devices, and trained two steps as Keras 3's
+    own eager steps train it. In float64 and for two steps, as the zoo test trains: batch norm over the 2x2
+    maps of 8 samples cancels so much that float32 rounding (and, after a few steps, float64's) grows into
+    different trajectories, whoever runs it."""
+    args = f"[model.args]\nname = {name!r}\n" + "".join(f"{k} = {v}\n" for k, v in APPLICATIONS[name].items())
+    graph, start, after, ours = _ours(tmp_path, "application", devices=4, data="images", placed=True, steps=2,
+                                      extra=args)
     assert graph.model["inputs"][0]["dtype"] == "float64"  # the floatx the entry set, not float32's policy
-    theirs, named, _ = _keras(graph, "mobilenet", start, data="images", eagerly=True, steps=2)
+    theirs, named, _ = _keras(graph, "application", start, data="images", eagerly=True, steps=2,
+                              args=(name,), kwargs=APPLICATIONS[name])
     assert sum("moving_mean" in name for _, name in named) > 10
     _check(ours, theirs, after, named)
 
