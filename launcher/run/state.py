@@ -94,7 +94,8 @@ class RunState:
             scale = getattr(made, "loss_scale", None)
             self.recipe = {"optimizer": made.optimizer, "schedule": made.schedule,
                            "precision": getattr(made, "precision", "float32"),
-                           "loss_scale": None if scale is None else dataclasses.asdict(scale),
+                           "loss_scale": None if scale is None else {  # its settings (rules: the model's Keras)
+                               key: value for key, value in dataclasses.asdict(scale).items() if key != "keras3"},
                            "describe": made.describe()}
 
     # ------------------------------------------------------------------ figures and summaries
