@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from jobs.config import Job, JobError
+from pardnn.tfstack import keras3_model
 
 __all__ = ["SUFFIXES", "check_path", "describe_keras", "describe_variables", "save_model"]
 
@@ -126,7 +127,7 @@ def keras_model(job: Job, model: Mapping[str, Any]) -> Any:
 
 def _save_keras(job: Job, model: Mapping[str, Any], weights: list[np.ndarray], path: Path) -> None:
     made = keras_model(job, model)
-    keras3 = _keras3_version(made)
+    keras3 = keras3_model(made)
     if keras3 and not path.name.endswith((".weights.h5", ".keras")):
         raise JobError(f"{path}: {job.source} trains a Keras {keras3} model, which Keras writes as .weights.h5 (its "
                        "weights) or .keras (the whole model); choose one of those names")
@@ -152,12 +153,6 @@ def _save_keras(job: Job, model: Mapping[str, Any], weights: list[np.ndarray], p
                        + ("write its weights instead (a .weights.h5 name)" if path.name.endswith(".keras")
                           else "choose another path")) from error
     os.replace(tmp, path)
-
-
-def _keras3_version(model: Any) -> str | None:
-    from pardnn.tfstack import keras3_model
-
-    return keras3_model(model)
 
 
 def _suffix(path: Path) -> str:

@@ -7,14 +7,13 @@ seed), which nothing in a v1 graph runs otherwise. Rules: docs/user-models.md, "
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import tensorflow as tf
 
-from pardnn.tfstack import keras3_model
+from pardnn.tfstack import keras3_model, keras3_module
 
 __all__ = ["StateUpdates", "flavour", "graph_variable", "is_keras3", "is_model", "reset_names", "seed_keras3",
            "spec_of"]
@@ -29,12 +28,12 @@ def is_model(value: Any) -> bool:
     """A tf.keras model or a Keras 3 one."""
     if isinstance(value, tf.keras.Model):
         return True
-    return is_keras3(value) and isinstance(value, getattr(sys.modules["keras"], "Model", ()))
+    return is_keras3(value) and isinstance(value, getattr(keras3_module(), "Model", ()))
 
 
 def flavour(model: Any) -> Any:
     """The Keras module of ``model``: ``keras`` (3) or ``tf.keras``."""
-    return sys.modules["keras"] if is_keras3(model) else tf.keras
+    return keras3_module() if is_keras3(model) else tf.keras
 
 
 def graph_variable(variable: Any) -> tf.Variable:
@@ -55,8 +54,7 @@ def reset_names() -> None:
     """Start Keras 3's automatic names afresh (``dense``, not ``dense_2``), so two builds of one job name
     their ops alike; the rest of Keras 3's global state (a policy the user's module set) is kept. Nothing
     when Keras 3 is not imported."""
-    keras = sys.modules.get("keras")
-    if keras is not None and str(getattr(keras, "__version__", "")).startswith("3."):
+    if keras3_module() is not None:
         from keras.src.utils import naming
 
         naming.reset_uids()
@@ -64,8 +62,8 @@ def reset_names() -> None:
 
 def seed_keras3(seed: int) -> None:
     """Keras 3's seeds too (``keras.utils.set_random_seed``), when it is imported: every rank's weights alike."""
-    keras = sys.modules.get("keras")
-    if keras is not None and str(getattr(keras, "__version__", "")).startswith("3."):
+    keras = keras3_module()
+    if keras is not None:
         keras.utils.set_random_seed(seed)
 
 

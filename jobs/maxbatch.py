@@ -1,24 +1,11 @@
 """`pardnn max-batch`: the largest batch a job trains with on K GPUs, ParDNN against data parallelism.
 
-A probe needs the job's costed graph at the probed batch size and partitions it (the search and
-the probe cache are :func:`pardnn.batch.maxbatch.max_batch`). Building a paper-size graph in TensorFlow
-takes 4-30 s and a search probes dozens of sizes, so by default the graph is built (and costed with
-:func:`pardnn.tf.estimate.estimate_parts`) only at batches 2 and 3, and every other size's graph is
-computed from those two by :class:`pardnn.batch.batchscale.BatchScaling` (batch 1 is built: at batch 1
-TensorFlow's broadcasting gradients take other ops). When the search is done, the graph is built
-once more at the largest batch it probed and compared with the computed one: if they are equal, every
-probe in between was exact (docs/notes-partitioner.md, batchscale, says why) and the
-results enter the probe cache; if not, the message names the op that differs and the search runs
-again building every probe, as ``--rebuild`` asks from the start. Built graphs are kept per batch
-size during a run, so the K values and a rerun share them.
-
-With micro-batches (``micro_batches = M``, ``--micro-batches M``) only multiples of M are probed, and
-the graph at batch ``M b`` is the M-copy graph at micro-batch ``b``: it is built at micro-batches 1, 2
-and 3 (batches M, 2M, 3M) and scaled in ``b`` from the last two, and the check builds the largest
-batch probed, as without M. The argument of :mod:`pardnn.batch.batchscale` holds in ``b``: each copy's
-sizes and FLOPs are those of the plain step at batch ``b`` (convex in ``b``), and what the copies
-share (variables, summed gradients, the update) does not depend on ``b``. ``auto`` answers for each M
-of :data:`AUTO_MICRO_BATCHES` and keeps per K the M whose batch is the largest.
+:func:`job_max_batch` (and :func:`job_max_batch_auto` for ``micro_batches = auto``) probe batch sizes with
+:func:`pardnn.batch.maxbatch.max_batch`; each probe's costed graph is built by TensorFlow at batches 1, 2
+and 3 (M, 2M, 3M with micro-batches) and computed for every other size by
+:class:`pardnn.batch.batchscale.BatchScaling`, then checked against one more build at the largest batch
+probed; a mismatch names the op and searches again building every probe (``--rebuild`` from the start).
+Why the computed graphs are exact: docs/internals.md, "max-batch's computed graphs".
 """
 
 from __future__ import annotations

@@ -10,13 +10,13 @@ all gradients (the ``tf.function`` call's inputs). Keras' eager ``train_on_batch
 from __future__ import annotations
 
 import itertools
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
 
 from jobs.config import Job, JobError
+from pardnn.tfstack import keras3_model
 
 v1 = tf.compat.v1
 
@@ -96,8 +96,7 @@ def check_compiled(job: Job, optimizer: Any, rate: float | None, gated: bool = F
                            "not run as Keras would; compile with a tf.keras.optimizers class (or .legacy), or set "
                            "[train] optimizer in the job file")
     config = config_of(optimizer)
-    if config.get("ema_overwrite_frequency") and type(optimizer).__module__.startswith("keras.") \
-            and str(getattr(sys.modules.get("keras"), "__version__", "")).startswith("3."):
+    if config.get("ema_overwrite_frequency") and keras3_model(optimizer) is not None:
         raise JobError(f"{job.source}: model.entry = {job.entry!r}: the model is compiled with {cls.__name__}("
                        f"ema_overwrite_frequency={config['ema_overwrite_frequency']}), whose overwriting of the "
                        "weights by their moving averages pardnn does not build for Keras 3 models; compile with "

@@ -14,14 +14,13 @@ checked after the allreduce, so every rank skips the same steps.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
 
-from pardnn.tfstack import keras3_model
+from pardnn.tfstack import keras3_model, keras3_module
 
 v1 = tf.compat.v1
 
@@ -58,9 +57,9 @@ def policy(name: str) -> Iterator[None]:
     and the one before it afterwards (a model entry that sets it does not leak it into the next build)."""
     keras_policy = tf.keras.mixed_precision
     kept = keras_policy.global_policy()
-    keras3 = sys.modules.get("keras")
+    keras3 = keras3_module()
     state = None
-    if str(getattr(keras3, "__version__", "")).startswith("3."):
+    if keras3 is not None:
         from keras.src.backend.common import global_state as state  # read as set: dtype_policy() would fix floatx's
     kept3 = state.get_global_attribute("dtype_policy", None) if state is not None else None
     if name != "auto":

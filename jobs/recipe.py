@@ -10,7 +10,6 @@ constant rate are TensorFlow's fused ones. docs/user-models.md and docs/training
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,7 @@ from jobs.keras3 import flavour, is_keras3
 from jobs.optimizers import check_compiled, config_of, from_job, schedule_name
 from jobs.precision import LossScale
 from jobs.schema import DEFAULT, JOB_FILE
+from pardnn.tfstack import keras3_module
 
 v1 = tf.compat.v1
 
@@ -57,7 +57,7 @@ class Recipe:
     @property
     def losses(self) -> Any:
         """The Keras losses module the step's losses come from (the model's Keras)."""
-        return sys.modules["keras"].losses if self.keras3 else tf.keras.losses
+        return keras3_module().losses if self.keras3 else tf.keras.losses
 
     @property
     def schedule(self) -> str:

@@ -1,21 +1,11 @@
 """The user's own model and data in a job: ``[model] entry`` and ``[data] entry`` (TensorFlow side).
 
-:func:`jobs.build` calls :func:`entry_points` (import the functions, read batch 0), then, inside
-its fresh ``tf.Graph`` and after seeding, :func:`build_net`, and :func:`feeder` for the batches.
-
-The model entry is called with the ``[model.args]`` keyword arguments, plus ``batch_size=`` when it
-has a parameter of that name, and returns either
-
-- a ``tf.keras.Model``: functional, ``Sequential``, subclassed or not yet built, compiled or not.
-  :mod:`jobs.recipe` takes the loss(es), their weights and the optimizer from the job file, else
-  from the model's ``compile``; :mod:`jobs.kerasnet` makes the placeholders (from the model's
-  inputs, or from batch 0), calls the model, and builds the loss of every output and the update ops;
-- or a step: a dict or object with ``loss`` (a scalar tensor), ``inputs`` ({name: placeholder}) and
-  optionally ``update_ops`` and ``tokens_per_step``.
-
-The data entry is called as ``fn(iteration, batch_size, rank, ranks)``; :mod:`jobs.userbatch` reads
-what it returns and checks every batch (keys, shapes, dtypes that cast to the placeholder's). A
-mistake is a one-line JobError.
+:func:`jobs.build` calls :func:`entry_points` (import the functions, read batch 0), then, inside its fresh
+``tf.Graph`` and after seeding, :func:`build_net`, and :func:`feeder` for the batches. The model entry
+(called with ``[model.args]``, plus ``batch_size=`` when it takes it) returns a Keras model (tf.keras or
+Keras 3: :mod:`jobs.kerasnet`, :mod:`jobs.recipe`) or a step (``loss``, ``inputs`` and optionally
+``update_ops``, ``tokens_per_step``); the data entry ``fn(iteration, batch_size, rank, ranks)`` is read and
+checked by :mod:`jobs.userbatch`. Every mistake is a one-line JobError; the rules: docs/user-models.md.
 """
 
 from __future__ import annotations

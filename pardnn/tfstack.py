@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["KERAS3_FIX", "check_keras", "keras3_model", "keras_in_use", "prepare"]
+__all__ = ["KERAS3_FIX", "check_keras", "keras3_model", "keras3_module", "keras_in_use", "prepare"]
 
 KERAS3_FIX = ("pardnn needs Keras 2 as tf.keras: pip install tf-keras (the release matching TensorFlow's) and set "
               "TF_USE_LEGACY_KERAS=1 before TensorFlow is imported (importing pardnn, jobs or launcher first sets it)")
@@ -78,12 +78,17 @@ def check_keras(where: str = "pardnn") -> None:
                                      f"{KERAS3_FIX}")
 
 
+def keras3_module() -> Any:
+    """The ``keras`` module when it is imported and is Keras 3, else ``None`` (imports nothing)."""
+    keras = sys.modules.get("keras")
+    return keras if str(getattr(keras, "__version__", "")).startswith("3.") else None
+
+
 def keras3_model(value: Any) -> str | None:
     """The Keras 3 version when ``value`` is an object of Keras 3 (``import keras`` 3.x) or of a subclass of
     one, else ``None``."""
     modules = [getattr(cls, "__module__", "") or "" for cls in type(value).__mro__]  # a user's subclass too
     if not any(module == "keras" or module.startswith("keras.") for module in modules):
         return None
-    keras = sys.modules.get("keras")
-    version = str(getattr(keras, "__version__", ""))
-    return version if version.startswith("3.") else None
+    keras = keras3_module()
+    return None if keras is None else str(keras.__version__)
