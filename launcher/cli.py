@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from jobs.schema import PLACEMENT_TABLE, PRECISIONS, RUN_TABLE, TRAIN, micro_batches_arg
 from launcher.cluster import hosts
 from launcher.core import run
-from launcher.env import EMULATE_NODES, launch_rank, yield_when_idle
+from launcher.env import EMULATE_NODES, launch_rank, share_cores
 from launcher.reporting import console
 from launcher.run.failure import exit_code
 from launcher.settings import ALLREDUCE_CHOICES, LAUNCHER_DEFAULTS, OVERRIDABLE, SCHEMA, parse_window
@@ -186,7 +186,7 @@ def _configure_logging(verbose: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    yield_when_idle()  # before MPI starts (Horovod's or mpi4py's init)
+    share_cores()  # before MPI (Horovod's or mpi4py's init) and TensorFlow start
     parser = build_parser()
     on_hosts = hosts.start(parser, argv)  # --hosts/--hostfile: mpirun runs pardnn-launch there (launcher.cluster.hosts)
     if on_hosts is not None:

@@ -13,8 +13,8 @@ from collections.abc import Mapping, MutableMapping
 
 from launcher.errors import LaunchError
 
-__all__ = ["EMULATE_NODES", "SLURM_VARIABLES", "emulate_nodes", "launch_rank", "launch_size", "slurm_context",
-           "yield_when_idle"]
+__all__ = ["EMULATE_NODES", "SLURM_VARIABLES", "emulate_nodes", "launch_rank", "launch_size", "share_cores",
+           "slurm_context"]
 
 EMULATE_NODES = "PARDNN_EMULATE_NODES"
 # Recorded in the summary so a result can be traced back to its allocation.
@@ -36,15 +36,28 @@ def emulate_nodes(environ: Mapping[str, str] | None = None) -> bool:
     return value == "1"
 
 
-def yield_when_idle(environ: MutableMapping[str, str] | None = None) -> None:
-    """With ``PARDNN_EMULATE_NODES=1`` (ranks share a machine's cores), have Open MPI yield the core while a
-    rank waits in a collective, unless ``OMPI_MCA_mpi_yield_when_idle`` is set already; call before MPI starts.
+def share_cores(environ: MutableMapping[str, str] | None = None, cores: int | None = None) -> None:
+    """With ``PARDNN_EMULATE_NODES=1`` (the ranks share one machine's cores), make each rank a fair sharer;
+    call before MPI and TensorFlow start. Settings already in ``environ`` are kept.
 
-    A waiting rank otherwise busy-polls its core and starves the rank it waits for.
+    - ``OMPI_MCA_mpi_yield_when_idle=1``: a rank waiting in a collective yields its core instead of
+      busy-polling it, which starves the rank it waits for.
+    - ``TF_NUM_INTEROP_THREADS`` and ``TF_NUM_INTRAOP_THREADS``: ``cores`` (this process's CPUs) divided by
+      the ranks on the machine (Open MPI's local size, else the launch's size), at least 1; in a rank only.
+      Each session's thread pools otherwise take every core, and their idle threads spin beside the other
+      ranks.
     """
     environ = os.environ if environ is None else environ
-    if environ.get(EMULATE_NODES, "").strip() == "1":
-        environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+    if environ.get(EMULATE_NODES, "").strip() != "1":
+        return
+    environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+    local = _first_int(("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"), environ) or launch_size(environ)
+    if local is None:  # not a rank (pardnn-launch --hosts, before its mpirun): its ranks divide the cores
+        return
+    cores = len(os.sched_getaffinity(0)) if cores is None else cores
+    threads = str(max(1, cores // local))
+    environ.setdefault("TF_NUM_INTEROP_THREADS", threads)
+    environ.setdefault("TF_NUM_INTRAOP_THREADS", threads)
 
 
 def slurm_context(environ: Mapping[str, str] | None = None) -> dict[str, str]:

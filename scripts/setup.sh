@@ -123,8 +123,16 @@ fi
 
 # ---- 2. python packages ------------------------------------------------------
 step "$PYTHON -m pip install -e \".[$extras]\"  (in $ROOT)"
-(cd "$ROOT" && "$PYTHON" -m pip install --progress-bar off -e ".[$extras]") ||
-    die "pip install -e \".[$extras]\" failed"
+# pip writes pardnn.egg-info into the checkout: two setups of one checkout at once (CI sets up both stacks
+# side by side) take turns here.
+install_lock="${TMPDIR:-/tmp}/pardnn-setup-$(printf '%s' "$ROOT" | cksum | cut -d' ' -f1).lock"
+(
+    if have flock; then
+        exec 9>"$install_lock"
+        flock 9
+    fi
+    cd "$ROOT" && "$PYTHON" -m pip install --progress-bar off -e ".[$extras]"
+) || die "pip install -e \".[$extras]\" failed"
 
 # ---- 3. horovod --------------------------------------------------------------
 if [[ $do_horovod -eq 1 ]]; then

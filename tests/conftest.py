@@ -2,8 +2,9 @@
 the count of the examples that reach the behaviour a property test is about.
 
 Profiles: ``default`` (60 examples; derandomized in CI, so a CI failure is a regression, not a new
-draw) and ``nightly`` (600 random examples per test), chosen by ``--hypothesis-profile nightly`` or
-``HYPOTHESIS_PROFILE=nightly``.
+draw), ``nightly`` (600 random examples per test) and ``second-stack`` (30 derandomized examples: CI's second
+run of the core, under NumPy 2, once the pinned stack has run the default's 60),
+chosen by ``--hypothesis-profile nightly`` or ``HYPOTHESIS_PROFILE=nightly``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import functools
 import json
 import os
+import resource
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +27,7 @@ from pardnn.costs.graph import CostGraph
 
 settings.register_profile("default", deadline=None, max_examples=60, derandomize=bool(os.environ.get("CI")))
 settings.register_profile("nightly", deadline=None, max_examples=600, derandomize=False)
+settings.register_profile("second-stack", deadline=None, max_examples=30, derandomize=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # The tests' mpirun runs put their ranks on this machine's cores beside the other pytest worker. A rank that
@@ -130,6 +134,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"pytest {pytest.__version__} with pytest-xdist ignores xdist_group (e.g. "
                                     f"{ungrouped[0]}): install the pytest pinned in pyproject.toml")
     return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Any:
+    """With ``PARDNN_TEST_TIMELINE=FILE``: one line per test appended to FILE, ``worker start end cpu
+    children_cpu nodeid`` (seconds; ``children_cpu`` is its subprocesses', mpirun's ranks included), to see
+    what each worker ran when and where the CPU went (docs/testing.md)."""
+    timeline = os.environ.get("PARDNN_TEST_TIMELINE")
+    if not timeline:
+        return (yield)
+    start, own, children = time.time(), resource.getrusage(resource.RUSAGE_SELF), \
+        resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        return (yield)
+    finally:
+        own_end, children_end = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = own_end.ru_utime + own_end.ru_stime - own.ru_utime - own.ru_stime
+        child_cpu = children_end.ru_utime + children_end.ru_stime - children.ru_utime - children.ru_stime
+        with open(timeline, "a") as file:
+            file.write(f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')} {start:.2f} {time.time():.2f} {cpu:.2f} "
+                       f"{child_cpu:.2f} {item.nodeid}\n")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from launcher.cluster.topology import check_one_rank_per_node, single_node
-from launcher.env import emulate_nodes, yield_when_idle
+from launcher.env import emulate_nodes, share_cores
 from launcher.errors import AgreedError, LaunchError
 
 
@@ -47,16 +47,23 @@ def test_emulate_nodes_is_0_or_1_and_anything_else_names_the_value(value):
         emulate_nodes({"PARDNN_EMULATE_NODES": value})
 
 
-def test_emulated_nodes_yield_their_cores_while_waiting_unless_told_otherwise():
-    environ = {"PARDNN_EMULATE_NODES": "1"}
-    yield_when_idle(environ)
+def test_emulated_nodes_share_the_cores_unless_told_otherwise():
+    environ = {"PARDNN_EMULATE_NODES": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    share_cores(environ, cores=8)
     assert environ["OMPI_MCA_mpi_yield_when_idle"] == "1"
-    kept = {"PARDNN_EMULATE_NODES": "1", "OMPI_MCA_mpi_yield_when_idle": "0"}
-    yield_when_idle(kept)
-    assert kept["OMPI_MCA_mpi_yield_when_idle"] == "0"
-    for cluster in ({}, {"PARDNN_EMULATE_NODES": "0"}):  # one rank per node: polling is Open MPI's choice
-        yield_when_idle(cluster)
-        assert "OMPI_MCA_mpi_yield_when_idle" not in cluster
+    assert environ["TF_NUM_INTEROP_THREADS"] == environ["TF_NUM_INTRAOP_THREADS"] == "4"  # 8 cores, 2 local ranks
+    by_size = {"PARDNN_EMULATE_NODES": "1", "PMI_SIZE": "3"}  # no local size: every rank is on this machine
+    share_cores(by_size, cores=2)
+    assert by_size["TF_NUM_INTRAOP_THREADS"] == "1"  # never 0
+    kept = {"PARDNN_EMULATE_NODES": "1", "OMPI_MCA_mpi_yield_when_idle": "0", "TF_NUM_INTRAOP_THREADS": "6"}
+    share_cores(kept, cores=2)
+    assert kept["OMPI_MCA_mpi_yield_when_idle"] == "0" and kept["TF_NUM_INTRAOP_THREADS"] == "6"
+    driver = {"PARDNN_EMULATE_NODES": "1"}  # pardnn-launch --hosts before its mpirun: the ranks divide the cores
+    share_cores(driver, cores=8)
+    assert driver == {"PARDNN_EMULATE_NODES": "1", "OMPI_MCA_mpi_yield_when_idle": "1"}
+    for cluster in ({}, {"PARDNN_EMULATE_NODES": "0"}):  # one rank per node: Open MPI's and TensorFlow's choice
+        share_cores(cluster, cores=8)
+        assert cluster == ({} if "PARDNN_EMULATE_NODES" not in cluster else {"PARDNN_EMULATE_NODES": "0"})
 
 
 def test_too_few_ranks_for_replicas_names_the_replicas_not_data_parallelism():
