@@ -19,8 +19,8 @@ from jobs.schema import PLACEMENT_TABLE, PRECISIONS, RUN_TABLE, TRAIN, micro_bat
 from launcher.cluster import hosts
 from launcher.core import run
 from launcher.env import EMULATE_NODES, launch_rank, share_cores
+from launcher.rank.failure import exit_code
 from launcher.reporting import console
-from launcher.run.failure import exit_code
 from launcher.settings import ALLREDUCE_CHOICES, LAUNCHER_DEFAULTS, OVERRIDABLE, SCHEMA, parse_window
 from launcher.training.recompute import WRAPPED
 from launcher.variants import DATA, PARALLELISMS, RECOMPUTE

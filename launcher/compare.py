@@ -25,13 +25,12 @@ from launcher.lifecycle import (
     run_variant,
     start_allreduce,
 )
+from launcher.rank.failure import exit_code, one_line, status_of
+from launcher.rank.signals import StopGuard
+from launcher.rank.state import RunState
 from launcher.reporting.summary import results_row
-from launcher.run.failure import exit_code, one_line, status_of
-from launcher.run.signals import StopGuard
-from launcher.run.state import RunState
-from launcher.runner import SharedByVariants
 from launcher.settings import Settings
-from launcher.variants import Variant, variants_of
+from launcher.variants import SharedByVariants, Variant, variants_of
 from pardnn.costs.machine import format_bytes
 
 __all__ = ["TABLE_FILE", "RunningVariant", "compare", "table"]
@@ -50,7 +49,7 @@ class RunningVariant:
     state: RunState | None = None
 
 
-def _one(job: Any, settings: Settings, topology: Topology, variant: Variant, runner: SharedByVariants,
+def _one(job: Any, settings: Settings, topology: Topology, variant: Variant, shared: SharedByVariants,
          where: RunningVariant) -> dict[str, Any] | None:
     """Train ``variant`` on ``topology``; its summary on rank 0. An untrained end is its outcome."""
     where.topology, where.state = topology, None
@@ -58,7 +57,7 @@ def _one(job: Any, settings: Settings, topology: Topology, variant: Variant, run
     where.state = state
     try:
         with StopGuard(state.stop, exit_now=state.exit_now) as guard:
-            run_variant(state, runner, guard)
+            run_variant(state, shared, guard)
     except AgreedError as error:
         status = status_of(error)
         if status not in UNTRAINED:
@@ -78,7 +77,7 @@ def _devices_per_replica(variant: Variant, world: Topology) -> int | None:
     return None if k == 1 else k
 
 
-def compare(job: Any, settings: Settings, world: Topology, runner: SharedByVariants,
+def compare(job: Any, settings: Settings, world: Topology, shared: SharedByVariants,
             where: RunningVariant) -> dict[str, Any]:
     """Train every variant of ``settings.compare`` in turn and print the table (collective over ``world``).
 
@@ -89,18 +88,18 @@ def compare(job: Any, settings: Settings, world: Topology, runner: SharedByVaria
     try:
         variants = variants_of(settings)
         ks = [_devices_per_replica(variant, world) for variant in variants]
-        start_allreduce(runner, world, settings.allreduce, replica_devices=[k for k in ks if k is not None])
+        start_allreduce(shared, world, settings.allreduce, replica_devices=[k for k in ks if k is not None])
         summaries: dict[str, dict[str, Any] | None] = {}
         for variant, k in zip(variants, ks, strict=True):
             world.wait_for_all()
             topology = world if k is None else world.replicas(k)  # collective; None: this rank waits
-            if runner.training_k != k:  # another batch, devices and group: build and cost anew
-                runner.costed = None
-            runner.train_on(k)
+            if shared.training_k != k:  # another batch, devices and group: build and cost anew
+                shared.costed = None
+            shared.train_on(k)
             if topology is not None:
                 run_settings = settings if variant.replica_devices is None else dataclasses.replace(
                     settings, replica_devices=variant.replica_devices)
-                summaries[variant.label] = _one(job, run_settings, topology, variant, runner, where)
+                summaries[variant.label] = _one(job, run_settings, topology, variant, shared, where)
             where.topology, where.state = world, None
         world.wait_for_all()
         if not world.is_root:

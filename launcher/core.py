@@ -3,7 +3,7 @@
 :func:`run` reads the job and settings on every rank before TensorFlow loads, trains the run's variant
 (:mod:`launcher.variants`; ``--compare``: :mod:`launcher.compare`; ``--replica-devices auto``:
 :mod:`launcher.placing.planning`) and returns the summary. Failures, stop signals and stalls end every rank
-with its files written (:mod:`launcher.run.failure`). docs/launcher.md describes the outputs.
+with its files written (:mod:`launcher.rank.failure`). docs/launcher.md describes the outputs.
 """
 
 from __future__ import annotations
@@ -22,15 +22,14 @@ from launcher.errors import LaunchError
 from launcher.files import check_output_folder
 from launcher.lifecycle import detach_log, open_run, run_variant, start_allreduce
 from launcher.placing.planning import NoPlanFits, choose_plan, hint
-from launcher.run.agreement import agree
-from launcher.run.failure import end, exit_code
-from launcher.run.outcome import end_untrained
-from launcher.run.signals import StopGuard
-from launcher.run.state import RESULTS_FILE, SUMMARY_FILE
-from launcher.runner import BuildFn, SharedByVariants
+from launcher.rank.agreement import agree
+from launcher.rank.failure import end, exit_code
+from launcher.rank.outcome import end_untrained
+from launcher.rank.signals import StopGuard
+from launcher.rank.state import RESULTS_FILE, SUMMARY_FILE
 from launcher.settings import Settings, resolve
 from launcher.training.recompute import check_wrappable
-from launcher.variants import ranks_per_node, ranks_why, variants_of
+from launcher.variants import BuildFn, SharedByVariants, ranks_per_node, ranks_why, variants_of
 from pardnn.errors import PardnnError
 
 __all__ = ["RESULTS_FILE", "SUMMARY_FILE", "load_job", "run"]
@@ -88,14 +87,14 @@ def _read_settings(job: Any, overrides: dict[str, Any]) -> tuple[Any, Settings |
     return job, settings, None
 
 
-def _hint(job: Any, settings: Settings, state: Any, runner: SharedByVariants) -> None:
+def _hint(job: Any, settings: Settings, state: Any, shared: SharedByVariants) -> None:
     """One replica per node on GPUs: log :func:`launcher.placing.planning.hint`'s line, if any (never fails
     the run: it has trained). On logical CPU devices the device preset does not describe the hardware,
     so no hint."""
     if state.devices.get("kind") != "gpu" or settings.devices_per_node < 2:
         return
     try:
-        line = hint(job, settings, state.topology.node_count, runner.build)
+        line = hint(job, settings, state.topology.node_count, shared.build)
     except Exception as error:  # a hint is advice: the run is done
         logger.warning("no plan hint: %s", error)
         return
@@ -103,20 +102,20 @@ def _hint(job: Any, settings: Settings, state: Any, runner: SharedByVariants) ->
         logger.warning("%s", line)
 
 
-def _planned(job: Any, settings: Settings, world: Topology, runner: SharedByVariants,
+def _planned(job: Any, settings: Settings, world: Topology, shared: SharedByVariants,
              where: RunningVariant) -> dict[str, Any]:
     """``--replica-devices auto`` (:mod:`launcher.placing.planning`): plan, then train the plan on every
     k-th rank of each node while the others wait; nothing fits: the run ends ``does_not_fit``."""
     [variant] = variants_of(settings)
     try:
-        planned, report = choose_plan(job, settings, world, runner.build)
+        planned, report = choose_plan(job, settings, world, shared.build)
     except NoPlanFits as error:
         where.state, _ = open_run(job, settings, world, variant, log=False)
         where.state.plan = error.report
         end_untrained(where.state, error)
     k = int(planned.replica_devices)  # type: ignore[arg-type]
-    start_allreduce(runner, world, planned.allreduce, replica_devices=[k])
-    runner.train_on(k)
+    start_allreduce(shared, world, planned.allreduce, replica_devices=[k])
+    shared.train_on(k)
     topology = world.replicas(k)
     summary: dict[str, Any] = {}
     if topology is not None:
@@ -125,7 +124,7 @@ def _planned(job: Any, settings: Settings, world: Topology, runner: SharedByVari
         where.state.plan = report
         try:
             with StopGuard(where.state.stop, exit_now=where.state.exit_now) as guard:
-                summary = run_variant(where.state, runner, guard)
+                summary = run_variant(where.state, shared, guard)
         finally:
             detach_log(handler)
     world.wait_for_all()  # the ranks the plan does not use wait here, asleep, until the replicas are done
@@ -177,18 +176,18 @@ def run(job: Any, *, build: BuildFn | None = None, **overrides: Any) -> dict[str
         agree(world, "setting up", error)  # an error every rank finds is raised everywhere, printed once
         assert settings is not None
         world.check(ranks_why(settings))
-        runner = SharedByVariants(build or _zoo("build"))
+        shared = SharedByVariants(build or _zoo("build"))
         if settings.compare:
-            return compare(job, settings, world, runner, where)
+            return compare(job, settings, world, shared, where)
         if settings.replica_devices == AUTO:
-            return _planned(job, settings, world, runner, where)
+            return _planned(job, settings, world, shared, where)
         [variant] = variants_of(settings)
         where.state, handler = open_run(job, settings, world, variant)
         with StopGuard(where.state.stop, exit_now=where.state.exit_now) as guard:
-            start_allreduce(runner, world, settings.allreduce)  # every rank trains
-            summary = run_variant(where.state, runner, guard)
+            start_allreduce(shared, world, settings.allreduce)  # every rank trains
+            summary = run_variant(where.state, shared, guard)
         if world.is_root and variant.placer is not None and settings.replica_devices is None:
-            _hint(job, settings, where.state, runner)
+            _hint(job, settings, where.state, shared)
         return summary
     except BaseException as error:
         end(error, where.topology, where.state)

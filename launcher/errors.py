@@ -41,7 +41,7 @@ class Interrupted(Stopped):
 
 
 class Stalled(Stopped):
-    """No iteration completed on any rank within the stall timeout (:mod:`launcher.run.heartbeat`)."""
+    """No iteration completed on any rank within the stall timeout (:mod:`launcher.rank.heartbeat`)."""
 
     status = "stalled"
     exit_code = 4

@@ -33,8 +33,8 @@ def export(source: str | Path, path: str | Path, *, job_file: str | Path | None 
     from jobs.config import JobError, load_job, with_setting
     from jobs.export import check_path, save_model
     from launcher.errors import LaunchError
-    from launcher.run.checkpoint import load
-    from launcher.run.resume import find
+    from launcher.rank.checkpoint import load
+    from launcher.rank.resume import find
 
     try:
         check_path(path, "-o")

@@ -3,7 +3,7 @@
 :func:`open_run` makes the run's folder (rank 0 names it ``<job>-<variant>-n<N>-k<K>-b<B>-<UTC time>``),
 attaches this rank's log, starts its collector, status and stall watch; :func:`start_allreduce` starts the
 backend; :func:`run_variant` trains the variant (:mod:`launcher.placing.model` or
-:mod:`launcher.training.replicas`); :func:`launcher.run.failure.end` reports an error once. A standalone
+:mod:`launcher.training.replicas`); :func:`launcher.rank.failure.end` reports an error once. A standalone
 run (:func:`launcher.core.run`) opens one run, ``--compare`` (:mod:`launcher.compare`) one per variant.
 """
 
@@ -18,15 +18,14 @@ from typing import Any
 from launcher.cluster.topology import Topology
 from launcher.errors import AgreedError
 from launcher.files import check_output_folder
+from launcher.rank.agreement import check_agreement, raise_everywhere
+from launcher.rank.signals import StopGuard
+from launcher.rank.state import RunState
 from launcher.reporting import console
 from launcher.reporting.collector import Collector
-from launcher.run.agreement import check_agreement, raise_everywhere
-from launcher.run.signals import StopGuard
-from launcher.run.state import RunState
-from launcher.runner import SharedByVariants
 from launcher.settings import Settings
 from launcher.training.dataparallel import HorovodBackend, Mpi4pyBackend, pick_backend
-from launcher.variants import Variant
+from launcher.variants import SharedByVariants, Variant
 
 __all__ = ["LOG_FILE", "attach_log", "detach_log", "make_folder", "open_run", "run_variant", "start_allreduce"]
 
@@ -92,13 +91,13 @@ def open_run(job: Any, settings: Settings, topology: Topology, variant: Variant,
     return state, handler
 
 
-def start_allreduce(runner: SharedByVariants, topology: Topology, choice: str = "auto", *,
+def start_allreduce(shared: SharedByVariants, topology: Topology, choice: str = "auto", *,
                     replica_devices: Sequence[int] = ()) -> None:
     """Choose and start the allreduce backend when several ranks run (collective;
     :mod:`launcher.training.dataparallel`). ``replica_devices``: the k of the model-parallel runs that
     run on every k-th rank of a node while the others wait (a comparison's placers on the node leaders,
     k = G; a planned or compared ``--replica-devices k``); each gets a group of its ranks
-    (``runner.groups[k]``), made here because Horovod makes its process sets when it starts. The log
+    (``shared.groups[k]``), made here because Horovod makes its process sets when it starts. The log
     names the backend."""
     name = raise_everywhere(topology, "choosing the allreduce", lambda: pick_backend(choice, topology.size))
     if name is None:
@@ -114,20 +113,20 @@ def start_allreduce(runner: SharedByVariants, topology: Topology, choice: str = 
         if 1 < len(ranks) < topology.size and ranks not in groups.values():
             groups[k] = ranks
     handles = raise_everywhere(topology, f"starting {name}", lambda: backend.start(topology, list(groups.values())))
-    runner.groups = dict(zip(groups, handles, strict=True))
-    runner.allreduce = backend
+    shared.groups = dict(zip(groups, handles, strict=True))
+    shared.allreduce = backend
     if topology.is_root:
         logger.info("gradients averaged across %d ranks by %s%s", topology.size, name,
                     "" if choice == name else f" (--allreduce {choice})")
 
 
-def run_variant(state: RunState, runner: SharedByVariants, guard: StopGuard) -> dict[str, Any]:
+def run_variant(state: RunState, shared: SharedByVariants, guard: StopGuard) -> dict[str, Any]:
     """Train ``state.variant``: a placer's model parallelism or data parallelism."""
-    state.allreduce = runner.allreduce.name if runner.allreduce is not None and state.topology.size > 1 else None
+    state.allreduce = shared.allreduce.name if shared.allreduce is not None and state.topology.size > 1 else None
     if state.variant.placer is None:
         from launcher.training.replicas import run_data
 
-        return run_data(state, runner, guard)
+        return run_data(state, shared, guard)
     from launcher.placing.model import run_model
 
-    return run_model(state, runner, guard)
+    return run_model(state, shared, guard)

@@ -22,11 +22,11 @@ from typing import Any
 
 from launcher.errors import LaunchError
 from launcher.files import write_text
+from launcher.rank.ending import FIGURES_FILE, merge_figures
 from launcher.reporting.comparisons import comparison_plots, comparison_tables, fidelity_warnings
 from launcher.reporting.losses import loss_curves
 from launcher.reporting.plotting import plot_lines
 from launcher.reporting.summary import RESULTS_COLUMNS
-from launcher.run.ending import FIGURES_FILE, merge_figures
 from launcher.variants import DATA, RECOMPUTE, slug
 
 __all__ = ["RunRow", "main", "read_results", "recover_rows", "tables"]

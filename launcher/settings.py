@@ -29,7 +29,7 @@ SCHEMA: dict[str, Param] = {"batch_size": TRAIN["batch_size"], "micro_batches": 
                              **RUN_TABLE, **PLACEMENT_TABLE}
 # Settings of the launcher only (command line or keyword arguments).
 LAUNCHER_DEFAULTS: dict[str, Any] = {"out": Path("runs"), "progress": True}
-# Checkpoints (launcher.run.checkpoint): every N iterations (0: none periodic), the folder (default
+# Checkpoints (launcher.rank.checkpoint): every N iterations (0: none periodic), the folder (default
 # OUT/<run>/checkpoint), and a checkpoint (folder or "latest") to resume from; how many checkpoints a
 # folder keeps (0: all); --replace: place a resumed graph anew instead of taking the saved placement.
 LAUNCHER_DEFAULTS.update({"checkpoint_every": 0, "checkpoint_dir": None, "resume": None, "keep_checkpoints": 3,

@@ -9,8 +9,8 @@ docs/launcher.md (The alternatives); the choices made here: docs/notes-launcher.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.schema import AUTO, COMMAND_LINE, JOB_FILE
@@ -20,8 +20,9 @@ from pardnn.placement.result import Result
 from pardnn.registry import get_placer
 from pardnn.settings import ALGORITHMS
 
-__all__ = ["DATA", "PARALLELISMS", "RECOMPUTE", "Variant", "check_fits", "place", "plan_entry", "ranks_per_node",
-           "ranks_why", "replica_batch", "slug", "variant_settings", "variants_of"]
+__all__ = ["DATA", "PARALLELISMS", "RECOMPUTE", "BuildFn", "SharedByVariants", "Variant", "check_fits", "dataset_shard",
+           "place", "plan_entry", "ranks_per_node", "ranks_why", "replica_batch", "slug", "variant_settings",
+           "variants_of"]
 
 PARALLELISMS = ("model", "data")
 DATA, RECOMPUTE = "data", "data+recompute"
@@ -188,3 +189,35 @@ def check_fits(label: str, peaks: Sequence[int], limits: Sequence[int] | None, m
                 f"{label}: device {device} needs {format_bytes(peak)} at its peak, over its limit of "
                 f"{format_bytes(limit)} ({machine.describe()}); not trained. Try pardnn (its memory heuristic), "
                 "more devices, a smaller batch or a lower --reserve")
+
+
+BuildFn = Callable[..., Any]
+
+
+@dataclass
+class SharedByVariants:
+    """What the variants of a run share: the graph builder, the allreduce backend
+    (:class:`launcher.training.dataparallel.Backend`, ``None`` for one rank), the groups of ranks that
+    train while others wait, by devices per replica k (:func:`launcher.lifecycle.start_allreduce`), the
+    group of the variant training now (``training_set``; ``None``: every rank), and the model-parallel
+    graph once built and costed (:class:`launcher.placing.model.Costed`)."""
+
+    build: BuildFn
+    allreduce: Any = None
+    groups: dict[int, Any] = field(default_factory=dict)
+    training_set: Any = None
+    training_k: int | None = None
+    costed: Any = None
+
+    def train_on(self, k: int | None) -> None:
+        """The next variant trains on the group of replicas of ``k`` devices (``None``: every rank)."""
+        self.training_k = k
+        self.training_set = None if k is None else self.groups.get(k)
+
+
+def dataset_shard(state: Any) -> dict[str, Any]:
+    """``shard=(rank, ranks)`` for the builder when the job reads a ``[data] dataset``: each rank's
+    ``fn(batch_size, rank, ranks)`` makes its own shard (a function's batches are sharded by iteration)."""
+    if getattr(state.job, "dataset", None) is None:
+        return {}
+    return {"shard": (state.topology.rank, state.topology.size)}

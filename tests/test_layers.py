@@ -138,8 +138,8 @@ LAYERS: dict[str, list[tuple[str, ...]]] = {
     "launcher": [
         ("launcher.errors", "launcher.env", "launcher.files"),
         ("launcher.cluster", "launcher.reporting"),
-        ("launcher.variants", "launcher.runner", "launcher.settings"),  # what the user asked for
-        ("launcher.run",),  # one rank's run: state, agreement, checkpoints, every way it ends
+        ("launcher.variants", "launcher.settings"),  # what the user asked for
+        ("launcher.rank",),  # one rank's run: state, agreement, checkpoints, every way it ends
         ("launcher.training",),
         ("launcher.placing",),
         ("launcher.lifecycle",),

@@ -17,18 +17,17 @@ from typing import Any
 from launcher.errors import UNTRAINED, AgreedError, DoesNotFit, LaunchError, NotPlaced
 from launcher.files import write_text
 from launcher.placing.microsearch import AUTO, Measured, NoMicroBatchFits, failed, report, search
+from launcher.rank.agreement import average_costs, check_agreement, placement_digest, raise_everywhere
+from launcher.rank.checkpoint import graph_ops_digest, make_checkpointer
+from launcher.rank.failure import status_of
+from launcher.rank.outcome import end_untrained, finish
+from launcher.rank.resume import graph_change, locate, parse_placement_text, resume_point, saved_placement
+from launcher.rank.signals import StopGuard
+from launcher.rank.state import RunState
 from launcher.reporting.timeline import EMULATED_FILE, allreduce_share, run_cluster, write_emulated
-from launcher.run.agreement import average_costs, check_agreement, placement_digest, raise_everywhere
-from launcher.run.checkpoint import graph_ops_digest, make_checkpointer
-from launcher.run.failure import status_of
-from launcher.run.outcome import end_untrained, finish
-from launcher.run.resume import graph_change, locate, parse_placement_text, resume_point, saved_placement
-from launcher.run.signals import StopGuard
-from launcher.run.state import RunState
-from launcher.runner import SharedByVariants, dataset_shard
 from launcher.training.dataparallel import local_costs
 from launcher.training.loop import train
-from launcher.variants import check_fits, place, replica_batch
+from launcher.variants import SharedByVariants, check_fits, dataset_shard, place, replica_batch
 from pardnn.errors import InfeasibleError, PardnnError
 
 __all__ = ["PLACEMENT_FILE", "Costed", "run_model"]
@@ -51,19 +50,19 @@ class Costed:
     ordered: bool = False  # a placement's run order is in the graph: build it again before the next
 
 
-def _build(state: RunState, runner: SharedByVariants, micro: int) -> tuple[Any, Any, Any]:
+def _build(state: RunState, shared: SharedByVariants, micro: int) -> tuple[Any, Any, Any]:
     """The job's graph in ``micro`` micro-batches with the allreduce hook (several nodes), and the initial
     broadcast."""
-    backend, among = runner.allreduce if state.topology.size > 1 else None, runner.training_set
+    backend, among = shared.allreduce if state.topology.size > 1 else None, shared.training_set
     hook = backend.averager(among) if backend is not None else None
     # micro_batches is passed only when > 1, so builders without micro-batches still serve
-    trained = runner.build(state.job, batch_size=state.replica_batch, gradient_hook=hook, **dataset_shard(state),
+    trained = shared.build(state.job, batch_size=state.replica_batch, gradient_hook=hook, **dataset_shard(state),
                            **({} if micro == 1 else {"micro_batches": micro}))
     broadcast = backend.broadcast(trained.graph, trained.variables, among) if backend is not None else None
     return trained, hook, broadcast
 
 
-def _costed(state: RunState, runner: SharedByVariants, devices: Any, guard: StopGuard,
+def _costed(state: RunState, shared: SharedByVariants, devices: Any, guard: StopGuard,
             micro: int | None = None) -> Costed:
     """Build and cost the graph, or take the comparison's (built again when a run order is in it);
     ``micro`` (``--micro-batches auto`` trying an M) builds and costs that M's graph afresh."""
@@ -72,11 +71,11 @@ def _costed(state: RunState, runner: SharedByVariants, devices: Any, guard: Stop
     from pardnn.partitioner import resolve_heuristic
 
     settings, topology, collector = state.settings, state.topology, state.collector
-    costed = runner.costed if micro is None else None
+    costed = shared.costed if micro is None else None
     if costed is not None and not costed.ordered:
         return costed
     with collector.phase("build"):  # the hook's devices are set by apply
-        trained, hook, broadcast = _build(state, runner, settings.micro_batches if micro is None else micro)
+        trained, hook, broadcast = _build(state, shared, settings.micro_batches if micro is None else micro)
     state.count(trained)  # known before placing, so a step that does not fit reports them
     guard.check()
     if costed is not None:
@@ -93,7 +92,7 @@ def _costed(state: RunState, runner: SharedByVariants, devices: Any, guard: Stop
         # A memory heuristic needs a memory size: on a machine without one it is "auto" (none).
         heuristic = resolve_heuristic(settings.memory_heuristic if machine.bounded else "auto", machine)
         costed = Costed(trained, hook, broadcast, cost, machine, heuristic)
-    runner.costed = costed
+    shared.costed = costed
     return costed
 
 
@@ -125,7 +124,7 @@ def _place(state: RunState, costed: Costed) -> Any:
         raise
 
 
-def _costed_and_placed(state: RunState, runner: SharedByVariants, devices: Any, guard: StopGuard,
+def _costed_and_placed(state: RunState, shared: SharedByVariants, devices: Any, guard: StopGuard,
                        warm_up: Any) -> tuple[Costed, tuple[Any, str, Any]]:
     """The graph built and costed, and its placement with its run order judged (:func:`_judged_order`);
     with ``--micro-batches auto`` those of the M chosen."""
@@ -133,8 +132,8 @@ def _costed_and_placed(state: RunState, runner: SharedByVariants, devices: Any, 
     if state.settings.micro_batches == AUTO:
         with collector.phase("compile"):
             warm_up()
-        return _auto_micro_batches(state, runner, devices, guard)
-    costed = _costed(state, runner, devices, guard)
+        return _auto_micro_batches(state, shared, devices, guard)
+    costed = _costed(state, shared, devices, guard)
     with collector.phase("compile"):  # numba's kernels compiled or loaded, timed apart from placing
         warm_up()
     with collector.phase("partition"):
@@ -142,7 +141,7 @@ def _costed_and_placed(state: RunState, runner: SharedByVariants, devices: Any, 
     return costed, _judged_order(state, costed.cost, costed.machine, result, devices.kind)
 
 
-def _auto_micro_batches(state: RunState, runner: SharedByVariants, devices: Any,
+def _auto_micro_batches(state: RunState, shared: SharedByVariants, devices: Any,
                         guard: StopGuard) -> tuple[Costed, tuple[Any, str, Any]]:
     """``--micro-batches auto`` (:mod:`launcher.placing.microsearch`): each M's graph built, costed and placed in
     turn (collective), and its step emulated with the run's gradient allreduce when it has several replicas
@@ -152,7 +151,7 @@ def _auto_micro_batches(state: RunState, runner: SharedByVariants, devices: Any,
     kept: dict[int, tuple[Costed, tuple[Any, str, Any]]] = {}
 
     def measure(micro: int) -> Measured:
-        costed = _costed(state, runner, devices, guard, micro)
+        costed = _costed(state, shared, devices, guard, micro)
         guard.check()
         try:
             with state.collector.phase("partition"):
@@ -185,11 +184,11 @@ def _auto_micro_batches(state: RunState, runner: SharedByVariants, devices: Any,
     check_agreement(state.topology.nodes, state.topology.allgather(str(chosen.micro_batches)), "micro-batch choices",
                     "every node tries the same M on the same averaged costs, so check that they run the same versions")
     costed, judged = kept[chosen.micro_batches]
-    runner.costed = costed
+    shared.costed = costed
     return costed, judged
 
 
-def run_model(state: RunState, runner: SharedByVariants, guard: StopGuard) -> dict[str, Any]:
+def run_model(state: RunState, shared: SharedByVariants, guard: StopGuard) -> dict[str, Any]:
     """Place the node's replica with ``state.variant.placer`` and train it (module docstring); a resumed
     run takes its checkpoint's placement instead (:func:`_resumed`)."""
     settings, topology, collector = state.settings, state.topology, state.collector
@@ -211,9 +210,9 @@ def run_model(state: RunState, runner: SharedByVariants, guard: StopGuard) -> di
     locate(state)  # --resume: one checkpoint for every rank
     saved = raise_everywhere(topology, "reading the checkpoint", lambda: saved_placement(state))
     if saved is not None:
-        placed = _resumed(state, runner, saved)
+        placed = _resumed(state, shared, saved)
     else:
-        placed = _placed_anew(state, runner, devices, guard, warm_up)
+        placed = _placed_anew(state, shared, devices, guard, warm_up)
     resume = raise_everywhere(topology, "resuming", lambda: resume_point(state, None if saved is not None or
                                                                   settings.replace else placed.digest))
 
@@ -227,8 +226,8 @@ def run_model(state: RunState, runner: SharedByVariants, guard: StopGuard) -> di
         order = None if placed.order is None else {
             name: position for name, position in placed.order.items() if name not in hooked}
         applied = ptf.apply(trained.graph, wanted, devices.names, order=order)
-    if runner.costed is not None:
-        runner.costed.ordered = applied.ordered > 0
+    if shared.costed is not None:
+        shared.costed.ordered = applied.ordered > 0
     state.placement["apply"] = dataclasses.asdict(applied)
     guard.check()
 
@@ -253,12 +252,12 @@ class _Placed:
     micro_batches: int
 
 
-def _placed_anew(state: RunState, runner: SharedByVariants, devices: Any, guard: StopGuard, warm_up: Any) -> _Placed:
+def _placed_anew(state: RunState, shared: SharedByVariants, devices: Any, guard: StopGuard, warm_up: Any) -> _Placed:
     """Build, cost and place the replica (every node the same), write the placement and the emulated step."""
     from pardnn.io import format_placement
 
     topology = state.topology
-    costed, (result, judged, step) = _costed_and_placed(state, runner, devices, guard, warm_up)
+    costed, (result, judged, step) = _costed_and_placed(state, shared, devices, guard, warm_up)
     trained, cost, machine = costed.trained, costed.cost, costed.machine
     state.count(trained)  # the chosen M's (the same for every M: the node's batch)
     # The placement file's bytes, as pardnn.io.write_placement writes them: the run order, if any, is in
@@ -296,14 +295,14 @@ def _placed_anew(state: RunState, runner: SharedByVariants, devices: Any, guard:
                    dict(zip(cost.names, result.placement.tolist(), strict=True)), order, chosen)
 
 
-def _resumed(state: RunState, runner: SharedByVariants, saved: tuple[Path, dict[str, Any], str]) -> _Placed:
+def _resumed(state: RunState, shared: SharedByVariants, saved: tuple[Path, dict[str, Any], str]) -> _Placed:
     """The checkpoint's replica: the graph of its M built (with the hook), checked to be the saved graph,
-    and its placement; no profiling, no placing (:mod:`launcher.run.checkpoint`)."""
+    and its placement; no profiling, no placing (:mod:`launcher.rank.checkpoint`)."""
     path, meta, text = saved
     topology = state.topology
     micro = int(meta.get("micro_batches") or 1)
     with state.collector.phase("build"):
-        trained, hook, broadcast = _build(state, runner, micro)
+        trained, hook, broadcast = _build(state, shared, micro)
     state.count(trained)
     placement, order = parse_placement_text(text)
     def check() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from jobs.schema import AUTO
 from launcher.cluster.topology import Topology
 from launcher.errors import DoesNotFit
-from launcher.run.agreement import agree
+from launcher.rank.agreement import agree
 from launcher.settings import Settings
 from pardnn.emulation.emulated import strictly_shorter
 from pardnn.errors import PardnnError

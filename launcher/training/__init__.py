@@ -2,5 +2,5 @@
 backends that average gradients across ranks (``dataparallel``), gradient checkpointing
 (``recompute``) and plain data parallelism, one rank per device (``replicas``).
 
-May import: :mod:`launcher.run` and everything below it, :mod:`jobs`, :mod:`pardnn`.
+May import: :mod:`launcher.rank` and everything below it, :mod:`jobs`, :mod:`pardnn`.
 """

@@ -1,7 +1,7 @@
 """The training loop of one node: initialise (or resume), broadcast, run the iterations, trace one.
 
 Node ``r`` of ``N`` feeds batch ``i·N + r`` at iteration ``i``; a resumed run starts at the
-checkpoint's iteration (:mod:`launcher.run.checkpoint`), so the sequence goes on. Rank 0 saves
+checkpoint's iteration (:mod:`launcher.rank.checkpoint`), so the sequence goes on. Rank 0 saves
 checkpoints at iteration boundaries; one iteration just outside the measured window runs with a
 full trace (:mod:`launcher.reporting.timeline`), so tracing never slows a measured step.
 """
@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from launcher.rank.agreement import agreed_variables, variable_digests
+from launcher.rank.checkpoint import Checkpointer, restore
+from launcher.rank.signals import StopGuard
 from launcher.reporting.progress import progress
 from launcher.reporting.timeline import TIMELINE_FILE, traced_iteration, write_measured
-from launcher.run.agreement import agreed_variables, variable_digests
-from launcher.run.checkpoint import Checkpointer, restore
-from launcher.run.signals import StopGuard
 
 __all__ = ["train"]
 
@@ -100,7 +100,7 @@ def train(state: Any, trained: Any, broadcast: Any, devices: Any, guard: StopGua
                     bar.update(1)
                 last = functools.cache(fetch)  # the last checkpoint and --save-model read the values once
                 checkpointer.boundary(settings.iterations, start, last, final=True)
-                if settings.save_model is not None and topology.is_root:  # written by finish (launcher.run.outcome)
+                if settings.save_model is not None and topology.is_root:  # written by finish (launcher.rank.outcome)
                     state.trained = (trained.model, dict(zip((v.name for v in trained.variables), last())))
         finally:
             checkpointer.active = False

@@ -16,18 +16,17 @@ from typing import Any
 import numpy as np
 
 from launcher.errors import DoesNotFit
+from launcher.rank.agreement import average_costs, graph_digest, raise_everywhere
+from launcher.rank.checkpoint import make_checkpointer
+from launcher.rank.outcome import end_untrained, finish
+from launcher.rank.resume import locate, resume_point
+from launcher.rank.signals import StopGuard
+from launcher.rank.state import RunState
 from launcher.reporting.timeline import EMULATED_FILE, allreduce_share, write_emulated
-from launcher.run.agreement import average_costs, graph_digest, raise_everywhere
-from launcher.run.checkpoint import make_checkpointer
-from launcher.run.outcome import end_untrained, finish
-from launcher.run.resume import locate, resume_point
-from launcher.run.signals import StopGuard
-from launcher.run.state import RunState
-from launcher.runner import SharedByVariants, dataset_shard
 from launcher.training.dataparallel import local_costs
 from launcher.training.loop import train
 from launcher.training.recompute import check_blocks, check_wrappable, recomputed
-from launcher.variants import check_fits, replica_batch
+from launcher.variants import SharedByVariants, check_fits, dataset_shard, replica_batch
 from pardnn.costs.machine import format_bytes
 
 __all__ = ["run_data"]
@@ -35,7 +34,7 @@ __all__ = ["run_data"]
 logger = logging.getLogger("launcher")
 
 
-def run_data(state: RunState, runner: SharedByVariants, guard: StopGuard) -> dict[str, Any]:
+def run_data(state: RunState, shared: SharedByVariants, guard: StopGuard) -> dict[str, Any]:
     """Train the job with one replica per device (module docstring)."""
     settings, topology, collector, variant = state.settings, state.topology, state.collector, state.variant
     with collector.phase("import"):
@@ -56,10 +55,10 @@ def run_data(state: RunState, runner: SharedByVariants, guard: StopGuard) -> dic
                 batch * topology.size, variant.label)
 
     with collector.phase("build"):
-        backend = runner.allreduce
+        backend = shared.allreduce
         hook = backend.averager() if backend is not None else None
         with recomputed(variant.recompute):
-            trained = runner.build(state.job, batch_size=batch, gradient_hook=hook, **dataset_shard(state))
+            trained = shared.build(state.job, batch_size=batch, gradient_hook=hook, **dataset_shard(state))
         broadcast = backend.broadcast(trained.graph, trained.variables) if backend is not None else None
     if variant.recompute:
         blocks = raise_everywhere(topology, "recomputing", lambda: check_blocks(state.job, trained.graph))

@@ -130,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     import launcher
     from launcher.cli import _configure_logging
     from launcher.env import launch_rank
+    from launcher.rank.failure import exit_code
     from launcher.reporting import console
-    from launcher.run.failure import exit_code
 
     console.start(launch_rank())  # as pardnn-launch does: rank-<r>.log and the filtered console
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import LaunchError
+from launcher.rank.ending import write_figures
 from launcher.report import main, plots, read_results, recover_rows, tables
 from launcher.reporting.summary import RESULTS_COLUMNS
-from launcher.run.ending import write_figures
 
 HEADER = ",".join(RESULTS_COLUMNS)
 

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from launcher.run.checkpoint import load as read_checkpoint
+from launcher.rank.checkpoint import load as read_checkpoint
 from tests.helpers.mpi import LAUNCH, ROOT, mpirun_launch, output, read_records
 
 pytest.importorskip("keras", minversion="3")

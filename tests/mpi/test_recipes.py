@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from launcher.run.checkpoint import load as read_checkpoint
+from launcher.rank.checkpoint import load as read_checkpoint
 from tests.helpers.mpi import LAUNCH, mpi_environment, mpirun_launch, output, read_records
 from tests.helpers.shared import shared
 from tests.helpers.usermodels import MODELS

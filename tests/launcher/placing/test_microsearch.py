@@ -21,8 +21,8 @@ from launcher.placing.microsearch import (
     report,
     search,
 )
+from launcher.rank.failure import exit_code, status_of
 from launcher.reporting.summary import results_row
-from launcher.run.failure import exit_code, status_of
 from launcher.settings import check_auto, resolve
 from tests.launcher.standin import Job
 

@@ -7,7 +7,7 @@ import pytest
 
 from launcher.cluster.topology import single_node
 from launcher.errors import AgreedError, Inconsistent
-from launcher.run.agreement import (
+from launcher.rank.agreement import (
     agreed_variables,
     average_costs,
     check_agreement,

@@ -3,7 +3,7 @@
 :func:`end` is where every error ends (``pardnn-launch`` calls it with the error, the topology and the
 run's state): an exception on one rank goes to :func:`fail` (one line, its files, ``MPI_Abort``); an
 :class:`AgreedError`, found by every rank, is printed by rank 0 alone; a stop signal or a stall ends
-through :mod:`launcher.run.ending`. :func:`exit_code` and :func:`status_of` map an error to its exit code
+through :mod:`launcher.rank.ending`. :func:`exit_code` and :func:`status_of` map an error to its exit code
 and status. The rules: docs/notes-launcher.md.
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from launcher.errors import AgreedError, Stalled, Stopped, Terminated
+from launcher.rank.state import RunState
 from launcher.reporting import console
-from launcher.run.state import RunState
 from pardnn.errors import InfeasibleError, PardnnError
 
 if TYPE_CHECKING:

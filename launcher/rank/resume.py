@@ -1,4 +1,4 @@
-"""Resuming a run from a checkpoint (:mod:`launcher.run.checkpoint` writes them) with the command it started with.
+"""Resuming a run from a checkpoint (:mod:`launcher.rank.checkpoint` writes them) with the command it started with.
 
 :func:`find` and :func:`locate` pick the checkpoint of ``--resume DIR`` (alone: the job's newest under
 ``--out``); :func:`shape_change` stops a resume whose cluster shape differs, :func:`graph_change` one whose
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from launcher.errors import LaunchError
-from launcher.run.checkpoint import FOLDER, cluster_shape, graph_ops_digest, load, load_meta
+from launcher.rank.checkpoint import FOLDER, cluster_shape, graph_ops_digest, load, load_meta
 
 __all__ = ["AUTO", "find", "graph_change", "locate", "parse_placement_text", "resume_point", "saved_placement",
            "shape_change"]
@@ -104,7 +104,7 @@ def shape_change(path: Path, saved: dict[str, Any] | None, now: dict[str, Any]) 
 def locate(state: Any) -> None:
     """``--resume``: the checkpoint every rank resumes from, chosen once by rank 0 and sent to the others
     (collective), kept in ``state.resume_from`` (``None`` with ``--resume auto`` and no checkpoint)."""
-    from launcher.run.agreement import raise_everywhere
+    from launcher.rank.agreement import raise_everywhere
 
     settings, topology = state.settings, state.topology
     if settings.resume is None:

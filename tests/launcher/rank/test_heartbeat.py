@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from launcher.run.heartbeat import STARTUP_SECONDS, Heartbeat, Watchdog, read_heartbeat, stall_timeout
+from launcher.rank.heartbeat import STARTUP_SECONDS, Heartbeat, Watchdog, read_heartbeat, stall_timeout
 
 
 @pytest.mark.parametrize(("setting", "steps", "timeout"), [

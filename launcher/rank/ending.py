@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from launcher.files import write_json
-from launcher.run.heartbeat import HEARTBEAT_FILE, Heartbeat, read_heartbeat
+from launcher.rank.heartbeat import HEARTBEAT_FILE, Heartbeat, read_heartbeat
 
 __all__ = ["FIGURES_FILE", "STATUS_FILE", "Finisher", "RunFiles", "merge_figures", "read_figures", "utc_now",
            "write_figures", "write_status"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import threading
 
-from launcher.run.ending import Finisher, merge_figures, read_figures, write_figures, write_status
-from launcher.run.heartbeat import Heartbeat
+from launcher.rank.ending import Finisher, merge_figures, read_figures, write_figures, write_status
+from launcher.rank.heartbeat import Heartbeat
 
 
 class Files:

@@ -16,8 +16,8 @@ import pytest
 
 from launcher.cluster.topology import Topology
 from launcher.errors import AgreedError, Inconsistent, Interrupted, LaunchError, Stalled, Terminated
-from launcher.run.failure import EXIT_TERMINATED, exit_code, fail, one_line, status_of
-from launcher.run.signals import StopGuard
+from launcher.rank.failure import EXIT_TERMINATED, exit_code, fail, one_line, status_of
+from launcher.rank.signals import StopGuard
 from pardnn.errors import InfeasibleError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -101,7 +101,7 @@ def test_stop_guard_check_raises_after_a_stop_signal(signum, kind, status):
 BLOCKED = textwrap.dedent("""
     import sys, threading
     from pathlib import Path
-    from launcher.run.signals import StopGuard
+    from launcher.rank.signals import StopGuard
 
     out = Path(sys.argv[1])
     with StopGuard(lambda status, message: out.write_text(status), grace_seconds=1.0):
@@ -162,7 +162,7 @@ def test_the_one_line_of_a_stop_is_printed_once_whichever_thread_comes_first(tmp
     thread (it writes the files and announces); both may try to print the line, only the first does."""
     import threading
 
-    from launcher.run.state import RunState
+    from launcher.rank.state import RunState
 
     state = RunState(job=None, settings=None, topology=None, directory=tmp_path, collector=None)
     claims: list[bool] = []

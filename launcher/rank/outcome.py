@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from launcher.errors import AgreedError, LaunchError
+from launcher.rank.agreement import check_variables, variables_digest
+from launcher.rank.checkpoint import FOLDER, NAME, save
+from launcher.rank.failure import one_line
+from launcher.rank.state import SUMMARY_FILE, RunState
 from launcher.reporting.timeline import step_ms
-from launcher.run.agreement import check_variables, variables_digest
-from launcher.run.checkpoint import FOLDER, NAME, save
-from launcher.run.failure import one_line
-from launcher.run.state import SUMMARY_FILE, RunState
 
 __all__ = ["end_untrained", "finish", "save_model"]
 

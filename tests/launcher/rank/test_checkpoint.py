@@ -1,4 +1,4 @@
-"""Checkpoints (launcher.run.checkpoint), the step comparison (launcher.reporting.timeline), a resumed collector."""
+"""Checkpoints (launcher.rank.checkpoint), the step comparison (launcher.reporting.timeline), a resumed collector."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from launcher.errors import LaunchError
+from launcher.rank.checkpoint import Checkpointer, load, restore, save
+from launcher.rank.resume import find, resume_point
 from launcher.reporting.collector import Collector
 from launcher.reporting.timeline import step_ms, traced_iteration
-from launcher.run.checkpoint import Checkpointer, load, restore, save
-from launcher.run.resume import find, resume_point
 
 NAMES = ["w:0", "beta1_power:0"]
 VALUES = [np.arange(6, dtype=np.float32).reshape(2, 3), np.float32(0.9)]
@@ -143,7 +143,7 @@ def test_a_resumed_collector_measures_the_window_by_iteration(tmp_path):
 
 
 def test_ten_saves_keep_the_newest_three_and_the_placement_they_name(tmp_path):
-    from launcher.run.checkpoint import PLAN
+    from launcher.rank.checkpoint import PLAN
 
     saver = Checkpointer(tmp_path, 1, NAMES, INFO, saving=True, keep=3, placement_text="a 0\nb 1\n")
     for index in range(1, 11):
@@ -161,7 +161,7 @@ def test_ten_saves_keep_the_newest_three_and_the_placement_they_name(tmp_path):
 
 
 def test_pruning_spares_the_one_just_written_and_placements_still_named(tmp_path):
-    from launcher.run.checkpoint import prune
+    from launcher.rank.checkpoint import prune
 
     older = save(tmp_path, 30, NAMES, VALUES, INFO, "x 0\n")  # a checkpoint a run resumed from
     newer = save(tmp_path, 35, NAMES, VALUES, INFO, "x 1\n")
@@ -175,7 +175,7 @@ def test_pruning_spares_the_one_just_written_and_placements_still_named(tmp_path
 def test_every_file_is_fsynced_before_its_rename_and_the_folder_after(tmp_path, monkeypatch):
     import os
 
-    from launcher.run import checkpoint
+    from launcher.rank import checkpoint
 
     events: list[str] = []
     real_fsync, real_replace = os.fsync, os.replace
@@ -214,7 +214,7 @@ def test_a_damaged_values_file_is_refused_in_one_line(tmp_path, damage):
 
 
 def test_a_changed_cluster_shape_says_what_differs_and_what_to_do(tmp_path):
-    from launcher.run.resume import shape_change
+    from launcher.rank.resume import shape_change
 
     saved = {"nodes": 4, "ranks": 4, "devices_per_node": 8, "device_kind": "gpu", "gpus": "8 × NVIDIA A100-SXM4-80GB",
              "placer": "pardnn", "batch_size": 64}
@@ -236,7 +236,7 @@ def test_a_changed_cluster_shape_says_what_differs_and_what_to_do(tmp_path):
 
 
 def test_a_placement_file_reads_back_with_its_order():
-    from launcher.run.resume import parse_placement_text
+    from launcher.rank.resume import parse_placement_text
 
     assert parse_placement_text("a 0 1\nb 1 0\n") == ({"a": 0, "b": 1}, {"a": 1, "b": 0})
     assert parse_placement_text("# comment\na 0\n\nb 1\n") == ({"a": 0, "b": 1}, None)
@@ -245,8 +245,8 @@ def test_a_placement_file_reads_back_with_its_order():
 @pytest.mark.tf
 def test_a_graph_that_changed_is_named_in_one_line(tmp_path):
     tf = pytest.importorskip("tensorflow")
-    from launcher.run.checkpoint import graph_ops_digest
-    from launcher.run.resume import graph_change
+    from launcher.rank.checkpoint import graph_ops_digest
+    from launcher.rank.resume import graph_change
 
     def graph(width):
         g = tf.Graph()
@@ -280,7 +280,7 @@ def test_a_graph_that_changed_is_named_in_one_line(tmp_path):
 
 
 def test_pruning_leaves_other_jobs_checkpoints_in_a_shared_folder_alone(tmp_path):
-    from launcher.run.checkpoint import prune
+    from launcher.rank.checkpoint import prune
 
     theirs = save(tmp_path, 5, NAMES, VALUES, {**INFO, "job": "other"})
     for iteration in (10, 20, 30):
@@ -306,7 +306,7 @@ def test_resume_auto_takes_this_slurm_jobs_newest_checkpoint_or_none(tmp_path):
 def test_a_resume_with_other_micro_batches_is_one_line(tmp_path):
     import hashlib
 
-    from launcher.run.resume import saved_placement
+    from launcher.rank.resume import saved_placement
 
     digest = hashlib.sha256(b"a 0\n").hexdigest()
     meta = save(tmp_path, 10, NAMES, VALUES, {**INFO, "placement_sha256": digest, "graph_ops_sha256": "g",

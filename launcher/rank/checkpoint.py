@@ -3,7 +3,7 @@
 With ``--checkpoint-every N`` a :class:`Checkpointer` (:func:`make_checkpointer`) has rank 0 :func:`save`
 every N iterations, at the end and on a stop signal; :func:`prune` keeps the ``--keep-checkpoints`` newest;
 :func:`load` and :func:`restore` read one back. docs/checkpoints.md has the files, what makes them durable
-and what is kept; resuming is :mod:`launcher.run.resume`.
+and what is kept; resuming is :mod:`launcher.rank.resume`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 :func:`graph_digest`, :func:`average_costs` and :func:`placement_digest` make the nodes agree on the graph,
 its costs and the placement; :func:`agreed_variables` and :func:`check_variables` compare the replicas'
 weights after training. :func:`agree` raises an error on every rank when any rank has one, and
-:func:`raise_everywhere` runs a step that way. A mismatch is an :class:`~launcher.run.failure.AgreedError`
+:func:`raise_everywhere` runs a step that way. A mismatch is an :class:`~launcher.rank.failure.AgreedError`
 naming the nodes on each side. Why and what is compared: docs/notes-launcher.md.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 
 from launcher.cluster.topology import Topology
 from launcher.errors import AgreedError, Inconsistent
-from launcher.run.failure import exit_code, status_of
+from launcher.rank.failure import exit_code, status_of
 from pardnn.costs.graph import CostGraph
 from pardnn.errors import PardnnError
 

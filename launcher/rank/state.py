@@ -2,8 +2,8 @@
 
 :class:`RunState` is what :mod:`launcher.core` fills in as the run goes (devices, placement, samples per
 step, whether training began) and writes this rank's files and the run's from, at any moment and from any
-thread. Its :meth:`~RunState.stop` answers a stop signal (:mod:`launcher.run.signals`),
-:meth:`~RunState.stalled` a stall (:mod:`launcher.run.heartbeat`), :meth:`~RunState.flush` an error.
+thread. Its :meth:`~RunState.stop` answers a stop signal (:mod:`launcher.rank.signals`),
+:meth:`~RunState.stalled` a stall (:mod:`launcher.rank.heartbeat`), :meth:`~RunState.flush` an error.
 Which files: docs/notes-launcher.md.
 """
 
@@ -21,11 +21,11 @@ from launcher.cluster.topology import Topology
 from launcher.env import slurm_context
 from launcher.errors import Interrupted, Stalled, Terminated
 from launcher.files import append_csv_row, write_json
+from launcher.rank.ending import Finisher, merge_figures, utc_now, write_figures, write_status
+from launcher.rank.heartbeat import HEARTBEAT_FILE, Heartbeat, Stall, Watchdog, read_heartbeat
 from launcher.reporting import console
 from launcher.reporting.collector import Collector
 from launcher.reporting.summary import RESULTS_COLUMNS, results_row, summarize
-from launcher.run.ending import Finisher, merge_figures, utc_now, write_figures, write_status
-from launcher.run.heartbeat import HEARTBEAT_FILE, Heartbeat, Stall, Watchdog, read_heartbeat
 from launcher.settings import Settings
 from launcher.variants import Variant
 
@@ -53,7 +53,7 @@ class RunState:
     summary: dict[str, Any] | None = None  # as written to summary.json (rank 0)
     devices: dict[str, Any] = dataclasses.field(default_factory=dict)
     placement: dict[str, Any] = dataclasses.field(default_factory=dict)
-    resume_from: Path | None = None  # --resume: the checkpoint every rank resumes from (launcher.run.checkpoint.locate)
+    resume_from: Path | None = None  # --resume: the checkpoint every rank resumes from (rank.checkpoint.locate)
     resume_located: bool = False
     allreduce: str | None = None  # the backend averaging gradients (launcher.training.dataparallel); None: one rank
     micro_batches: dict[str, Any] | None = None  # --micro-batches auto: every M tried (microsearch.report)
@@ -65,7 +65,7 @@ class RunState:
     heartbeat: Heartbeat | None = None
     watchdog: Watchdog | None = None
     finisher: Finisher | None = None
-    checkpointer: Any = None  # launcher.run.checkpoint.Checkpointer once training began
+    checkpointer: Any = None  # launcher.rank.checkpoint.Checkpointer once training began
     trained: tuple[dict[str, Any] | None, dict[str, Any]] | None = None  # --save-model: the model, its final values
     reported: bool = False  # the one line of a stop or stall was printed
     summary_written: bool = False
@@ -237,7 +237,7 @@ class RunState:
         self.exit_now(Stalled.exit_code)
 
     def flush(self, status: str, message: str | None, *, speaker: bool, exit_code: int) -> None:
-        """After an error (:func:`launcher.run.failure.fail`): this rank's files, and the run's if it speaks."""
+        """After an error (:func:`launcher.rank.failure.fail`): this rank's files, and the run's if it speaks."""
         if self.finisher is not None and self.finisher.ended is not None:
             self.finisher.wait()
             return  # a stop or stall wrote everything
