@@ -2,6 +2,7 @@
 
     python -m benchmarks.plan [--models NAME ...] [--nodes 1 4 16] [--node dgx-2 dgx-a100]
                               [--json out/plan.json] [--results benchmarks/RESULTS.md] [--no-write]
+                              [--against OLD.json]   # then: what differs from an earlier run, cell by cell
 
 For each model (its job file: batch per node, memory, reserve), each node preset and each number of
 nodes N, :func:`jobs.plan.job_plan` tries every k dividing the node's G GPUs and every M dividing
@@ -187,6 +188,38 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def differences(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]], rtol: float = 1e-9) -> list[str]:
+    """What changed between two runs' rows, cell by cell (the same model, node preset and N): the plan
+    chosen, and per k the best M, its samples/s (beyond ``rtol``), ``over`` or ``-``, and the plans pruned.
+    A cell in only one of them is a difference too. Empty: the same tables."""
+    def key(row: dict[str, Any]) -> tuple[str, str, int]:
+        return row["model"], row["node"], row["nodes"]
+
+    old, new = {key(row): row for row in before}, {key(row): row for row in after}
+    found = [f"{' '.join(map(str, cell))}: only in the {'first' if cell in old else 'second'} run"
+             for cell in sorted(old.keys() ^ new.keys())]
+    for cell in sorted(old.keys() & new.keys()):
+        a, b, where = old[cell], new[cell], " ".join(map(str, cell))
+        plans = [None if row["chosen"] is None else (row["chosen"]["replica_devices"], row["chosen"]["micro_batches"])
+                 for row in (a, b)]
+        if plans[0] != plans[1]:
+            found.append(f"{where}: chosen (k, M) {plans[0]} -> {plans[1]}")
+        for k in sorted(a["per_k"].keys() | b["per_k"].keys(), key=int):
+            x, y = a["per_k"].get(k), b["per_k"].get(k)
+            if x is None or y is None:
+                found.append(f"{where}: k={k} only in the {'first' if y is None else 'second'} run")
+                continue
+            shapes = [(entry["tried"], entry["micro_batches"], entry.get("pruned", 0)) for entry in (x, y)]
+            if shapes[0] != shapes[1]:
+                found.append(f"{where}: k={k} (tried, best M, pruned) {shapes[0]} -> {shapes[1]}")
+            rates = x["samples_per_s"], y["samples_per_s"]
+            if (rates[0] is None) != (rates[1] is None) or (
+                    rates[0] is not None and abs(rates[1] - rates[0]) > rtol * abs(rates[0])):
+                shown = ["over" if rate is None else f"{rate:.7g}" for rate in rates]
+                found.append(f"{where}: k={k} samples/s {shown[0]} -> {shown[1]}")
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.plan", description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS), metavar="NAME",
@@ -197,6 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "RESULTS.md")
     parser.add_argument("--render", action="store_true", help="write the section from --json only, planning nothing")
     parser.add_argument("--no-write", action="store_true", help="print the section instead of writing it")
+    parser.add_argument("--against", type=Path, metavar="OLD.json",
+                        help="then list every cell whose plan or per-k figures differ from OLD.json's (exit 1 if any): "
+                             "the check that a change to planning leaves the tables as they were")
     args = parser.parse_args(argv)
     rows: list[dict[str, Any]] = json.loads(args.json.read_text()) if args.json.exists() else []
     began = time.perf_counter()
@@ -249,6 +285,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         write_section(args.results, SECTION, text, "python -m benchmarks.plan")
         print(f"wrote section {SECTION} of {args.results}", file=sys.stderr)
+    if args.against is not None:
+        changed = differences(json.loads(args.against.read_text()), rows)
+        print("\n".join(changed) if changed else f"the same tables as {args.against} ({len(rows)} cells)")
+        return 1 if changed else 0
     return 0
 
 

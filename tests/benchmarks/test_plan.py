@@ -50,3 +50,34 @@ def test_a_pruned_plan_shows_what_it_cannot_reach() -> None:
     assert "| >= 1.43 |" in table([row | {"over_simple": 100 / 70, "over_simple_at_least": True}])
     over = row["per_k"] | {"2": row["per_k"]["2"] | {"over": 1}}  # one M of k = 2 placed and over its memory
     assert "| < 70 (pruned, others over) |" in table([row | {"per_k": over}])
+
+
+def test_against_an_earlier_run_names_each_cell_that_changed(tmp_path: Path, capsys) -> None:
+    """The check that a change to planning leaves the tables as they were: the same rows are no difference;
+    another plan chosen, another best M, a rate beyond the tolerance, a k now over, a missing cell each are."""
+    from benchmarks.plan import differences
+
+    def row(nodes: int, chosen: tuple[int, int], rates: dict[str, tuple[float | None, int | None]]) -> dict:
+        return {"model": "m", "node": "dgx-2", "nodes": nodes, "node_batch": 8, "devices_per_node": 2,
+                "per_k": {k: {"samples_per_s": rate, "micro_batches": m, "tried": True, "pruned": 0, "at_most": None}
+                          for k, (rate, m) in rates.items()},
+                "chosen": {"replica_devices": chosen[0], "micro_batches": chosen[1], "samples_per_s": 100.0,
+                           "exposed_ms": 1.0, "step_ms": 2.0},
+                "over_simple": 1.0, "over_simple_at_least": False, "seconds": 1.0, "build_seconds": 1.0,
+                "graphs_built": 1, "build_workers": 0, "why": ""}
+
+    before = [row(1, (2, 1), {"1": (90.0, 1), "2": (100.0, 1)}), row(4, (1, 1), {"1": (400.0, 1), "2": (390.0, 2)})]
+    assert differences(before, before) == []
+    assert differences(before, [row(1, (2, 1), {"1": (90.0 * (1 + 1e-12), 1), "2": (100.0, 1)}), before[1]]) == []
+    after = [row(1, (1, 1), {"1": (101.0, 1), "2": (100.0, 2)}), row(16, (1, 1), {"1": (1.0, 1), "2": (None, None)})]
+    assert differences(before, after) == [
+        "m dgx-2 4: only in the first run", "m dgx-2 16: only in the second run",
+        "m dgx-2 1: chosen (k, M) (2, 1) -> (1, 1)", "m dgx-2 1: k=1 samples/s 90 -> 101",
+        "m dgx-2 1: k=2 (tried, best M, pruned) (True, 1, 0) -> (True, 2, 0)"]
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps(before))
+    new.write_text(json.dumps(after))
+    assert main(["--render", "--json", str(old), "--no-write", "--against", str(old)]) == 0
+    assert capsys.readouterr().out.endswith(f"the same tables as {old} (2 cells)\n")
+    assert main(["--render", "--json", str(new), "--no-write", "--against", str(old)]) == 1
+    assert "m dgx-2 1: chosen (k, M) (2, 1) -> (1, 1)" in capsys.readouterr().out
