@@ -4,25 +4,10 @@
                               [--json out/plan.json] [--results benchmarks/RESULTS.md] [--no-write]
                               [--against OLD.json]   # then: what differs from an earlier run, cell by cell
 
-For each model (its job file: batch per node, memory, reserve), each node preset and each number of
-nodes N, :func:`jobs.plan.job_plan` tries every k dividing the node's G GPUs and every M dividing
-the replica's batch: the replica's real graph at batch B·k/G and M, costed with the preset, placed by
-ParDNN on k devices, emulated with the gradient allreduce across the N·G/k replicas. The table gives,
-per k, the best M's cluster samples/s (``over`` where no M fits, ``-`` where the batch does not split
-over the replicas, and how many of its plans the search pruned: not placed, because a lower bound on
-their step was longer than a fitting plan's), the plan chosen, chosen / max(k = 1, k = G) (the
-target: >= 1 in every cell), the chosen plan's exposed allreduce, and the seconds the search took.
-
-The first N of a model and preset pays for the builds and placements; the next N reuse them (a
-placement does not depend on the number of nodes, only the allreduce does, which is emulated again),
-so their seconds are the emulations', and the builds and placements of the plans the first N pruned
-and they do not (a plan pruned without its step built, :mod:`pardnn.batch.microbound`, may be worth
-placing with another allreduce). The time of planning one model for one cluster is the first
-N's (a later N planned alone would build what it needs the same way); the second preset costs the
-steps the first one built without building them again where their time is all kernels'
-(:func:`jobs.plan.job_plan`), so its first N's time is mostly placing.
-Each finished cell is appended to ``--json`` at once, and a rerun skips the cells already
-there, so an interrupted run resumes.
+Each cell is :func:`jobs.plan.job_plan` for one model, node preset and N; the table gives per k the best
+M's cluster samples/s, the plan chosen against k = 1 and k = G, its exposed allreduce and the search's
+seconds. Finished cells are appended to ``--json`` at once, so an interrupted run resumes. What a cell
+means and what its seconds count: docs/planning.md ("The paper models' plans").
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 A :class:`Variant` is one way to train the job (``--placer NAME``, ``--parallelism data [--recompute]``);
 :func:`variants_of` gives the run's (several with ``--compare``), :func:`ranks_per_node` the ranks each
 needs, :func:`replica_batch` a replica's batch, :func:`place` a placement with the variant's placer
-(registry: :data:`pardnn.registry.PLACERS`) and :func:`check_fits` its memory check (``does_not_fit``).
+(registry: :data:`pardnn.registry.PLACERS`) and :func:`check_fits` its memory check (``does_not_fit``);
+:class:`SharedByVariants` is what the variants of one run share (the builder, the allreduce, the graph).
 docs/launcher.md (The alternatives); the choices made here: docs/notes-launcher.md.
 """
 

@@ -144,17 +144,19 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Any:
     timeline = os.environ.get("PARDNN_TEST_TIMELINE")
     if not timeline:
         return (yield)
-    start, own, children = time.time(), resource.getrusage(resource.RUSAGE_SELF), \
-        resource.getrusage(resource.RUSAGE_CHILDREN)
+    start, own, children = time.time(), _cpu_seconds(resource.RUSAGE_SELF), _cpu_seconds(resource.RUSAGE_CHILDREN)
     try:
         return (yield)
     finally:
-        own_end, children_end = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = own_end.ru_utime + own_end.ru_stime - own.ru_utime - own.ru_stime
-        child_cpu = children_end.ru_utime + children_end.ru_stime - children.ru_utime - children.ru_stime
+        cpu, child_cpu = _cpu_seconds(resource.RUSAGE_SELF) - own, _cpu_seconds(resource.RUSAGE_CHILDREN) - children
         with open(timeline, "a") as file:
             file.write(f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')} {start:.2f} {time.time():.2f} {cpu:.2f} "
                        f"{child_cpu:.2f} {item.nodeid}\n")
+
+
+def _cpu_seconds(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
