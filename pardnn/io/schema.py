@@ -110,14 +110,16 @@ def decode(raw: bytes, source: str) -> Document:
         document = _DECODER.decode(raw)
     except msgspec.ValidationError as exc:
         raise _translate(str(exc), source, msgspec.Raw(raw)) from None
-    except msgspec.DecodeError as exc:
-        raise _syntax_error(str(exc), raw, source) from None
-    except UnicodeDecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        # msgspec < 0.23 raises UnicodeDecodeError on bytes that are not UTF-8, 0.23 a DecodeError
+        # ("invalid UTF-8 encoded string"): either way the message names the first bad byte.
         try:
             raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InvalidGraphError(f"{source}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
-        raise
+        except UnicodeDecodeError as bad:
+            raise InvalidGraphError(f"{source}: not UTF-8 text (byte {bad.start}: {bad.reason})") from None
+        if isinstance(exc, UnicodeDecodeError):  # pragma: no cover (msgspec found what Python did not)
+            raise
+        raise _syntax_error(str(exc), raw, source) from None
     check_header(document.format, document.version, source)
     if document.version == 1 and any(b'"%s"' % field.encode() in raw for field in COPY_FIELDS):
         _refuse_copy_fields(lambda: msgspec.json.decode(raw, type=_DocumentV1), msgspec.Raw(raw), source)
