@@ -23,7 +23,7 @@ pipeline candidate, refinement, run order; heuristic I) on K devices with the jo
 reserve; samples/s = B / emulated step. Data parallelism: K replicas of the plain step at B / K,
 each emulated alone on one device, with no time for the gradient allreduce (the ceiling of data
 parallelism); it fits when that step fits one device. ``auto`` picks M by
-:func:`launcher.placing.microsearch.decide`, the launcher's own rule.
+:func:`pardnn.plan.search.choose`, the rule of every plan search.
 """
 
 from __future__ import annotations
@@ -185,14 +185,13 @@ def run_model(name: str, graphs: Path, note: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------ render
 def _auto(cells: Sequence[dict[str, Any]], batch: int) -> int | None:
     """The M ``--micro-batches auto`` picks from these cells (None: none fits)."""
-    from launcher.placing.microsearch import DOES_NOT_FIT, Measured, NoMicroBatchFits, decide
+    from pardnn.plan.search import Plan, Trial, choose
 
-    measured = [Measured(c["micro_batches"], c["ops"], c.get("step_us"), c.get("peak_bytes"), None, c["fits"],
-                         c.get("error"), DOES_NOT_FIT if c.get("error") else None) for c in cells]
-    try:
-        return decide(measured, batch)[1].micro_batches
-    except NoMicroBatchFits:
-        return None
+    trials = [Trial(Plan(c["devices"], c["micro_batches"], c["devices"]), batch,
+                    "fits" if c["fits"] and not c.get("error") and c.get("step_us") else "does_not_fit",
+                    step_us=c.get("step_us")) for c in cells]
+    chosen = choose(trials)
+    return None if chosen is None else chosen.plan.micro_batches
 
 
 def _rate(cell: dict[str, Any] | None, batch: int) -> float | None:

@@ -2,7 +2,7 @@
 
 For each k dividing the node's G GPUs and each M dividing the replica's batch, the replica is built at
 its real batch and M, costed with the device preset, placed by ParDNN on k devices and emulated with
-the gradient allreduce across the cluster's replicas (:func:`pardnn.batch.plan.search_plans`); the
+the gradient allreduce across the cluster's replicas (:class:`pardnn.plan.search.Planner`); the
 steps are built in worker processes (:mod:`jobs.plansteps`), M >= 4 written down from the M = 2 step
 (:func:`pardnn.batch.replicate.replicate`). The table is what ``pardnn-launch --replica-devices k
 --micro-batches M`` would train, and :func:`train_commands` the commands that train the plan chosen.
@@ -24,12 +24,12 @@ from jobs.config import Job, load_job
 from jobs.plansteps import Steps, needed_steps
 from jobs.schema import AUTO, micro_batches_arg
 from jobs.tfimport import quiet
-from pardnn.batch.plan import MICRO_BATCHES, Plan, PlanSearch, Trial, replica_options, search_plans
 from pardnn.cli.options import EXIT_OK, add_parser, param_type, positive_int
 from pardnn.costs.machine import format_bytes, parse_bandwidth
 from pardnn.costs.presets import preset
 from pardnn.emulation.allreduce import cluster_for
 from pardnn.errors import MissingDependencyError, PardnnError
+from pardnn.plan.search import MICRO_BATCHES, Plan, Planner, PlanSearch, Trial, replica_options
 from pardnn.settings import PLACEMENT
 
 CPUS_PER_DEVICE = 8  # cores a task asks for each GPU it drives, as slurm/pardnn.sbatch does (32 for 4 GPUs)
@@ -78,11 +78,10 @@ def job_plan(job: Job | str, *, nodes: int, node: str | None = None, devices_per
     try:
         certain = needed_steps(batch, gpus, ks, micro[:1])  # the first M's plans are placed, whatever the bounds
         steps.start(needed_steps(batch, gpus, ks, micro), build_workers, certain)  # may build the first step here
-        search = search_plans(steps.graph_for, lambda k: job_machine(spec.name, k, memory, reserve),
-                              lambda r: cluster_for(spec, nodes, r, network_Bps=network_Bps), node_devices=gpus,
-                              nodes=nodes, node_batch=batch, replica_devices=ks, micro_batches=micro,
-                              on_trial=on_trial, placements=cache.setdefault(("placements", spec.name), {}),
-                              bound_for=steps.bound_for, ahead=steps.ahead)
+        planner = Planner(steps, lambda k: job_machine(spec.name, k, memory, reserve),
+                          lambda r: cluster_for(spec, nodes, r, network_Bps=network_Bps), node_devices=gpus,
+                          nodes=nodes, node_batch=batch, placements=cache.setdefault(("placements", spec.name), {}))
+        search = planner.search(ks, micro, on_trial=on_trial)
     finally:
         steps.stop(wait=False)
     search = dataclasses.replace(search, seconds=time.perf_counter() - began)  # the builds before it began too

@@ -1,46 +1,11 @@
-"""The replica's costed steps that ``pardnn plan`` needs, by (batch, M): each built once, several at a time.
+"""The replica's costed steps a plan search needs, by (batch, M): each built once, several at a time.
 
-A plan search (:func:`jobs.plan.job_plan`) costs the replica's real step for every (k, M): the node's
-batch B over G/k replicas, split into M micro-batches. M = 1 and M = 2 are built in TensorFlow and
-costed with the device preset (:func:`pardnn.tf.estimate.estimate_parts`); a step of M >= 4
-micro-batches of b / M samples is written down from the M = 2 step built at 2b / M
-(:func:`pardnn.batch.replicate.replicate`), and built whole only when the copies cannot be written
-down. :func:`needed_steps` lists the steps a search may ask for before it starts: the plain steps
-(M = 1) first, then the M = 2 steps. A plain step also records which of its ops every micro-batch
-repeats (:func:`pardnn.batch.microbound.repeated_ops`), so that :meth:`Steps.bound_for` bounds a plan
-of M >= 2 micro-batches from the plain step of its micro-batch size before its M = 2 step is built.
-
-**Building beside the search.** A paper model's step takes 10-60 s to build (TensorFlow's Python
-graph construction, two thirds of it ``tf.gradients``), a search needs up to ten, and each build runs
-on one core. So the steps are built in worker processes while this process places and emulates the
-plans whose steps are ready, and builds too. The steps wait in one queue, the plain steps first: a
-step goes to a worker only when one is free (a build that ends hands out the next), so the rest of
-the queue stays this process's to take: when the step it needs is still being built by a worker, it
-builds the queue's first step itself instead of waiting. An M = 2 step joins the queue only when the
-search says (:meth:`Steps.ahead`, before each plan it tries) that a plan needing it is bounded from
-its plain step and not pruned, the lowest bound first; a queued step no plan left needs is dropped.
-(A first version handed every step to the pool at once: the pool took two per worker, so neither
-this process nor the search's pruning could take them back, and M = 2 steps whose plans the bounds
-pruned soon after were built while the one needed waited: word-rnn-2 on a DGX-2, 139 s with one
-worker, 110 s without.) Whether workers pay (``workers=None``, the default) is measured, not guessed:
-the first step is built here, and the rest go to workers when they would take at least
-:data:`PARALLEL_AFTER_S` at its pace, that is as soon as this first build has run for
-``PARALLEL_AFTER_S / steps left`` (a timer starts the workers then, so they import TensorFlow and
-begin the second step while the first is still being built here), to
-``min(CPUs this process may use - 1, steps left, available memory / WORKER_BYTES)`` workers
-(:data:`WORKER_BYTES`: a worker's peak while building a paper model's M = 2 step, with room). A small
-job (a build of a second) starts none: a worker's start (it imports TensorFlow) costs more than it
-saves. ``workers=0`` builds everything here; ``workers=n`` starts n workers at once. Nor does a search
-whose certain steps (those of the M = 1 plans, placed whatever the bounds) are all built: a search
-for another number of nodes, whose steps left are those its bounds may prune, builds each when it
-asks for it (before, the first of them was built up front: a plain step of 1 to 4 samples or an M = 2
-step, 30-70 s for char-crn-2, for a plan pruned soon after).
-
-Workers are fresh interpreters (``spawn``: this process may hold TensorFlow's and MPI's threads, which
-a fork would copy in an unknown state) with no GPU visible (``CUDA_VISIBLE_DEVICES=""``: building a
-graph needs none, and the node's GPUs belong to its training ranks). A build's error comes back as
-the error it raised; a worker that dies (killed for memory, say) is noted and its steps are built here.
-The steps are identical wherever they are built (the tests compare a search's trials both ways).
+:class:`Steps` is the :class:`pardnn.plan.search.Steps` of ``pardnn plan``: M = 1 and M = 2 built in
+TensorFlow and costed with the preset, M >= 4 written down from the M = 2 step
+(:func:`pardnn.batch.replicate.replicate`), a plan of M >= 2 bounded from the plain step of its
+micro-batch (:mod:`pardnn.plan.microbound`) before its step is built. The steps are built in worker
+processes beside the search (``spawn``, no GPU visible) when the first build says that pays;
+:func:`needed_steps` is the queue. How and why: docs/internals.md, "The plan search's time".
 """
 
 from __future__ import annotations
@@ -71,9 +36,9 @@ def needed_steps(node_batch: int, node_devices: int, replica_devices: Sequence[i
                  micro_batches: Sequence[int]) -> list[tuple[int, int]]:
     """The (batch, M) steps a search over ``replica_devices`` × ``micro_batches`` may build: the plain
     steps (M = 1) first, those of the M = 1 plans, then, when several M are tried, the plain step of
-    each M >= 2 plan's micro-batch (its bound: :mod:`pardnn.batch.microbound`), then the M = 2 steps
+    each M >= 2 plan's micro-batch (its bound: :mod:`pardnn.plan.microbound`), then the M = 2 steps
     (M >= 4 needs the M = 2 step of its micro-batch: :func:`step_of`); each group in
-    :func:`pardnn.batch.plan.search_plans`' order (by M, then k). A plan whose batch does not split
+    :meth:`pardnn.plan.search.Planner.search`'s order (by M, then k). A plan whose batch does not split
     needs none."""
     plain: list[tuple[int, int]] = []
     paired: list[tuple[int, int]] = []
@@ -122,7 +87,7 @@ def build_step(job: Any, preset_name: str, batch: int, micro: int, build: Callab
     parts = estimate_parts(trained.graph, trained.fetches, preset(preset_name), name=f"{job.name}-b{batch}-m{micro}")
     gradients = getattr(trained, "gradients", ())
     if micro == 1 and gradients:  # what each micro-batch of a step at this micro-batch size repeats
-        from pardnn.batch.microbound import repeated_ops
+        from pardnn.plan.microbound import repeated_ops
 
         inputs = [tensor.op.name for tensor in trained.inputs.values()]
         parts = dataclasses.replace(parts, repeated=repeated_ops(parts.graph, inputs, gradients))
@@ -248,11 +213,11 @@ class Steps:
 
     def bound_for(self, batch: int, micro: int, devices: int, ready_only: bool = False) -> Any:
         """A lower bound on the step of ``micro`` >= 2 micro-batches of ``batch`` on ``devices`` devices
-        without building it (a :class:`pardnn.batch.microbound.MicroBound`, ``None`` without one): from
+        without building it (a :class:`pardnn.plan.microbound.MicroBound`, ``None`` without one): from
         the plain step of one micro-batch, built here if need be; with ``ready_only``, when that step is
         not built yet, from the launches of the plain steps built at other batches (when they have the
-        same ops: :func:`pardnn.batch.microbound.launch_bound_us`), else ``None``."""
-        from pardnn.batch.microbound import MicroBound, launch_bound_us, micro_bound_us
+        same ops: :func:`pardnn.plan.microbound.launch_bound_us`), else ``None``."""
+        from pardnn.plan.microbound import MicroBound, launch_bound_us, micro_bound_us
 
         plain = (batch // micro, 1)
         if micro < 2:
@@ -275,9 +240,9 @@ class Steps:
                           "micro-batch's, over k, or its critical path")
 
     def _terms(self, plain: tuple[int, int]) -> Any:
-        """The :class:`pardnn.batch.microbound.PlainTerms` of the plain step ``plain`` on this preset
+        """The :class:`pardnn.plan.microbound.PlainTerms` of the plain step ``plain`` on this preset
         (built here if need be); ``None`` when its repeated ops are not known."""
-        from pardnn.batch.microbound import PlainTerms
+        from pardnn.plan.microbound import PlainTerms
 
         parts = self.built(*plain)
         if parts.repeated is None:
@@ -289,7 +254,7 @@ class Steps:
     def _same_ops(self) -> tuple[list[int], Any] | None:
         """The batches of the plain steps built (on any preset) and their terms, when there are at least
         two and they all have the same op, kernel and repeated-kernel counts; else ``None``."""
-        from pardnn.batch.microbound import PlainTerms
+        from pardnn.plan.microbound import PlainTerms
 
         for (_, batch, micro), parts in list(self.parts.items()):
             if micro == 1 and parts.repeated is not None and batch not in self.counts:

@@ -112,7 +112,7 @@ class PerOutput(Param):
         return checked
 
 
-AUTO = "auto"  # [train] micro_batches / --micro-batches: choose M by emulating each (launcher.placing.microsearch)
+AUTO = "auto"  # [train] micro_batches / --micro-batches: choose M by emulating each (pardnn.plan.search)
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,7 @@ LAYERS: dict[str, list[tuple[str, ...]]] = {
         ("pardnn.polish",),  # guard, refinement, run order
         ("pardnn.partitioner",),  # partition(): every step and stage in order
         ("pardnn", "pardnn.registry"),  # the public API; every placer by name
-        ("pardnn.settings", "pardnn.warmup", "pardnn.batch"),
+        ("pardnn.settings", "pardnn.warmup", "pardnn.batch", "pardnn.plan"),
         ("pardnn.tf", "pardnn.cli", "pardnn.__main__"),
     ],
     "launcher": [

@@ -14,9 +14,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from jobs.schema import AUTO
 from launcher.errors import UNTRAINED, AgreedError, DoesNotFit, LaunchError, NotPlaced
 from launcher.files import write_text
-from launcher.placing.microsearch import AUTO, Measured, NoMicroBatchFits, failed, report, search
+from launcher.placing.planning import log_trial, micro_report, no_micro_fits
 from launcher.rank.agreement import average_costs, check_agreement, placement_digest, raise_everywhere
 from launcher.rank.checkpoint import graph_ops_digest, make_checkpointer
 from launcher.rank.failure import status_of
@@ -143,49 +144,48 @@ def _costed_and_placed(state: RunState, shared: SharedByVariants, devices: Any, 
 
 def _auto_micro_batches(state: RunState, shared: SharedByVariants, devices: Any,
                         guard: StopGuard) -> tuple[Costed, tuple[Any, str, Any]]:
-    """``--micro-batches auto`` (:mod:`launcher.placing.microsearch`): each M's graph built, costed and placed in
-    turn (collective), and its step emulated with the run's gradient allreduce when it has several replicas
-    (its run order judged with it: :func:`_judged_order`); the graph and judged placement of the fastest M
-    that fits are kept, the others dropped."""
-    latest: dict[int, tuple[Costed, tuple[Any, str, Any]]] = {}
-    kept: dict[int, tuple[Costed, tuple[Any, str, Any]]] = {}
+    """``--micro-batches auto``: the run's k fixed, each M of :data:`pardnn.plan.search.MICRO_BATCHES`
+    dividing the replica's batch is built, costed and placed in turn (collective) by the run's placer, and
+    judged with the run's gradient allreduce by :class:`pardnn.plan.search.Planner`, the search of
+    ``pardnn plan``; the graph and judged placement of the M chosen are kept, the others dropped."""
+    from pardnn.emulation.allreduce import Cluster
+    from pardnn.plan.search import MICRO_BATCHES, Planner, Unplaced
 
-    def measure(micro: int) -> Measured:
-        costed = _costed(state, shared, devices, guard, micro)
+    built: dict[int, Costed] = {}
+
+    def graph_for(batch: int, micro: int) -> Any:
+        built[micro] = _costed(state, shared, devices, guard, micro)
         guard.check()
+        return built[micro].cost
+
+    def place(graph: Any, machine: Any) -> Any:
+        [costed] = [c for c in built.values() if c.cost is graph]
         try:
             with state.collector.phase("partition"):
-                result = _placed(state, costed)
+                return _placed(state, costed)
         except AgreedError as error:
             if status_of(error) not in UNTRAINED:
                 raise
-            return failed(micro, error)
-        judged = _judged_order(state, costed.cost, costed.machine, result, devices.kind)
-        latest.clear()
-        latest[micro] = (costed, judged)
-        trains, _, step = judged
-        evaluation = trains.report.evaluation  # as it would train: its run order judged with the allreduce
-        peaks, limits = list(evaluation.peak_memory_bytes), evaluation.limit_bytes
-        fits = limits is None or all(peak <= limit for peak, limit in zip(peaks, limits, strict=True))
-        step_us = float(evaluation.makespan_us) if step is None else float(step.step_us)
-        return Measured(micro, costed.cost.n, step_us, int(max(peaks)), None if limits is None else int(min(limits)),
-                        fits)
+            line = str(error).splitlines()[0]
+            raise (InfeasibleError(line) if status_of(error) == "does_not_fit" else Unplaced(line)) from None
 
-    def keep(micro: int) -> None:
-        kept.clear()
-        kept.update(latest)
-
-    try:
-        trials, chosen, why = search(state.replica_batch, measure, keep=keep)
-    except NoMicroBatchFits as error:
-        state.micro_batches = error.report
-        end_untrained(state, error)
-    state.micro_batches = report(trials, chosen, why)
-    check_agreement(state.topology.nodes, state.topology.allgather(str(chosen.micro_batches)), "micro-batch choices",
+    k, replicas = devices.count, state.settings.replicas_per_node
+    cluster = run_cluster(state.topology, state.settings.device_preset, devices.kind) or Cluster()
+    planner = Planner(graph_for, lambda _: next(reversed(built.values())).machine, lambda _: cluster,
+                      node_devices=k * replicas, nodes=state.topology.node_count,
+                      node_batch=state.replica_batch * replicas, place=place)
+    search = planner.search([k], MICRO_BATCHES, on_trial=log_trial("micro-batches auto"))
+    state.micro_batches = micro_report(search)
+    if search.chosen is None:
+        end_untrained(state, no_micro_fits(search, state.replica_batch))
+    micro = search.chosen.plan.micro_batches
+    logger.info("micro-batches auto: chose %s", search.why)
+    check_agreement(state.topology.nodes, state.topology.allgather(str(micro)), "micro-batch choices",
                     "every node tries the same M on the same averaged costs, so check that they run the same versions")
-    costed, judged = kept[chosen.micro_batches]
-    shared.costed = costed
-    return costed, judged
+    costed = shared.costed = built[micro]
+    built.clear()  # the other Ms' graphs
+    result = planner.placements[(state.replica_batch, micro, k)]
+    return costed, _judged_order(state, costed.cost, costed.machine, result, devices.kind)
 
 
 def run_model(state: RunState, shared: SharedByVariants, guard: StopGuard) -> dict[str, Any]:

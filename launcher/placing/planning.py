@@ -1,10 +1,10 @@
-"""``--replica-devices auto``: the run chooses how each node's GPUs are used before it places anything.
+"""``--replica-devices auto`` and ``--micro-batches auto``: the run plans before it places anything.
 
-Launched with one rank per device, :func:`choose_plan` plans on rank 0 as ``pardnn plan`` does
-(:func:`jobs.plan.job_plan`: every k dividing G, every M dividing the replica's batch) and gives every rank
-the settings to go on with (``--replica-devices k --micro-batches M``); :class:`NoPlanFits` ends the run
-as ``does_not_fit``. :func:`hint` is the line a default run logs when plain data parallelism would be
-faster. docs/planning.md (At launch) has the rules and the output.
+:func:`choose_plan` plans on rank 0 as ``pardnn plan`` does (:func:`jobs.plan.job_plan`) and gives every
+rank the k and M to go on with; :func:`micro_report` and :func:`no_micro_fits` are the table and the
+error of the launcher's own M search (:mod:`launcher.placing.model`), the same
+:class:`pardnn.plan.search.Planner`. :func:`hint` is the line a default run logs when plain data
+parallelism would be faster. docs/planning.md (At launch) has the rules and the output.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from launcher.cluster.topology import Topology
 from launcher.errors import DoesNotFit
 from launcher.rank.agreement import agree
 from launcher.settings import Settings
+from pardnn.costs.machine import format_bytes
 from pardnn.emulation.emulated import strictly_shorter
 from pardnn.errors import PardnnError
 
-__all__ = ["NoPlanFits", "choose_plan", "hint"]
+__all__ = ["NoPlanFits", "choose_plan", "hint", "log_trial", "micro_report", "no_micro_fits"]
 
 logger = logging.getLogger("launcher")
 
@@ -34,18 +35,46 @@ class NoPlanFits(DoesNotFit):
         self.report = report
 
 
+def log_trial(what: str) -> Any:
+    """A search's ``on_trial`` that logs each plan tried as ``what`` (``plan``, ``micro-batches auto``)."""
+
+    def on_trial(trial: Any) -> None:
+        if trial.step_us is None:
+            logger.info("%s: %s: %s%s", what, trial.plan.label, trial.status,
+                        f" ({trial.reason})" if trial.reason else "")
+            return
+        logger.info("%s: %s: %.1f samples/s, step %.2f ms = compute %.2f + exposed allreduce %.2f, %d ops, peak %s "
+                    "(%s, %.1f s)", what, trial.plan.label, trial.samples_per_s, trial.step_us / 1e3,
+                    trial.compute_us / 1e3, trial.exposed_us / 1e3, trial.ops, format_bytes(trial.peak_bytes or 0),
+                    trial.status + (f": {trial.reason}" if trial.reason else ""), trial.seconds)
+
+    return on_trial
+
+
+def micro_report(search: Any) -> dict[str, Any]:
+    """``summary.json`` → ``micro_batches`` of ``--micro-batches auto``: the M chosen (``None``: none
+    fits), why, and every plan tried (:meth:`pardnn.plan.search.Trial.to_dict`)."""
+    chosen = None if search.chosen is None else search.chosen.plan.micro_batches
+    return {"mode": AUTO, "chosen": chosen, "why": search.why, "trials": [t.to_dict() for t in search.trials]}
+
+
+def no_micro_fits(search: Any, batch: int) -> NoPlanFits:
+    """The one-line error when no M fits, each reason said once with the M that gave it."""
+    reasons: dict[str, list[str]] = {}
+    for trial in search.trials:
+        reason = f"does not divide the batch {batch}" if trial.status == "skipped" else trial.reason.rstrip(".")
+        reasons.setdefault(reason or trial.status, []).append(str(trial.plan.micro_batches))
+    message = (f"--micro-batches auto: no M fits the devices' memory at batch {batch} ("
+               + "; ".join(f"M = {', '.join(ms)}: {reason}" for reason, ms in reasons.items())
+               + "); not trained. Try more devices, a smaller batch or a lower --reserve")
+    return NoPlanFits(message, micro_report(search))
+
+
 def _search(job: Any, settings: Settings, nodes: int, build: Any) -> dict[str, Any]:
     """Rank 0's search (module docstring); the report for ``summary.json``."""
     from jobs.plan import job_plan
 
-    def on_trial(trial: Any) -> None:
-        if trial.step_us is None:
-            logger.info("plan %s: %s%s", trial.plan.label, trial.status, f" ({trial.reason})" if trial.reason else "")
-            return
-        logger.info("plan %s: %.1f samples/s, step %.2f ms = compute %.2f + exposed allreduce %.2f (%s, %.1f s)",
-                    trial.plan.label, trial.samples_per_s, trial.step_us / 1e3, trial.compute_us / 1e3,
-                    trial.exposed_us / 1e3, trial.status, trial.seconds)
-
+    on_trial = log_trial("plan")
     micro = settings.micro_batches
     search, described = job_plan(job, nodes=nodes, node=settings.device_preset,
                                  devices_per_node=settings.devices_per_node, batch_size=settings.batch_size,

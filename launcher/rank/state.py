@@ -56,7 +56,7 @@ class RunState:
     resume_from: Path | None = None  # --resume: the checkpoint every rank resumes from (rank.checkpoint.locate)
     resume_located: bool = False
     allreduce: str | None = None  # the backend averaging gradients (launcher.training.dataparallel); None: one rank
-    micro_batches: dict[str, Any] | None = None  # --micro-batches auto: every M tried (microsearch.report)
+    micro_batches: dict[str, Any] | None = None  # --micro-batches auto: every M tried (planning.micro_report)
     plan: dict[str, Any] | None = None  # --replica-devices auto: every plan tried (launcher.placing.planning)
     samples_per_step: int = 0
     tokens_per_step: int | None = None

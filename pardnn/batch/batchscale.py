@@ -36,7 +36,7 @@ class CostParts:
     moved_bytes: np.ndarray  # float64, whole numbers
     kernel: np.ndarray  # bool
     # bool or None: the ops every micro-batch of a micro-batched step repeats, when this is a plain step
-    # that knows them (:func:`pardnn.batch.microbound.repeated_ops`)
+    # that knows them (:func:`pardnn.plan.microbound.repeated_ops`)
     repeated: np.ndarray | None = None
 
     @property

@@ -54,7 +54,7 @@ def test_the_commands_that_train_a_plan() -> None:
     """By hand: 2 nodes of G = 8 GPUs, k = 2 devices per replica: G/k = 4 tasks per node, 8 in all, each
     of 8 cores per GPU it drives (16); M = 4. The batch the plan was made for goes with it."""
     from jobs.plan import train_commands
-    from pardnn.batch.plan import Plan
+    from pardnn.plan.search import Plan
 
     commands = train_commands("jobs/my job.toml", Plan(replica_devices=2, micro_batches=4, node_devices=8), nodes=2,
                               options=["--batch-size", "64", "--memory", "16GiB"])

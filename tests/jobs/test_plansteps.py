@@ -275,7 +275,7 @@ def test_a_worker_that_dies_leaves_its_steps_to_this_process() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["word-rnn-tiny", "char-crn-tiny", "wrn-tiny", "trn-tiny", "e3d-tiny", "keras"])
 def test_the_plain_step_bounds_the_micro_batched_steps(model: str) -> None:
-    """The bound from the plain step of 2 samples (:mod:`pardnn.batch.microbound`) is at most the bound the
+    """The bound from the plain step of 2 samples (:mod:`pardnn.plan.microbound`) is at most the bound the
     steps of 2 micro-batches of 2 samples (built) and of 4 (written down from it) give themselves on k
     devices (their compute / k or critical path), and close to it (at least 70 %: not a bound of 0).
     Before the plain step of 2 samples is built, the plain steps of 1 and 3 samples have the same ops

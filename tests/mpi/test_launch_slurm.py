@@ -112,7 +112,7 @@ def test_the_plan_commands_sbatch_trains_two_replicas_of_two_devices_on_one_node
     two ranks on one real node (PARDNN_EMULATE_NODES=0), each training a replica of 2 logical devices."""
     require_stack()
     from jobs.plan import train_commands
-    from pardnn.batch.plan import Plan
+    from pardnn.plan.search import Plan
 
     out = tmp_path / "runs"
     env = {**mpi_environment(slurm_conf), "PARDNN_EMULATE_NODES": "0"}

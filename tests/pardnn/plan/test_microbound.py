@@ -1,4 +1,4 @@
-"""The bound on a micro-batched step from its plain step (pardnn.batch.microbound), worked by hand."""
+"""The bound on a micro-batched step from its plain step (pardnn.plan.microbound), worked by hand."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pardnn import CostGraph
-from pardnn.batch.microbound import PlainTerms, launch_bound_us, micro_bound_us, repeated_ops
+from pardnn.plan.microbound import PlainTerms, launch_bound_us, micro_bound_us, repeated_ops
 
 
 def plain_step() -> CostGraph:

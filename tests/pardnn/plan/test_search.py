@@ -1,4 +1,4 @@
-"""Choosing replicas × devices × micro-batches (pardnn.batch.plan): the search, the tie rule, the reasons."""
+"""Choosing replicas × devices × micro-batches (pardnn.plan.search): the search, the tie rule, the reasons."""
 
 from __future__ import annotations
 
@@ -8,10 +8,30 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, Kind, Machine
-from pardnn.batch.microbound import MicroBound, PlainTerms, launch_bound_us, micro_bound_us, repeated_ops
-from pardnn.batch.plan import Plan, replica_options, search_plans
 from pardnn.emulation.allreduce import Cluster
+from pardnn.plan.microbound import MicroBound, PlainTerms, launch_bound_us, micro_bound_us, repeated_ops
+from pardnn.plan.search import Plan, Planner, PlanSearch, replica_options
 from tests.conftest import most_reach, reached
+
+
+class _Steps:
+    """A :class:`pardnn.plan.search.Steps` from stand-in functions."""
+
+    def __init__(self, graph_for, bound_for=None, ahead=None) -> None:
+        self.graph_for = graph_for
+        if bound_for is not None:
+            self.bound_for = bound_for
+        if ahead is not None:
+            self.ahead = ahead
+
+
+def search_plans(graph_for, machine_for, cluster_for, *, node_devices: int, nodes: int, node_batch: int,
+                 micro_batches=(1, 2, 4, 8, 16), prune: bool = True, bound_for=None, ahead=None,
+                 on_trial=None) -> PlanSearch:
+    """:meth:`Planner.search` over every k, the plan search's steps given as functions."""
+    planner = Planner(_Steps(graph_for, bound_for, ahead), machine_for, cluster_for, node_devices=node_devices,
+                      nodes=nodes, node_batch=node_batch)
+    return planner.search(micro_batches=micro_batches, prune=prune, on_trial=on_trial)
 
 MB = 1_000_000
 
@@ -222,3 +242,72 @@ def test_pruning_never_changes_the_choice(g: int, nodes: int, batch: int, networ
         assert trial.bound_us > pruned.chosen.step_us
     by_launches = [t for t in launched.trials if t.status == "pruned" and "(launches;" in t.reason]
     reached(bool(cut) and bool(by_launches), "a plan was pruned, and one by the launches of another batch's step")
+
+
+# ------------------------------------------------------- one k, several M (what --micro-batches auto asks)
+def one_op(steps_us: dict[int, float], peaks: dict[int, int] | None = None):
+    """``graph_for`` giving M one op of ``steps_us[M]`` µs writing ``peaks[M]`` bytes (1 KB by default),
+    and the Ms it was asked for, in order."""
+    asked: list[int] = []
+
+    def graph_for(batch: int, micro: int) -> CostGraph:
+        asked.append(micro)
+        return CostGraph(["x"], [steps_us[micro]], [(peaks or {}).get(micro, 1000)], [], [])
+
+    return graph_for, asked
+
+
+def one_device(graph_for, node_batch: int, *, memory: str | None = None, place=None, ms=(1, 2, 4, 8, 16)):
+    planner = Planner(graph_for, lambda k: Machine(k, memory=memory, reserve=0, latency="0us"),
+                      lambda r: Cluster(), node_devices=1, nodes=1, node_batch=node_batch, place=place)
+    return planner.search([1], ms)
+
+
+def test_the_shortest_step_that_fits_is_chosen_and_a_longer_bound_is_not_placed() -> None:
+    """One device, batch 16: M = 8 is the fastest (200 µs) but writes 2 MB on a 1 MB device: it does not
+    fit; M = 4 (300 µs) is chosen; M = 16 (400 µs) is built, its bound (its one op: 400 µs) is longer
+    than 300 µs that fits, so it is not placed."""
+    graph_for, asked = one_op({1: 800.0, 2: 500.0, 4: 300.0, 8: 200.0, 16: 400.0}, peaks={8: 2_000_000})
+    search = one_device(graph_for, 16, memory="1MB")
+    assert asked == [1, 2, 4, 8, 16]
+    status = {t.plan.micro_batches: t.status for t in search.trials}
+    assert status == {1: "fits", 2: "fits", 4: "fits", 8: "infeasible", 16: "pruned"}
+    assert search.chosen.plan.micro_batches == 4 and search.chosen.step_us == 300.0
+    assert search.chosen.samples_per_s == pytest.approx(16 / 300e-6)
+    assert search.why == "k=1 M=4: at least 1.33x the samples/s of every other plan (1 not placed: their lower " \
+                         "bounds are longer than its step)"
+
+
+def test_a_tie_keeps_the_smaller_m_and_an_m_not_dividing_the_batch_is_skipped() -> None:
+    graph_for, asked = one_op({1: 500.0, 2: 500.0, 4: 500.0 * (1 - 1e-12)})
+    search = one_device(graph_for, 12)
+    assert asked == [1, 2, 4] and search.chosen.plan.micro_batches == 1
+    skipped = {t.plan.micro_batches: t.reason for t in search.trials if t.status == "skipped"}
+    assert skipped == {8: "the replica's batch 12 does not split into 8 micro-batches",
+                       16: "the replica's batch 12 does not split into 16 micro-batches"}
+
+
+def test_a_placer_without_a_placement_and_a_placement_over_the_limit_are_said_apart() -> None:
+    """M = 2: the placer finds nothing that fits (infeasible); M = 4: it gives no placement for another
+    reason (no_placement); M = 8: a placement over the limit (critical path ignores memory): does_not_fit,
+    with its peak and the limit."""
+    from pardnn.errors import InfeasibleError
+    from pardnn.plan.search import Unplaced
+    from pardnn.registry import get_placer
+
+    graph_for, _ = one_op({1: 100.0, 2: 50.0, 4: 40.0, 8: 30.0}, peaks={8: 3 * 2**20})
+
+    def place(graph: CostGraph, machine: Machine):
+        micro = {50.0: 2, 40.0: 4}.get(float(graph.comp_us[0]))
+        if micro == 2:
+            raise InfeasibleError("pardnn: no placement found: device 0 needs 3 GiB. Options: more devices")
+        if micro == 4:
+            raise Unplaced("exact: the graph has 900 ops")
+        return get_placer("critical_path")(graph, machine)
+
+    search = one_device(graph_for, 8, memory="2MiB", place=place, ms=(1, 2, 4, 8))
+    assert search.chosen.plan.micro_batches == 1
+    assert [(t.status, t.reason) for t in search.trials[1:]] == [
+        ("infeasible", "pardnn: no placement found: device 0 needs 3 GiB"),
+        ("no_placement", "exact: the graph has 900 ops"),
+        ("does_not_fit", "peak 3.00 MiB over the limit of 2.00 MiB")]
