@@ -260,8 +260,7 @@ def partition(graph: CostGraph, machine: Machine, *, memory_heuristic: str | Non
     if ahead is not None:
         ahead.publish(current, machine)
     switches = ((GUARD, guarded), (REFINE, refine_seconds > 0), (ORDER, ordered))
-    context = Context(weight, refine_seconds, failure, heuristic, None if ahead is None else ahead.result,
-                      ordered=ordered, ahead_running=None if ahead is None else ahead.running)
+    context = Context(weight, refine_seconds, failure, heuristic, ahead, ordered=ordered)
     current = _polished(graph, machine, current, [stage for stage, on in switches if on], context, parallel,
                         seconds, details, progress)
     if current is None:

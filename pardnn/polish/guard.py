@@ -297,9 +297,9 @@ def guard_stage(graph: CostGraph, machine: Machine, current: Emulated | None, co
     candidates (made ahead when ``context.ahead`` is set); when none fits and a memory heuristic ran,
     heuristic I from every start (:func:`place_under_memory`), which raises when that fails too."""
     folded = None
-    if current is not None and context.ahead_running is not None and context.ahead_running():
+    if current is not None and context.ahead is not None and context.ahead.running():
         folded = first_fold(graph, machine, current, context.edge_weight)  # while the worker finishes
-    prepared = None if context.ahead is None else context.ahead()
+    prepared = None if context.ahead is None else context.ahead.result()
     if current is None:  # Step 2 gave up: no placement of ParDNN's to keep or to fold
         kept = guard(graph, machine, np.zeros(graph.n, np.int64), None, None, context.edge_weight, prepared,
                      ordered=context.ordered)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -20,7 +20,15 @@ from pardnn.costs.machine import Machine
 from pardnn.emulation.emulated import Emulated
 from pardnn.errors import PardnnError
 
-__all__ = ["Context", "Stage", "polish"]
+__all__ = ["Ahead", "Context", "Stage", "polish"]
+
+
+class Ahead(Protocol):
+    """Work done in a second thread: ``running()`` while it is at work, ``result()`` waits for it."""
+
+    def running(self) -> bool: ...
+
+    def result(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -30,20 +38,18 @@ class Context:
     ``edge_weight``: each edge's transfer time if cut (µs); ``seconds``: the refinement budget (the
     refinement's and the ordering stage's); ``failure``: why Step 2 produced no answer (heuristic I
     gave up), else ``None``; ``heuristic``: the memory heuristic that ran (``None``: Step 1 only);
-    ``ahead``: the guard's candidates made in a second thread (a callable that waits for them), or
-    ``None``; ``progress``: ``(done, total)`` within the running stage, or ``None``; ``ordered``: a
-    stage may return a run order (``partition(..., ordered=False)``: never); ``ahead_running``: whether
-    the thread of ``ahead`` is still at work (the guard then makes its first fold meanwhile), or ``None``.
+    ``ahead``: the guard's candidates being made in a second thread (:class:`Ahead`), or ``None``;
+    ``progress``: ``(done, total)`` within the running stage, or ``None``; ``ordered``: a stage may
+    return a run order (``partition(..., ordered=False)``: never).
     """
 
     edge_weight: np.ndarray
     seconds: float
     failure: PardnnError | None = None
     heuristic: str | None = None
-    ahead: Callable[[], Any] | None = None
+    ahead: Ahead | None = None
     progress: Callable[[int, int], None] | None = None
     ordered: bool = True
-    ahead_running: Callable[[], bool] | None = None
 
 
 Run = Callable[[CostGraph, Machine, "Emulated | None", Context], tuple["Emulated | None", Any]]
