@@ -30,6 +30,7 @@ from pardnn.polish.candidates import (
     residual_bytes,
     residual_overflow,
 )
+from pardnn.polish.repair import overflow_bytes, repair, repair_evaluations
 from pardnn.polish.stages import Context
 from pardnn.steps.overflow import handle_overflow
 
@@ -41,6 +42,7 @@ FOLDED = "folded"
 # Heuristic I's rounds per start in the last resort: every successful start measured needed at most 11
 # (200k-op synthetic graph, K = 16, 0.8 × demand), while a hopeless one crawls on for hundreds.
 FALLBACK_MAX_ROUNDS = 24
+REPAIR_STARTS = 3  # the starts memory repair tries, those that overflow least
 
 
 @dataclass(frozen=True)
@@ -282,13 +284,30 @@ def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failur
             closest = closest or str(exc)
             continue
         best.offer(f"{name} + heuristic I", Prepared(handled.placement))
+    repaired = "" if kept.winner is not None else _repaired(graph, machine, starts, best)
     if kept.winner is None:
         first = str(failure) if failure is not None else closest
         raise NoPlacementFoundError(
             f"no placement found that meets every device's memory limit: memory heuristic I failed from "
-            f"ParDNN's placement and from the {', '.join(n for n in tried if n != PARDNN)} placements, and none "
-            f"of those fits as it is. ParDNN's: {first}")
+            f"ParDNN's placement and from the {', '.join(n for n in tried if n != PARDNN)} placements, none "
+            f"of those fits as it is, and {repaired}. ParDNN's: {first}")
     return kept
+
+
+def _repaired(graph: CostGraph, machine: Machine, starts: list[tuple[str, np.ndarray]], best: _Best) -> str:
+    """Memory repair (:mod:`pardnn.polish.repair`) from the :data:`REPAIR_STARTS` starts that overflow
+    least, offering what fits to ``best``; when nothing does, what was tried (for the error)."""
+    budget = repair_evaluations(graph)
+    over = sorted((overflow_bytes(emulate_and_track(graph, machine, start, track=True), machine), i)
+                  for i, (_, start) in enumerate(starts))
+    chosen = [starts[i] for _, i in over[:REPAIR_STARTS]]
+    for name, start in chosen:
+        fitted = repair(graph, machine, start, evaluations=budget // len(chosen))
+        if fitted is not None:
+            best.offer(f"{name} + memory repair", Prepared(fitted.placement))
+            return ""
+    return (f"memory repair from the {', '.join(name for name, _ in chosen)} placements found none in "
+            f"{budget} emulations")
 
 
 def guard_stage(graph: CostGraph, machine: Machine, current: Emulated | None, context: Context

@@ -19,9 +19,10 @@ from benchmarks.exact_memory import (
     render,
     run_case,
     scaled_to_ccr,
+    search_fit,
 )
 from pardnn import partition
-from pardnn.costs.graph import CostGraph
+from pardnn.costs.graph import CostGraph, Kind
 from pardnn.costs.machine import Machine
 from pardnn.costs.synthetic import dnn_graph
 from pardnn.errors import InfeasibleError
@@ -55,8 +56,13 @@ def test_cases_are_seeded_and_no_variable_fills_the_limit_alone():
 
 
 def test_a_case_records_what_the_solver_and_pardnn_answer_and_renders():
-    cases = [run_case(index, 0, 1.0) for index in (0, 5, 6)]
+    cases = [run_case(index, 0, 1.0) for index in (0, 5, 6, 17)]
     assert any(c["bound"]["infeasible"] for c in cases) and any(c["bound"]["fits"] for c in cases)
+    # case 17: heuristic I alone gave up (not a proof), memory repair fits it, and the search finds a fit too
+    seventeen = cases[3]["bound"]
+    assert seventeen["before"]["infeasible"] and not seventeen["before"]["proven"]
+    assert seventeen["fits"] and seventeen["search"] is not None
+    assert cases[0]["bound"]["proven"] and cases[0]["bound"]["search"] is None
     for case in cases:
         graph, _ = case_graph(case["index"], 0)
         machine = Machine(case["k"], memory=case["limit"], reserve=0.0, bandwidth=BANDWIDTH, latency=LATENCY)
@@ -70,4 +76,13 @@ def test_a_case_records_what_the_solver_and_pardnn_answer_and_renders():
             assert case["bound"]["pardnn"] >= case["bound"]["optimum"] * (1 - 1e-4)  # the optimum bounds it
     text = render(cases, 1.0, "python -m benchmarks.exact_memory --graphs 2", 1.0)
     assert "| under the limit, the exact placement fitting too |" in text and "| no limit (the same graphs) |" in text
+    assert "| before: heuristic I alone | 1 | 3 | 1 | 0 |" in text and "| with memory repair | 2 | 2 | 0 | 0 |" in text
     assert len(gaps(cases, "free")) == sum(c["free"]["status"] == "optimal" and c["free"]["fits"] for c in cases)
+
+
+def test_the_reference_search_finds_the_only_fitting_placement_by_hand():
+    """Four variables of 60, 50, 40 and 30 bytes, 1 us each, on two devices of 90 bytes: only {60, 30} |
+    {50, 40} fits, and its step is 2 us (two ops a device); on two devices of 80 bytes nothing fits."""
+    four = CostGraph(["a", "b", "c", "d"], [1.0] * 4, [60, 50, 40, 30], [], [], kind=[Kind.RESIDUAL] * 4)
+    assert search_fit(four, Machine(2, memory="90B", reserve=0), [np.zeros(4, np.int64)], 0) == 2.0
+    assert search_fit(four, Machine(2, memory="80B", reserve=0), [], 0) is None
