@@ -253,9 +253,10 @@ def render(cases: list[dict[str, Any]], seconds: float, command: str, time_limit
                   f"where the exact placement fits: {len(gave_up)}."]
     if versions:
         lines += ["", "Against every placement known to fit as the emulator counts memory (the exact solver's when it "
-                  "fits, and a plain local search's: every unit moved, every pair swapped, from the exact solver's and "
-                  f"ParDNN's placements and {RESTARTS} random ones, `search_fit`), ParDNN before memory repair and with it (a ratio "
-                  "below 1: ParDNN's run order beats the placements found, which run in order of readiness):", "",
+                  "fits, and a plain local search's: every unit moved, every pair swapped, from the exact solver's "
+                  f"and ParDNN's placements and {RESTARTS} random ones, `search_fit`), ParDNN before memory repair "
+                  "and with it (a ratio below 1: ParDNN's run order beats the placements found, which run in order "
+                  "of readiness):", "",
                   *versions]
     loose = [c for c in cases
              if c["bound"]["status"] == "optimal" and c["bound"]["fits"] and not c["bound"]["exact_fits"]]

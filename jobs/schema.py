@@ -148,7 +148,7 @@ TRAIN: dict[str, Param] = {
     "batch_size": _int(help="samples per step on one node (the launcher may override it)"),
     "micro_batches": IntOrAuto("int", 1, 1, help="split the node's batch into M micro-batches, gradients summed into "
                                                  "one update (M must divide the batch; 1 = the whole batch at once; "
-                                                 "'auto': pardnn-launch and pardnn max-batch try M = 1, 2, 4, ...)"),
+                                                 "'auto': pardnn-launch and pardnn max-batch try M = 1, 2, 4, 8, 16)"),
     "optimizer": _choice("adam", "adam", "momentum", "sgd", "adamw", "adamax", "nadam", "rmsprop", "adagrad",
                          "adadelta", "ftrl", "lion",
                          help="adam and momentum: TensorFlow's fused ones; the others (or a schedule, or weight "

@@ -365,9 +365,9 @@ def test_sections_of_other_benchmarks_survive_a_rewrite(tmp_path):
     from benchmarks.report import kept_sections, write_section
 
     results = tmp_path / "RESULTS.md"
-    write_section(results, "max-batch", "## Largest batch\n\nfirst\n", "python -m benchmarks.max_batch")
+    write_section(results, "max-batch", "## Largest batch\n\nfirst\n", "python -m benchmarks.maxbatch")
     write_section(results, "other", "## Other\n", "somebody")
-    write_section(results, "max-batch", "## Largest batch\n\nsecond\n", "python -m benchmarks.max_batch")
+    write_section(results, "max-batch", "## Largest batch\n\nsecond\n", "python -m benchmarks.maxbatch")
     text = results.read_text()
     assert "first" not in text and text.count("## Largest batch") == 1
     assert text.index("## Largest batch") < text.index("## Other")  # replaced where it stood

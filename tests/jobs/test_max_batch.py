@@ -135,8 +135,8 @@ def test_a_failed_check_falls_back_to_building_every_probe(tiny, tmp_path, monke
 
 
 def test_benchmark_section_sets_ours_beside_the_papers(tmp_path):
-    from benchmarks.max_batch import main as bench_main
-    from benchmarks.max_batch import render
+    from benchmarks.maxbatch import main as bench_main
+    from benchmarks.maxbatch import render
     from pardnn.batch.maxbatch import BatchRow
 
     rows = [BatchRow(k, 2 * k if k > 1 else 2, 2 * k) for k in (1, 2, 4, 8, 16)]

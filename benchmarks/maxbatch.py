@@ -1,8 +1,8 @@
 """The paper's batch-size table: `pardnn max-batch` for its five models on 1-16 V100-32GB GPUs.
 
-    python -m benchmarks.max_batch                  # every row from scratch (no probe cache)
-    python -m benchmarks.max_batch --models trn     # one row
-    python -m benchmarks.max_batch --cache .pardnn-cache/max-batch.json   # reuse (and fill) a cache
+    python -m benchmarks.maxbatch                  # every row from scratch (no probe cache)
+    python -m benchmarks.maxbatch --models trn     # one row
+    python -m benchmarks.maxbatch --cache .pardnn-cache/max-batch.json   # reuse (and fill) a cache
 
 Writes the section ``max-batch`` of ``benchmarks/RESULTS.md`` (``pardnn bench`` keeps it when it
 rewrites the rest): our largest batch per K beside the paper's Table "Maximum batch sizes made
@@ -88,7 +88,7 @@ def run(models: Sequence[str], cache: str | None) -> tuple[list[tuple[str, list[
 
         def on_note(message: str, notes: list[str] = notes, model: str = model) -> None:
             notes.append(message)
-            print(f"benchmarks.max_batch: {model}: {message}", file=sys.stderr, flush=True)
+            print(f"benchmarks.maxbatch: {model}: {message}", file=sys.stderr, flush=True)
 
         began = time.perf_counter()
         try:
@@ -98,7 +98,7 @@ def run(models: Sequence[str], cache: str | None) -> tuple[list[tuple[str, list[
             notes.append(f"infeasible: {exc}")
         seconds = time.perf_counter() - began
         results.append((model, rows, seconds, _check(notes)))
-        print(f"benchmarks.max_batch: {model}: {seconds:.0f} s", file=sys.stderr, flush=True)
+        print(f"benchmarks.maxbatch: {model}: {seconds:.0f} s", file=sys.stderr, flush=True)
     return results, time.perf_counter() - started
 
 
@@ -142,16 +142,16 @@ def render(results: Sequence[tuple[str, list[BatchRow] | None, float, str]], tot
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.max_batch", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.maxbatch", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS), help="rows to compute")
     parser.add_argument("--cache", default=None, help="probe cache file (default: none, every row from scratch)")
     parser.add_argument("--results", default=str(HERE / "RESULTS.md"), help="the file to write the section into")
     args = parser.parse_args(argv)
-    command = "python -m benchmarks.max_batch" + ("" if args.models == list(MODELS) else
+    command = "python -m benchmarks.maxbatch" + ("" if args.models == list(MODELS) else
                                                   " --models " + " ".join(args.models))
     results, total_s = run(args.models, args.cache)
-    write_section(Path(args.results), "max-batch", render(results, total_s, command), "python -m benchmarks.max_batch")
+    write_section(Path(args.results), "max-batch", render(results, total_s, command), "python -m benchmarks.maxbatch")
     print(f"wrote {args.results}")
     return 0
 
