@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pardnn.costs.graph import CostGraph
-from pardnn.costs.machine import Machine
+from pardnn.costs.machine import Machine, format_bytes
 from pardnn.emulation.emulated import Emulated, emulate_and_track, strictly_shorter
 from pardnn.emulation.emulator import Schedule, emulate
 from pardnn.emulation.memory import MemoryProfile
@@ -301,13 +301,16 @@ def _repaired(graph: CostGraph, machine: Machine, starts: list[tuple[str, np.nda
     over = sorted((overflow_bytes(emulate_and_track(graph, machine, start, track=True), machine), i)
                   for i, (_, start) in enumerate(starts))
     chosen = [starts[i] for _, i in over[:REPAIR_STARTS]]
+    used, short = 0, []
     for name, start in chosen:
-        fitted = repair(graph, machine, start, evaluations=budget // len(chosen))
-        if fitted is not None:
-            best.offer(f"{name} + memory repair", Prepared(fitted.placement))
+        repaired = repair(graph, machine, start, evaluations=budget // len(chosen))
+        if repaired.fits:
+            best.offer(f"{name} + memory repair", Prepared(repaired.answer.placement))
             return ""
-    return (f"memory repair from the {', '.join(name for name, _ in chosen)} placements found none in "
-            f"{budget} emulations")
+        used += repaired.emulations
+        short.append(format_bytes(repaired.over_bytes))
+    return (f"memory repair from the {', '.join(name for name, _ in chosen)} placements stopped "
+            f"{', '.join(short)} over the limits after {used} emulations")
 
 
 def guard_stage(graph: CostGraph, machine: Machine, current: Emulated | None, context: Context

@@ -9,6 +9,8 @@ rules and the measurements: docs/algorithm.md ("Memory repair").
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from pardnn.costs.graph import CostGraph, Kind
@@ -16,7 +18,7 @@ from pardnn.costs.machine import Machine
 from pardnn.emulation.emulated import Emulated, emulate_and_track, strictly_shorter
 from pardnn.steps.units import units_of
 
-__all__ = ["CANDIDATES", "REPAIR_SECONDS", "overflow_bytes", "repair", "repair_evaluations"]
+__all__ = ["CANDIDATES", "REPAIR_SECONDS", "Repaired", "overflow_bytes", "repair", "repair_evaluations"]
 
 CANDIDATES = 16  # units tried per overflowing device, and swap partners per other device, each round
 # The budget, as a number of emulations (deterministic on every node): REPAIR_SECONDS at a cost model of
@@ -110,17 +112,30 @@ class _Search:
         return False
 
 
-def repair(graph: CostGraph, machine: Machine, start: np.ndarray, *, evaluations: int) -> Emulated | None:
-    """A placement near ``start`` that fits every device's memory, found within ``evaluations``
-    emulations, or ``None`` (module docstring). Deterministic.
+class Repaired(NamedTuple):
+    """What :func:`repair` ended with: the answer (``fits``: within every limit), the bytes still
+    over the limits, and the emulations it took."""
+
+    answer: Emulated
+    over_bytes: int
+    emulations: int
+
+    @property
+    def fits(self) -> bool:
+        return self.over_bytes == 0
+
+
+def repair(graph: CostGraph, machine: Machine, start: np.ndarray, *, evaluations: int) -> Repaired:
+    """The placement nearest a fit found from ``start`` within ``evaluations`` emulations (module
+    docstring): it stops when it fits, at a local minimum, or out of emulations. Deterministic.
 
     >>> from pardnn import CostGraph, Machine
     >>> g = CostGraph(["a", "b"], [1.0, 1.0], [600, 600], [], [], kind=[1, 1])   # two residual ops
     >>> fitted = repair(g, Machine(2, memory="1000B", reserve=0), np.zeros(2, np.int64), evaluations=10)
-    >>> sorted(fitted.placement.tolist())
-    [0, 1]
+    >>> fitted.fits, sorted(fitted.answer.placement.tolist()), fitted.emulations
+    (True, [0, 1], 1)
     """
     search = _Search(graph, machine, np.asarray(start, dtype=np.int64), evaluations)
     while search.over > 0 and search.left > 0 and search.step():
         pass
-    return search.answer if search.over == 0 else None
+    return Repaired(search.answer, search.over, evaluations - search.left)

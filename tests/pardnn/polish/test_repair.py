@@ -38,13 +38,17 @@ def test_by_hand_no_single_move_lowers_the_overflow():
 
 def test_a_swap_fits_the_only_placement_that_fits():
     fitted = repair(VARIABLES, TWO, START, evaluations=100)
-    assert fitted is not None and over(fitted.placement) == 0
-    placement = fitted.placement.tolist()
+    assert fitted.fits and over(fitted.answer.placement) == 0
+    placement = fitted.answer.placement.tolist()
     assert placement[0] == placement[3] != placement[1] == placement[2]  # {a, d} | {b, c}
-    assert repair(VARIABLES, TWO, START, evaluations=1) is None  # the budget is kept: one emulation finds nothing
+    # a and b off device 0 (2 moves, both worse), then the swap of the largest on each device, a and c: 3
+    assert fitted.emulations == 3
+    cut = repair(VARIABLES, TWO, START, evaluations=1)  # the budget is kept: one emulation finds nothing
+    assert not cut.fits and cut.over_bytes == 20 and cut.emulations == 1
 
 
 def test_nothing_to_repair_when_nothing_fits_and_the_budget_scales_with_the_graph():
-    assert repair(VARIABLES, Machine(2, memory="80B", reserve=0), START, evaluations=200) is None  # 180 > 2 x 80
+    stuck = repair(VARIABLES, Machine(2, memory="80B", reserve=0), START, evaluations=200)  # 180 > 2 x 80
+    assert not stuck.fits and stuck.over_bytes == 20 and stuck.emulations < 200  # a local minimum, not the budget
     small, large = repair_evaluations(VARIABLES), repair_evaluations(CostGraph(["x"] * 1, [1.0], [1], [], []))
     assert 4 <= small <= 10_000 and large >= small
