@@ -6,24 +6,8 @@
                                    [--results benchmarks/RESULTS.md]
     python -m benchmarks.micro render --json FILE [--json FILE ...]            # the section from saved rows
 
-**build** writes, for each model with batch B (its job file): the plain step at B
-(``NAME-b{B}-m1.pardnn``, copied from ``python -m jobs.paper``'s ``--base`` graph when it is
-there); for each M in 2, 4, 8, 16 dividing B, the step of two micro-batches of B / M samples
-(``NAME-b{2B/M}-m2.pardnn``, with each op's FLOP candidates and bytes moved beside it in
-``.parts.npz``, estimated on the job's preset); for data parallelism, the plain step at B / K for
-each K dividing B (``NAME-b{B/K}-m1.pardnn``); and for the check, the step of 4 micro-batches built
-whole for the ``--check`` jobs (``NAME-b{B}-m4.pardnn``). It skips files already there, so an
-interrupted build resumes; about 70 builds and 50 min of two cores for all ten.
-
-**run** places, for each model, K and M, the step of M micro-batches of B / M: M = 1 is the plain
-step at B, M = 2 the one built, M >= 4 the M = 2 step of the same micro-batch size replicated to M
-copies (:mod:`pardnn.batch.replicate`; checked op by op against
-the two whole builds). Each is placed by ``pardnn place``'s pipeline (ParDNN, the guard with the
-pipeline candidate, refinement, run order; heuristic I) on K devices with the job's memory and
-reserve; samples/s = B / emulated step. Data parallelism: K replicas of the plain step at B / K,
-each emulated alone on one device, with no time for the gradient allreduce (the ceiling of data
-parallelism); it fits when that step fits one device. ``auto`` picks M by
-:func:`pardnn.plan.search.choose`, the rule of every plan search.
+**build** writes the steps each model needs (resumable); **run** places them with ``pardnn place``'s
+pipeline and writes section "micro-batches". The files, the steps and the rules: docs/benchmarks.md.
 """
 
 from __future__ import annotations

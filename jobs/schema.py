@@ -1,16 +1,11 @@
 """The keys of a job file: one :class:`~pardnn.settings.Param` per key, by table.
 
-``TOP`` (the top level), ``TRAIN``, ``RUN_TABLE``, ``PLACEMENT_TABLE`` (the ``[run]`` and
-``[placement]`` tables: keys of the library's one settings schema, :data:`pardnn.settings.PLACEMENT` and
-:data:`pardnn.settings.RUN`, read from there and never defined twice, so job files, ``pardnn-launch``
-and ``pardnn`` agree on defaults, ranges and choices), ``DATASETS`` (the ``[data]`` sources),
-``MODEL_PARAMS`` (each zoo model's hyperparameters) and ``ENTRY`` (the ``[model] entry`` / ``[data]
-entry`` of the user's own code, checked in form only by :func:`is_entry`), plus :func:`check_model` for
-the rules between keys of one model and :func:`normalise` for the other spellings a key accepts.
-:mod:`jobs.config` reads job files with them; :mod:`launcher.settings` checks its overrides with the
-same objects.
-
-This module does not import TensorFlow.
+``TOP``, ``TRAIN``, ``RUN_TABLE`` and ``PLACEMENT_TABLE`` (keys of the library's one settings schema,
+:data:`pardnn.settings.PLACEMENT` and :data:`pardnn.settings.RUN`, never defined twice), ``DATASETS``
+(the ``[data]`` sources), ``MODEL_PARAMS`` (each zoo model's hyperparameters) and ``ENTRY`` (the user's
+own ``[model] entry`` / ``[data] entry``, checked in form by :func:`is_entry`); :func:`check_model`
+checks the rules between a model's keys, :func:`normalise` the other spellings. :mod:`jobs.config` and
+:mod:`launcher.settings` read with them. This module does not import TensorFlow.
 """
 
 from __future__ import annotations

@@ -184,8 +184,8 @@ def _auto_micro_batches(state: RunState, shared: SharedByVariants, devices: Any,
                     "every node tries the same M on the same averaged costs, so check that they run the same versions")
     costed = shared.costed = built[micro]
     built.clear()  # the other Ms' graphs
-    result = planner.placements[(state.replica_batch, micro, k)]
-    return costed, _judged_order(state, costed.cost, costed.machine, result, devices.kind)
+    judged = planner.judged[(state.replica_batch, micro, k)]  # as _judged_order judges it, emulated once
+    return costed, (judged.result, judged.why, judged.step if cluster.replicas > 1 else None)
 
 
 def run_model(state: RunState, shared: SharedByVariants, guard: StopGuard) -> dict[str, Any]:

@@ -284,7 +284,9 @@ def place_under_memory(graph: CostGraph, machine: Machine, kept: Guarded, failur
             closest = closest or str(exc)
             continue
         best.offer(f"{name} + heuristic I", Prepared(handled.placement))
-    repaired = "" if kept.winner is not None else _repaired(graph, machine, starts, best)
+    if kept.winner is not None:
+        return kept
+    repaired = _repaired(graph, machine, starts, best)
     if kept.winner is None:
         first = str(failure) if failure is not None else closest
         raise NoPlacementFoundError(
@@ -298,9 +300,11 @@ def _repaired(graph: CostGraph, machine: Machine, starts: list[tuple[str, np.nda
     """Memory repair (:mod:`pardnn.polish.repair`) from the :data:`REPAIR_STARTS` starts that overflow
     least, offering what fits to ``best``; when nothing does, what was tried (for the error)."""
     budget = repair_evaluations(graph)
-    over = sorted((overflow_bytes(emulate_and_track(graph, machine, start, track=True), machine), i)
-                  for i, (_, start) in enumerate(starts))
-    chosen = [starts[i] for _, i in over[:REPAIR_STARTS]]
+    least: list[tuple[int, int, Emulated]] = []  # (overflow, index, emulation) of the least so far, at most 3
+    for i, (_, start) in enumerate(starts):
+        answer = emulate_and_track(graph, machine, start, track=True)
+        least = sorted([*least, (overflow_bytes(answer, machine), i, answer)], key=lambda t: t[:2])[:REPAIR_STARTS]
+    chosen = [(starts[i][0], answer) for _, i, answer in least]
     used, short = 0, []
     for name, start in chosen:
         repaired = repair(graph, machine, start, evaluations=budget // len(chosen))

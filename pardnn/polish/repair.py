@@ -57,14 +57,13 @@ def _held(graph: CostGraph, answer: Emulated, unit: np.ndarray, units: int, devi
 class _Search:
     """The search's state: the answer, its overflow, and the emulations left."""
 
-    def __init__(self, graph: CostGraph, machine: Machine, start: np.ndarray, evaluations: int) -> None:
+    def __init__(self, graph: CostGraph, machine: Machine, start: Emulated, evaluations: int) -> None:
         self.graph, self.machine, self.left = graph, machine, evaluations
         ids, self.unit = np.unique(units_of(graph), return_inverse=True)
         self.units = ids.size
         self.where = np.zeros(self.units, np.int64)
-        self.where[self.unit] = start
-        self.answer = emulate_and_track(graph, machine, start, track=True)
-        self.over = overflow_bytes(self.answer, machine)
+        self.where[self.unit] = start.placement
+        self.answer, self.over = start, overflow_bytes(start, machine)
 
     def better(self, where: np.ndarray) -> bool:
         """Emulate ``where`` (a device per unit) and keep it if it improves (module docstring)."""
@@ -125,9 +124,10 @@ class Repaired(NamedTuple):
         return self.over_bytes == 0
 
 
-def repair(graph: CostGraph, machine: Machine, start: np.ndarray, *, evaluations: int) -> Repaired:
-    """The placement nearest a fit found from ``start`` within ``evaluations`` emulations (module
-    docstring): it stops when it fits, at a local minimum, or out of emulations. Deterministic.
+def repair(graph: CostGraph, machine: Machine, start: np.ndarray | Emulated, *, evaluations: int) -> Repaired:
+    """The placement nearest a fit found from ``start`` (a placement, or one already emulated with its
+    memory tracked) within ``evaluations`` emulations (module docstring): it stops when it fits, at a
+    local minimum, or out of emulations. Deterministic.
 
     >>> from pardnn import CostGraph, Machine
     >>> g = CostGraph(["a", "b"], [1.0, 1.0], [600, 600], [], [], kind=[1, 1])   # two residual ops
@@ -135,7 +135,10 @@ def repair(graph: CostGraph, machine: Machine, start: np.ndarray, *, evaluations
     >>> fitted.fits, sorted(fitted.answer.placement.tolist()), fitted.emulations
     (True, [0, 1], 1)
     """
-    search = _Search(graph, machine, np.asarray(start, dtype=np.int64), evaluations)
+    if not isinstance(start, Emulated) or start.memory is None:
+        start = emulate_and_track(graph, machine, np.asarray(getattr(start, "placement", start), dtype=np.int64),
+                                  track=True)
+    search = _Search(graph, machine, start, evaluations)
     while search.over > 0 and search.left > 0 and search.step():
         pass
     return Repaired(search.answer, search.over, evaluations - search.left)
