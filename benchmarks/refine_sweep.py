@@ -1,11 +1,11 @@
-"""The refinement's sweep in compiled code against the same sweep in Python: time and answers.
+"""The refinement's moves tried in compiled code against the same moves in Python: time and answers.
 
-:mod:`pardnn.polish.refine` tries the whole-neighbourhood sweep's moves in compiled code
-(``_first_shorter``); the chain's moves and the kicks stay in Python. This benchmark partitions the
-small random DAGs of :mod:`benchmarks.exact` (15-39 ops, K = 2-4, CCR 0.1-100, a third of them under
-a memory limit) with ``pardnn.partition`` twice in one process, the sweep compiled and in Python,
-and reports the wall time of each and how many placements are identical (all of them should be:
-the same moves, in the same order, on the same budget).
+:mod:`pardnn.polish.refine` tries the critical chain's moves and the whole-neighbourhood sweep's in
+compiled code (``_first_shorter``); the kicks stay in Python. This benchmark partitions the small
+random DAGs of :mod:`benchmarks.exact` (15-39 ops, K = 2-4, CCR 0.1-100, two thirds under a memory
+limit) with ``pardnn.partition`` twice in one process, the moves compiled and in Python, and reports
+the wall time of each and how many placements are identical (all of them should be: the same moves,
+in the same order, on the same budget).
 
 Usage: ``python -m benchmarks.refine_sweep [--graphs N]`` (about 25 s for 40); writes the section
 ``refine-sweep`` of ``benchmarks/RESULTS.md``.
@@ -71,15 +71,15 @@ def run(count: int, compiled: bool) -> tuple[float, list[object]]:
 
 def render(count: int, python_s: float, compiled_s: float, same: int, placed: int, command: str) -> str:
     return "\n".join([
-        "## The refinement's sweep, compiled (refine-sweep)",
+        "## The refinement's moves, compiled (refine-sweep)",
         "",
         f"Command: `{command}`. Machine: {machine_line()}.",
         "",
         f"{count} small random DAGs of `benchmarks.exact` (15-39 ops, K = 2-4, CCR 0.1-100, two thirds under a "
-        "memory limit) partitioned by `pardnn.partition` with the default refinement budget, the sweep's moves "
-        "tried in compiled code and one by one in Python, in one process (numba's cache warm).",
+        "memory limit) partitioned by `pardnn.partition` with the default refinement budget, the chain's and the "
+        "sweep's moves tried in compiled code and one by one in Python, in one process (numba's cache warm).",
         "",
-        "| sweep | wall time | per graph |",
+        "| moves tried | wall time | per graph |",
         "|---|---:|---:|",
         f"| Python | {python_s:.2f} s | {1000 * python_s / count:.0f} ms |",
         f"| compiled | {compiled_s:.2f} s | {1000 * compiled_s / count:.0f} ms |",

@@ -38,8 +38,8 @@ from pardnn.costs.machine import Machine, format_bytes
 from pardnn.costs.presets import machine_for
 from pardnn.errors import InfeasibleError, ScalingError
 
-__all__ = ["AUTO_MICRO_BATCHES", "format_rows", "format_tried", "job_max_batch", "job_max_batch_auto", "plot_rows",
-           "rows_csv"]
+__all__ = ["AUTO_MICRO_BATCHES", "build_parts", "format_rows", "format_tried", "job_max_batch", "job_max_batch_auto",
+           "plot_rows", "rows_csv"]
 
 GRAPHS_KEPT = 64  # costed graphs of the batch sizes built or scaled most recently (a few MB each)
 FIT_BATCH = 2  # scaling is fitted on (micro-)batches 2 and 3: batch 1 has ops of its own
@@ -64,15 +64,11 @@ class _Builder:
         self.count = 0
 
     def parts(self, batch: int) -> CostParts:
-        from jobs.training import build
-        from pardnn.tf.estimate import estimate_parts
-
         if batch in self.built:
             self.built.move_to_end(batch)
             return self.built[batch]
         started = time.perf_counter()
-        train = build(self.job, batch_size=batch, micro_batches=self.micro)
-        parts = estimate_parts(train.graph, train.fetches, self.preset_name, name=_name(self.job, batch, self.micro))
+        parts = build_parts(self.job, batch, self.micro, self.preset_name)
         seconds = time.perf_counter() - started
         self.seconds += seconds
         self.count += 1
@@ -85,6 +81,16 @@ class _Builder:
 
     def graph(self, batch: int) -> CostGraph:
         return self.parts(batch).graph
+
+
+def build_parts(job: Job, batch: int, micro: int, preset_name: str) -> CostParts:
+    """The job's step built by TensorFlow at ``batch`` (``micro`` micro-batches) and costed by the preset's
+    estimates: what each build of a search is."""
+    from jobs.training import build
+    from pardnn.tf.estimate import estimate_parts
+
+    train = build(job, batch_size=batch, micro_batches=micro)
+    return estimate_parts(train.graph, train.fetches, preset_name, name=_name(job, batch, micro))
 
 
 def _name(job: Job, batch: int, micro: int) -> str:

@@ -89,10 +89,10 @@ def chain_moves(graph: CostGraph, machine: Machine, placement: np.ndarray, unit:
         if target != placement[op] and cost > scored.get(key, -1.0):
             scored[key] = cost
 
-    load = np.bincount(placement, weights=graph.comp_us, minlength=machine.devices)
-    # Per device, the least loaded other device (first on ties).
-    least_other = [int(np.argmin(np.where(np.arange(machine.devices) == d, np.inf, load)))
-                   for d in range(machine.devices)]
+    load = np.bincount(placement, weights=graph.comp_us, minlength=machine.devices).tolist()
+    # Per device, the least loaded other device (first on ties): the least loaded, or for that one the next.
+    order = sorted(range(machine.devices), key=lambda d: (load[d], d))
+    least_other = [order[0] if d != order[0] else order[min(1, machine.devices - 1)] for d in range(machine.devices)]
     device_links = np.array([after for kind, _, after, _ in links if kind != TRANSFER], np.int64)
     feeding = iter(_most_feeding_device(device_links, graph.pred_ptr, graph.pred, graph.pred_bytes,
                                         np.asarray(placement, dtype=np.int64), machine.devices).tolist())

@@ -11,6 +11,7 @@ docs/internals.md ("The refinement") has the rules, the choices and the measurem
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -53,17 +54,19 @@ def evaluations_for(graph: CostGraph, seconds: float) -> int:
 def _first_shorter(placement: np.ndarray, set_ptr: np.ndarray, set_ops: np.ndarray, devices: int, begin: int,
                    limit: int, best: float, n: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_comm: np.ndarray,
                    pred_ptr: np.ndarray, comp: np.ndarray, topo_rank: np.ndarray, topo_order: np.ndarray,
-                   ranked: bool) -> tuple[int, int]:
-    # The sweep from move ``begin`` (move = set * devices + target): the first move whose trial is strictly
-    # shorter than ``best``, and the trials emulated (at most ``limit``); -1 when none is, or when the
-    # budget ran out first. A move whose ops are all on its target already is skipped, not emulated.
+                   ranked: bool, targets: np.ndarray) -> tuple[int, int]:
+    # The moves from ``begin``: with ``targets`` empty the sweep's (move = set * devices + target), else move
+    # i takes set i to targets[i] (the chain's). The first move whose trial is strictly shorter than
+    # ``best``, and the trials emulated (at most ``limit``); -1 when none is, or when the budget ran out
+    # first. A move whose ops are all on its target already is skipped, not emulated.
     trial = placement.copy()
     no_chain, no_release, readiness = np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
     used = 0
-    for index in range(begin, (set_ptr.size - 1) * devices):
+    moves = (set_ptr.size - 1) * devices if targets.size == 0 else targets.size
+    for index in range(begin, moves):
         if used >= limit:
             return -1, used
-        which, target = index // devices, index % devices
+        which, target = (index // devices, index % devices) if targets.size == 0 else (index, targets[index])
         first, last = set_ptr[which], set_ptr[which + 1]
         moved = False
         for q in range(first, last):
@@ -156,12 +159,13 @@ class _Search:
         # emulates in the order of readiness or by upward rank (positions: the Python sweep).
         self.moving = [[u] for u in self.order] + [list(pair) for pair in self.pairs]
         self.compiled = order is None or order == UPWARD_RANK
+        if self.compiled:
+            self._edge_comm = machine.edge_comm_us(graph.succ_bytes)  # the chain's moves are tried compiled too
         if self.compiled and self.moving:
             parts = [self.members_of_unit(u) for moving in self.moving for u in moving]
             sizes = [sum(self._bounds[u + 1] - self._bounds[u] for u in moving) for moving in self.moving]
             self._set_ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
             self._set_ops = np.concatenate(parts).astype(np.int64)
-            self._edge_comm = machine.edge_comm_us(graph.succ_bytes)
 
     def members_of_unit(self, u: int) -> np.ndarray:
         return self._members[self._bounds[u] : self._bounds[u + 1]]
@@ -205,11 +209,24 @@ class _Search:
         # The costliest links only (stable: ties keep chain order).
         links = critical_chain(self.graph, out.answer.placement, out.answer.schedule,
                                keep=max(16, 2 * (self.budget - out.evaluations)))
-        for u, target in chain_moves(self.graph, self.machine, out.answer.placement, unit, self.first_op, links):
+        moves = chain_moves(self.graph, self.machine, out.answer.placement, unit, self.first_op, links)
+
+        def kind(u: int) -> str:
+            return next((k for k, b, a, _ in links if unit[a] == u or unit[b] == u), DEVICE)
+
+        if self.compiled:
+            if not moves:
+                return False
+            parts = [self.members_of_unit(u) for u, _ in moves]
+            set_ptr = np.zeros(len(parts) + 1, np.int64)
+            np.cumsum([part.size for part in parts], out=set_ptr[1:])
+            targets = np.array([target for _, target in moves], np.int64)
+            return self._first_kept(set_ptr, np.concatenate(parts).astype(np.int64), targets,
+                                    lambda index: ([moves[index][0]], int(targets[index]), kind(moves[index][0])))
+        for u, target in moves:
             if self.spent:
                 return False
-            kind = next((k for k, b, a, _ in links if unit[a] == u or unit[b] == u), DEVICE)
-            if self.attempt([u], target, kind):
+            if self.attempt([u], target, kind(u)):
                 return True
         return False
 
@@ -227,28 +244,41 @@ class _Search:
 
     def _compiled_sweep(self) -> bool:
         """:meth:`sweep`'s moves tried by :func:`_first_shorter` (the same moves, order, budget and
-        answers; about 10x faster): a shorter trial is then kept here if it fits."""
+        answers; about 10x faster)."""
+        devices = self.machine.devices
+
+        def move(index: int) -> tuple[list[int], int, str]:
+            which, target = divmod(index, devices)
+            moving = self.moving[which]
+            return moving, target, NEIGHBOUR if len(moving) == 1 else PAIR
+
+        return self._first_kept(self._set_ptr, self._set_ops, np.zeros(0, np.int64), move)
+
+    def _first_kept(self, set_ptr: np.ndarray, set_ops: np.ndarray, targets: np.ndarray,
+                    move: Callable[[int], tuple[list[int], int, str]]) -> bool:
+        """The first of the moves (:func:`_first_shorter`'s) that is strictly shorter and fits, kept: each
+        shorter trial found in compiled code is kept here if it fits, else the search goes on after it.
+        ``move(index)``: the units it moves, the target and the kind of link, for the log."""
         graph, out, devices = self.graph, self.out, self.machine.devices
         begin = 0
         while not self.spent:
             placement = out.answer.placement
             index, used = _first_shorter(
-                placement, self._set_ptr, self._set_ops, devices, begin, self.budget - out.evaluations,
+                placement, set_ptr, set_ops, devices, begin, self.budget - out.evaluations,
                 out.answer.makespan_us, graph.n, graph.succ_ptr, graph.succ, self._edge_comm, graph.pred_ptr,
-                graph.comp_us, graph.topo_rank, graph.topo_order, self.emulator._ranked)
+                graph.comp_us, graph.topo_rank, graph.topo_order, self.emulator._ranked, targets)
             out.evaluations += used
             if index < 0:
                 return False
-            which, target = divmod(index, devices)
-            members = self._set_ops[self._set_ptr[which]:self._set_ptr[which + 1]]
+            which = index if targets.size else index // devices
+            moving, target, kind = move(index)
+            members = set_ops[set_ptr[which]:set_ptr[which + 1]]
             trial = placement.copy()
             trial[members] = target
-            moving = self.moving[which]
-            move = (NEIGHBOUR if len(moving) == 1 else PAIR, int(self.first_op[moving[0]]),
-                    int(placement[members[0]]), target)
-            if self.keep(trial, self.emulator(trial), move):
+            logged = (kind, int(self.first_op[moving[0]]), int(placement[members[0]]), target)
+            if self.keep(trial, self.emulator(trial), logged):
                 return True
-            begin = index + 1  # shorter but over a limit: the sweep goes on after it
+            begin = index + 1  # shorter but over a limit: the search goes on after it
         return False
 
     def descend(self) -> None:

@@ -1,4 +1,8 @@
-"""pardnn max-batch on a tiny job: the search against brute force, data parallelism by definition."""
+"""pardnn max-batch on a tiny job: the search against brute force, data parallelism by definition.
+
+Each step (job, batch, micro-batches) is built and costed once per test run (:func:`built_once`): the brute
+force, the searches that build every probe and those that scale two builds read the same TensorFlow build.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +12,12 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from jobs import build, load_job
+from jobs import load_job, maxbatch
 from jobs.maxbatch import job_machine, job_max_batch
 from pardnn import InfeasibleError, partition
 from pardnn.batch.maxbatch import data_parallel_fits
 from pardnn.cli import main
-from pardnn.tf import estimate
+from tests.helpers.builds import costed
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
@@ -25,17 +29,19 @@ def tiny():
     return load_job("wrn-tiny")
 
 
+@pytest.fixture(autouse=True)
+def built_once(monkeypatch):
+    """Every search's builds come from :func:`tests.helpers.builds.costed`: its notes and counts of builds are
+    its own, the TensorFlow work is shared with the brute force and the other searches."""
+    monkeypatch.setattr(maxbatch, "build_parts", lambda job, batch, micro, preset: costed(job, batch, micro, preset))
+
+
 def test_search_equals_brute_force_and_data_parallel_is_k_replicas(tiny, tmp_path):
     rows = job_max_batch(tiny, [1, 2], memory=MEMORY, cache=tmp_path / "cache.json")
     one, two = rows
     machine2 = job_machine(tiny.device_preset, 2, MEMORY, tiny.reserve)
-    graphs = {}
-
     def graph(b):
-        if b not in graphs:
-            train = build(tiny, batch_size=b)
-            graphs[b] = estimate(train.graph, train.fetches, tiny.device_preset)
-        return graphs[b]
+        return costed(tiny, b).graph
 
     def pardnn_fits(b):
         try:
@@ -95,17 +101,11 @@ def test_scaled_graphs_equal_built_ones_for_every_model(name):
     equals the graph TensorFlow builds, also past a max switch (TRN's embedding gradient)."""
     from pardnn.batch.batchscale import BatchScaling
     from pardnn.costs.presets import preset
-    from pardnn.tf import estimate_parts
 
     job = load_job(name)
-
-    def parts(batch):
-        train = build(job, batch_size=batch)
-        return estimate_parts(train.graph, train.fetches, job.device_preset, name=f"{name}-b{batch}")
-
-    scaling = BatchScaling(parts(2), parts(3), 2, preset(job.device_preset))
+    scaling = BatchScaling(costed(job, 2), costed(job, 3), 2, preset(job.device_preset))
     for batch in (5, 300):
-        built = parts(batch)
+        built = costed(job, batch)
         assert scaling.mismatch(built, batch) is None
         assert scaling.graph_at(batch, name=built.graph.name) == built.graph
 
@@ -156,16 +156,10 @@ def test_scaled_micro_batched_graphs_equal_built_ones(name):
     TensorFlow builds at batch M b: batchscale's lines hold in b."""
     from pardnn.batch.batchscale import BatchScaling
     from pardnn.costs.presets import preset
-    from pardnn.tf import estimate_parts
 
     job, micro = load_job(name), 2
-
-    def parts(size):
-        train = build(job, batch_size=micro * size, micro_batches=micro)
-        return estimate_parts(train.graph, train.fetches, job.device_preset, name=f"{name}-b{micro * size}")
-
-    scaling = BatchScaling(parts(2), parts(3), 2, preset(job.device_preset))
-    built = parts(7)
+    scaling = BatchScaling(costed(job, 2 * micro, micro), costed(job, 3 * micro, micro), 2, preset(job.device_preset))
+    built = costed(job, 7 * micro, micro)
     assert scaling.mismatch(built, 7) is None
     assert scaling.graph_at(7, name=built.graph.name) == built.graph
 

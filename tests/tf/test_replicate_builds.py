@@ -18,6 +18,7 @@ from pardnn.batch.replicate import difference, replicate  # noqa: E402
 from pardnn.costs.presets import preset  # noqa: E402
 from pardnn.errors import ScalingError  # noqa: E402
 from pardnn.tf.estimate import estimate_parts  # noqa: E402
+from tests.helpers.builds import costed  # noqa: E402
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
@@ -33,11 +34,11 @@ def parts(job, micro_size, micro):
 
 @pytest.mark.parametrize("name", ["word-rnn-tiny", "char-crn-tiny", "wrn-tiny", "trn-tiny", "e3d-tiny"])
 def test_replicated_steps_equal_the_built_ones(name):
-    job = load_job(name)
-    two = parts(job, 2, 2)
+    job = load_job(name)  # built and costed once per test run (the zoo's preset is the V100's)
+    two = costed(job, 2 * 2, 2, V100.name)
     for micro in (3, 4):
-        built = parts(job, 2, micro).graph
-        made = replicate(two, micro, V100, name="step")
+        built = costed(job, 2 * micro, micro, V100.name).graph
+        made = replicate(two, micro, V100, name=built.name)
         assert made.n == built.n > two.graph.n
         assert difference(built, made) is None
 

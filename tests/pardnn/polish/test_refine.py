@@ -100,9 +100,9 @@ def test_refine_never_slows_never_splits_a_group_and_is_deterministic(g, k, band
 @most_reach
 @given(random_dags(max_ops=25), st.integers(2, 4), st.sampled_from(["150GB/s", "1GB/s"]), st.floats(0.5, 1.0),
        st.sampled_from([None, "upward_rank"]))
-def test_the_compiled_sweep_makes_the_same_search_as_the_python_one(g, k, bandwidth, tight, order):
-    """The sweep's moves tried in compiled code give the same moves, evaluations and answer as tried
-    one by one in Python, with memory limits that bind and in both emulated run orders."""
+def test_the_compiled_moves_make_the_same_search_as_the_python_ones(g, k, bandwidth, tight, order):
+    """The chain's and the sweep's moves tried in compiled code give the same moves, evaluations and answer
+    as tried one by one in Python, with memory limits that bind and in both emulated run orders."""
     from pardnn.polish import refine as module
 
     limit = max(1, int(track_memory(g, Machine(1), np.zeros(g.n, np.int64),
@@ -113,11 +113,11 @@ def test_the_compiled_sweep_makes_the_same_search_as_the_python_one(g, k, bandwi
     except Exception:  # no placement fits: nothing to refine
         return
     start = Emulated(placement, emulate(g, machine, placement, order=order), None)
-    runs, sweeps = [], []
+    runs, sweeps, chains = [], [], []
     compiled_sweep = module._first_shorter
 
     def counted(*args):
-        sweeps.append(args[4])
+        (chains if args[-1].size else sweeps).append(args[4])
         return compiled_sweep(*args)
 
     for compiled in (True, False):
@@ -130,7 +130,7 @@ def test_the_compiled_sweep_makes_the_same_search_as_the_python_one(g, k, bandwi
         finally:
             module._first_shorter = compiled_sweep
         runs.append((search.out.placement.tolist(), search.out.evaluations, search.out.moves))
-    reached(bool(sweeps), "the compiled sweep ran")
+    reached(bool(sweeps) and bool(chains), "the compiled chain moves and sweep ran")
     assert runs[0] == runs[1]
 
 
