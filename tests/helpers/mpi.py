@@ -125,3 +125,30 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 
 LAUNCH = [sys.executable, "-m", "launcher.cli"]
 STANDIN = [sys.executable, "-m", "tests.launcher.standin"]
+# word-rnn-tiny on 2 emulated nodes of 2 devices, a checkpoint every 5 iterations, profiled costs (the
+# default): long enough (about 20 ms an iteration) to be stopped mid-run; its uninterrupted losses are
+# the reference a resumed run equals exactly (uninterrupted_losses).
+RESUMABLE_ITERATIONS = 300
+RESUMABLE = [*LAUNCH, TINY_JOB, "--iterations", str(RESUMABLE_ITERATIONS), "--window", "250:290",
+             "--devices-per-node", "2", "--checkpoint-every", "5", "--no-progress"]
+
+
+def uninterrupted_losses() -> list[list[float]]:
+    """Each rank's loss at every iteration of :data:`RESUMABLE` run without a stop: launched once per test
+    run (:func:`tests.helpers.shared.shared`) for every test that resumes a stopped run and compares. The
+    losses at an iteration depend neither on the placement (it moves ops, not the arithmetic) nor on
+    how many iterations the run has (a constant learning rate, the same batch sequence)."""
+    import tempfile
+
+    from tests.helpers.shared import shared
+
+    def launch() -> list[list[float]]:
+        out = Path(tempfile.mkdtemp(prefix="uninterrupted-"))
+        proc, _ = mpirun_launch([*RESUMABLE, "--out", str(out)], timeout=300)
+        assert proc.returncode == 0, output(proc)
+        [run_dir] = [p for p in out.iterdir() if p.is_dir()]
+        return [[r["loss"] for r in read_records(run_dir / f"rank-{rank}.jsonl") if r["event"] == "iteration"]
+                for rank in (0, 1)]
+
+    return shared(("uninterrupted losses", *RESUMABLE), launch)
+
