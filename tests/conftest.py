@@ -127,6 +127,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("mpi") is not None:
             item.add_marker(pytest.mark.xdist_group("mpi"))
+        elif (group := _shared_fixture_group(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     result = yield
     if getattr(config.option, "loadgroup", False):
         ungrouped = [item.nodeid for item in items if item.get_closest_marker("mpi") and "@" not in item.nodeid]
@@ -134,6 +136,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"pytest {pytest.__version__} with pytest-xdist ignores xdist_group (e.g. "
                                     f"{ungrouped[0]}): install the pytest pinned in pyproject.toml")
     return result
+
+
+def _shared_fixture_group(item: pytest.Item) -> str | None:
+    """The group of the tests that share a module-, class- or package-scoped fixture (and its parameter):
+    each worker running one of them would build the fixture again (the Keras zoo's models were built
+    on both workers, 110 s of CPU each time). ``None`` for a test that uses none."""
+    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    for name in sorted(definitions):
+        definition = definitions[name][-1]
+        if definition.scope in ("module", "class", "package"):
+            callspec = getattr(item, "callspec", None)
+            index = callspec.indices.get(name) if callspec is not None else None
+            where = item.nodeid.split("::")[0]
+            return f"{where}:{name}" + ("" if index is None else f"[{index}]")
+    return None
 
 
 @pytest.hookimpl(wrapper=True)
