@@ -149,7 +149,8 @@ def _shared_fixture_group(item: pytest.Item) -> str | None:
             callspec = getattr(item, "callspec", None)
             index = callspec.indices.get(name) if callspec is not None else None
             where = item.nodeid.split("::")[0]
-            return f"{where}:{name}" + ("" if index is None else f"[{index}]")
+            # no "]" in a group's name: xdist takes a node id whose last "]" follows its "@" for a parameter
+            return f"{where}:{name}" + ("" if index is None else f"-{index}")
     return None
 
 
