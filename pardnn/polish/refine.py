@@ -222,7 +222,7 @@ class _Search:
             np.cumsum([part.size for part in parts], out=set_ptr[1:])
             targets = np.array([target for _, target in moves], np.int64)
             return self._first_kept(set_ptr, np.concatenate(parts).astype(np.int64), targets,
-                                    lambda index: ([moves[index][0]], int(targets[index]), kind(moves[index][0])))
+                                    lambda which: ([moves[which][0]], kind(moves[which][0])))
         for u, target in moves:
             if self.spent:
                 return False
@@ -245,20 +245,18 @@ class _Search:
     def _compiled_sweep(self) -> bool:
         """:meth:`sweep`'s moves tried by :func:`_first_shorter` (the same moves, order, budget and
         answers; about 10x faster)."""
-        devices = self.machine.devices
 
-        def move(index: int) -> tuple[list[int], int, str]:
-            which, target = divmod(index, devices)
-            moving = self.moving[which]
-            return moving, target, NEIGHBOUR if len(moving) == 1 else PAIR
+        def moving(which: int) -> tuple[list[int], str]:
+            units = self.moving[which]
+            return units, NEIGHBOUR if len(units) == 1 else PAIR
 
-        return self._first_kept(self._set_ptr, self._set_ops, np.zeros(0, np.int64), move)
+        return self._first_kept(self._set_ptr, self._set_ops, np.zeros(0, np.int64), moving)
 
     def _first_kept(self, set_ptr: np.ndarray, set_ops: np.ndarray, targets: np.ndarray,
-                    move: Callable[[int], tuple[list[int], int, str]]) -> bool:
+                    moving: Callable[[int], tuple[list[int], str]]) -> bool:
         """The first of the moves (:func:`_first_shorter`'s) that is strictly shorter and fits, kept: each
         shorter trial found in compiled code is kept here if it fits, else the search goes on after it.
-        ``move(index)``: the units it moves, the target and the kind of link, for the log."""
+        ``moving(which)``: the units of moving set ``which`` and the kind of link, for the log."""
         graph, out, devices = self.graph, self.out, self.machine.devices
         begin = 0
         while not self.spent:
@@ -270,12 +268,12 @@ class _Search:
             out.evaluations += used
             if index < 0:
                 return False
-            which = index if targets.size else index // devices
-            moving, target, kind = move(index)
+            which, target = (index, int(targets[index])) if targets.size else divmod(index, devices)
+            units, kind = moving(which)
             members = set_ops[set_ptr[which]:set_ptr[which + 1]]
             trial = placement.copy()
             trial[members] = target
-            logged = (kind, int(self.first_op[moving[0]]), int(placement[members[0]]), target)
+            logged = (kind, int(self.first_op[units[0]]), int(placement[members[0]]), target)
             if self.keep(trial, self.emulator(trial), logged):
                 return True
             begin = index + 1  # shorter but over a limit: the search goes on after it

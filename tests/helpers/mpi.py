@@ -140,15 +140,15 @@ def uninterrupted_losses() -> list[list[float]]:
     how many iterations the run has (a constant learning rate, the same batch sequence)."""
     import tempfile
 
-    from tests.helpers.shared import shared
+    from tests.helpers import shared as shared_module
 
     def launch() -> list[list[float]]:
-        out = Path(tempfile.mkdtemp(prefix="uninterrupted-"))
+        out = Path(tempfile.mkdtemp(prefix="uninterrupted-", dir=shared_module.ROOT))  # the run's temporary root
         proc, _ = mpirun_launch([*RESUMABLE, "--out", str(out)], timeout=300)
         assert proc.returncode == 0, output(proc)
         [run_dir] = [p for p in out.iterdir() if p.is_dir()]
         return [[r["loss"] for r in read_records(run_dir / f"rank-{rank}.jsonl") if r["event"] == "iteration"]
                 for rank in (0, 1)]
 
-    return shared(("uninterrupted losses", *RESUMABLE), launch)
+    return shared_module.shared(("uninterrupted losses", *RESUMABLE), launch)
 
