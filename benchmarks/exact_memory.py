@@ -7,7 +7,8 @@
 CCR 0.1-100 by scaled compute, K = 2, 3, limits 0.3-0.9 of the one-device peak), each solved exactly
 (:mod:`pardnn.baselines.exact`, a model blind to transient buffers), searched by a plain local search
 with the emulator (:func:`search_fit`, what fits as the emulator counts memory) and placed by ParDNN,
-with and without memory repair. The measures: section "exact-memory" of benchmarks/RESULTS.md.
+with and without memory repair and the refinement's cluster moves. The measures: section "exact-memory"
+of benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pardnn.emulation.simulate import evaluate
 from pardnn.errors import InfeasibleError, NoPlacementFoundError
 from pardnn.placement.result import communication_ratio
 from pardnn.polish import guard as guard_module
+from pardnn.polish import refine as refine_module
 from pardnn.steps.units import units_of
 
 HERE = Path(__file__).resolve().parent
@@ -129,11 +131,13 @@ def search_fit(graph: CostGraph, machine: Machine, starts: Sequence[np.ndarray],
     return best[1] if best is not None and best[0] == 0 else None
 
 
-def _pardnn(graph: CostGraph, machine: Machine, repair: bool) -> dict[str, Any]:
-    """ParDNN's answer, with memory repair or without it (the version before it)."""
+def _pardnn(graph: CostGraph, machine: Machine, repair: bool, clusters: bool = True) -> dict[str, Any]:
+    """ParDNN's answer, with memory repair or without it, with the refinement's cluster moves or without
+    them (the versions before each)."""
     started = time.perf_counter()
-    kept = guard_module.REPAIR_STARTS
+    kept, moves = guard_module.REPAIR_STARTS, refine_module.CLUSTER_MOVES
     guard_module.REPAIR_STARTS = kept if repair else 0
+    refine_module.CLUSTER_MOVES = clusters
     try:
         result = partition(graph, machine)
         evaluation = result.report.evaluation
@@ -143,7 +147,7 @@ def _pardnn(graph: CostGraph, machine: Machine, repair: bool) -> dict[str, Any]:
         record = {"pardnn": None, "fits": False, "infeasible": True, "message": str(error).splitlines()[0],
                   "proven": not isinstance(error, NoPlacementFoundError)}  # a proof, not the heuristics giving up
     finally:
-        guard_module.REPAIR_STARTS = kept
+        guard_module.REPAIR_STARTS, refine_module.CLUSTER_MOVES = kept, moves
     record["pardnn_seconds"] = time.perf_counter() - started
     return record
 
@@ -166,8 +170,10 @@ def run_case(index: int, seed: int, time_limit_s: float, search: bool = True) ->
         ours = _pardnn(graph, where, repair=True)
         placed = ours.pop("placement", None)
         record.update(ours)
+        record["unclustered"] = _pardnn(graph, where, repair=True, clusters=False)
+        record["unclustered"].pop("placement", None)
         if label == "bound":
-            before = _pardnn(graph, where, repair=False)
+            before = _pardnn(graph, where, repair=False, clusters=False)
             before.pop("placement", None)
             record["before"] = before
             if search:
@@ -183,12 +189,14 @@ def _stats(values: Sequence[float]) -> tuple[str, str, str]:
     return f"{statistics.mean(values):.3f}", f"{float(np.percentile(values, 95)):.3f}", f"{max(values):.3f}"
 
 
-def gaps(cases: list[dict[str, Any]], label: str, *, loose: bool = False) -> list[float]:
+def gaps(cases: list[dict[str, Any]], label: str, *, loose: bool = False, version: str | None = None) -> list[float]:
     """ParDNN / optimum of the cases proven optimal where ParDNN's placement fits and (unless ``loose``) the
     exact placement fits the emulator's memory too: the model drops transient buffers, so where they
-    decide what fits, its optimum is a loose bound, not a gap."""
-    return [c[label]["pardnn"] / c[label]["optimum"] for c in cases
-            if c[label]["status"] == "optimal" and c[label]["optimum"] and c[label]["fits"]
+    decide what fits, its optimum is a loose bound, not a gap. ``version``: an earlier ParDNN's record
+    (``"unclustered"``: before the cluster moves) instead of today's."""
+    ours = (lambda c: c[label]) if version is None else (lambda c: c[label][version])
+    return [ours(c)["pardnn"] / c[label]["optimum"] for c in cases
+            if c[label]["status"] == "optimal" and c[label]["optimum"] and ours(c)["fits"]
             and (loose or c[label]["exact_fits"])]
 
 
@@ -202,10 +210,12 @@ def best_known(case: dict[str, Any]) -> float | None:
 
 
 def _versions(cases: list[dict[str, Any]]) -> list[str]:
-    """The table of ParDNN before memory repair and with it, against the fitting placements known."""
+    """The table of ParDNN before memory repair, with it and with the cluster moves, against the fitting
+    placements known."""
     rows = []
-    for name, pick in (("before: heuristic I alone", lambda c: c["bound"]["before"]),
-                       ("with memory repair", lambda c: c["bound"])):
+    for name, pick in (("heuristic I alone", lambda c: c["bound"]["before"]),
+                       ("with memory repair, before cluster moves", lambda c: c["bound"]["unclustered"]),
+                       ("**with cluster moves (now)**", lambda c: c["bound"])):
         known = [(pick(c), best_known(c)) for c in cases]
         fits = sum(r["fits"] for r, _ in known)
         refused = sum(r["infeasible"] for r, _ in known)
@@ -216,6 +226,24 @@ def _versions(cases: list[dict[str, Any]]) -> list[str]:
         rows.append(f"| {name} | {fits} | {refused} | {false} | {over} | {mean} | {p95} | {top} | {len(ratios)} |")
     return ["| ParDNN | fits | \"infeasible\" | of which a fitting placement is known | over the limit | "
             "/ best known: mean | p95 | max | cases |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|", *rows]
+
+
+def _largest_against_known(cases: list[dict[str, Any]], count: int = 5) -> list[str]:
+    """The cases where ParDNN before the cluster moves was furthest from the best fitting placement known,
+    before and now."""
+    def ratio(record: dict[str, Any], known: float | None) -> float | None:
+        return record["pardnn"] / known if known and record["fits"] else None
+
+    rows = [(ratio(c["bound"]["unclustered"], best_known(c)), ratio(c["bound"], best_known(c)), c) for c in cases]
+    rows = sorted((r for r in rows if r[0] is not None), key=lambda r: -r[0])[:count]
+    lines = ["", f"The {count} largest gaps to the best known before the cluster moves, and now:", "",
+             "| case | shape | ops | K | CCR | limit | before / best known | now / best known |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for before, now, c in rows:
+        shown = "-" if now is None else f"{now:.3f}"
+        lines.append(f"| {c['index']} | {c['shape']} | {c['n']} | {c['k']} | {c['target']:g} | {c['fraction']:g} | "
+                     f"{before:.3f} | {shown} |")
+    return lines
 
 
 def render(cases: list[dict[str, Any]], seconds: float, command: str, time_limit_s: float) -> str:
@@ -234,11 +262,14 @@ def render(cases: list[dict[str, Any]], seconds: float, command: str, time_limit
              "makespan / the optimum over the cases proven optimal where ParDNN's placement fits.", "",
              "| | mean | p95 | max | ≤ 1.001 | cases |", "|---|---:|---:|---:|---:|---:|"]
     versions = _versions(cases) if all("before" in c["bound"] for c in cases) else []
-    rows = (("bound", "under the limit, the exact placement fitting too", False),
-            ("bound", "under the limit, every proven case (a loose bound where transients decide)", True),
-            ("free", "no limit (the same graphs)", False))
-    for label, name, loose in rows:
-        ratios = gaps(cases, label, loose=loose)
+    rows = (("bound", "under the limit, the exact placement fitting too", False, None),
+            ("bound", "the same, before cluster moves", False, "unclustered"),
+            ("bound", "under the limit, every proven case (a loose bound where transients decide)", True, None),
+            ("bound", "the same, before cluster moves", True, "unclustered"),
+            ("free", "no limit (the same graphs)", False, None),
+            ("free", "the same, before cluster moves", False, "unclustered"))
+    for label, name, loose, version in rows:
+        ratios = gaps(cases, label, loose=loose, version=version)
         mean, p95, top = _stats(ratios)
         lines.append(f"| {name} | {mean} | {p95} | {top} | {sum(r <= 1.001 for r in ratios)} | {len(ratios)} |")
     ratios, free = gaps(cases, "bound"), gaps(cases, "free")
@@ -254,10 +285,11 @@ def render(cases: list[dict[str, Any]], seconds: float, command: str, time_limit
     if versions:
         lines += ["", "Against every placement known to fit as the emulator counts memory (the exact solver's when it "
                   "fits, and a plain local search's: every unit moved, every pair swapped, from the exact solver's "
-                  f"and ParDNN's placements and {RESTARTS} random ones, `search_fit`), ParDNN before memory repair "
-                  "and with it (a ratio below 1: ParDNN's run order beats the placements found, which run in order "
-                  "of readiness):", "",
+                  f"and ParDNN's placements and {RESTARTS} random ones, `search_fit`), ParDNN with heuristic I "
+                  "alone, with memory repair, and with the refinement's cluster moves too (a ratio below 1: "
+                  "ParDNN's run order beats the placements found, which run in order of readiness):", "",
                   *versions]
+        lines += _largest_against_known(cases)
     loose = [c for c in cases
              if c["bound"]["status"] == "optimal" and c["bound"]["fits"] and not c["bound"]["exact_fits"]]
     refused = [c for c in cases if c["bound"]["infeasible"]]

@@ -3,7 +3,8 @@
 :func:`refine` emulates the step, follows its critical chain back from the op that finishes last and
 tries the moves that could shorten it (a unit to the device of the transfer it waited for, or off a
 busy device), keeping a move only when the step gets strictly shorter and every device still fits;
-on small graphs it also sweeps every unit and linked pair, then iterates with seeded random kicks.
+on small graphs it also sweeps every unit and linked pair, then iterates with seeded random kicks,
+and ends moving clusters of units joined by heavy edges (:mod:`pardnn.polish.clusters`).
 ``seconds`` of budget becomes a fixed number of emulations (deterministic on every node).
 docs/internals.md ("The refinement") has the rules, the choices and the measurements.
 """
@@ -24,6 +25,7 @@ from pardnn.emulation.emulated import TOLERANCE, Emulated, emulate_and_track, st
 from pardnn.emulation.emulator import UPWARD_RANK, Emulator, RunOrder, Schedule, emulate_sweep, upward_rank_sweep
 from pardnn.emulation.memory import MemoryProfile
 from pardnn.polish.chain import DEVICE, TRANSFER, chain_moves, critical_chain
+from pardnn.polish.clusters import linkage_clusters
 from pardnn.polish.stages import Context
 from pardnn.steps.units import units_of
 
@@ -38,8 +40,14 @@ REFINE_SECONDS = 0.1  # the default budget (on the 200k-op benchmark graph: one 
 SECONDS_PER_MOVE = 1e-5
 SECONDS_PER_ELEMENT = 1e-7
 MAX_EVALUATIONS = 100_000  # about a second on the smallest graphs
-NEIGHBOUR, PAIR, KICK = "neighbour", "pair", "kick"
+NEIGHBOUR, PAIR, CLUSTER, KICK = "neighbour", "pair", "cluster", "kick"
+CLUSTER_MOVES = True
+CLUSTER_SHARE = 0.25
 KICK_UNITS = 4  # units moved at random by one kick of the iterated local search
+
+
+def _kind(units: list[int]) -> str:
+    return NEIGHBOUR if len(units) == 1 else PAIR if len(units) == 2 else CLUSTER
 
 
 def evaluations_for(graph: CostGraph, seconds: float) -> int:
@@ -158,6 +166,9 @@ class _Search:
         # The sweep's moving sets (each unit, then each linked pair) as CSR for the compiled sweep, which
         # emulates in the order of readiness or by upward rank (positions: the Python sweep).
         self.moving = [[u] for u in self.order] + [list(pair) for pair in self.pairs]
+        self.sets = self.paired = len(self.moving)  # the sets the sweep moves: the clusters join in the last phase
+        if self.whole and CLUSTER_MOVES:
+            self.moving += linkage_clusters(graph, unit)
         self.compiled = order is None or order == UPWARD_RANK
         if self.compiled:
             self._edge_comm = machine.edge_comm_us(graph.succ_bytes)  # the chain's moves are tried compiled too
@@ -230,27 +241,28 @@ class _Search:
                 return True
         return False
 
-    def sweep(self) -> bool:
-        """The whole neighbourhood, in op order: every unit, then every linked pair, to every device."""
+    def sweep(self, first: int = 0) -> bool:
+        """The whole neighbourhood, in op order: every unit, then every linked pair, then (in the last phase)
+        every cluster, to every device; from moving set ``first``."""
         if self.compiled:
-            return self._compiled_sweep()
-        for moving in self.moving:
+            return self._compiled_sweep(first)
+        for moving in self.moving[first : self.sets]:
             for target in range(self.machine.devices):
                 if self.spent:
                     return False
-                if self.attempt(moving, target, NEIGHBOUR if len(moving) == 1 else PAIR):
+                if self.attempt(moving, target, _kind(moving)):
                     return True
         return False
 
-    def _compiled_sweep(self) -> bool:
+    def _compiled_sweep(self, first: int) -> bool:
         """:meth:`sweep`'s moves tried by :func:`_first_shorter` (the same moves, order, budget and
         answers; about 10x faster)."""
 
         def moving(which: int) -> tuple[list[int], str]:
-            units = self.moving[which]
-            return units, NEIGHBOUR if len(units) == 1 else PAIR
+            units = self.moving[first + which]
+            return units, _kind(units)
 
-        return self._first_kept(self._set_ptr, self._set_ops, np.zeros(0, np.int64), moving)
+        return self._first_kept(self._set_ptr[first : self.sets + 1], self._set_ops, np.zeros(0, np.int64), moving)
 
     def _first_kept(self, set_ptr: np.ndarray, set_ops: np.ndarray, targets: np.ndarray,
                     moving: Callable[[int], tuple[list[int], str]]) -> bool:
@@ -300,6 +312,22 @@ class _Search:
                     del out.moves[logged:]
 
 
+    def cluster_reserve(self) -> int:
+        """The emulations kept for the cluster phase: two sweeps of the clusters, at most ``CLUSTER_SHARE``
+        of the budget."""
+        clusters = len(self.moving) - self.paired
+        return min(int(self.budget * CLUSTER_SHARE), 2 * clusters * (self.machine.devices - 1))
+
+    def clustered(self) -> None:
+        """The last phase: from the local minimum the search ended in, the first cluster move that shortens
+        the step, then the descent with the clusters in the sweep; again while a cluster move is kept."""
+        if self.paired == len(self.moving):
+            return
+        self.sets = len(self.moving)
+        while not self.spent and self.sweep(self.paired):
+            self.descend()
+
+
 def refine(graph: CostGraph, machine: Machine, start: Emulated, *, seconds: float = REFINE_SECONDS,
            order: RunOrder = None) -> Refined:
     """Shorten the emulated step of ``start`` by moves on its critical chain (module docstring).
@@ -312,8 +340,12 @@ def refine(graph: CostGraph, machine: Machine, start: Emulated, *, seconds: floa
     if budget == 0 or machine.devices < 2 or graph.n == 0:
         return Refined(start, start.makespan_us)
     search = _Search(graph, machine, start, budget, order)
+    reserve = search.cluster_reserve()
+    search.budget -= reserve  # the cluster phase's share, kept from the kicks
     search.descend()
     search.iterate()
+    search.budget += reserve
+    search.clustered()
     return search.out
 
 

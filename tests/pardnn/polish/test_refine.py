@@ -101,8 +101,9 @@ def test_refine_never_slows_never_splits_a_group_and_is_deterministic(g, k, band
 @given(random_dags(max_ops=25), st.integers(2, 4), st.sampled_from(["150GB/s", "1GB/s"]), st.floats(0.5, 1.0),
        st.sampled_from([None, "upward_rank"]))
 def test_the_compiled_moves_make_the_same_search_as_the_python_ones(g, k, bandwidth, tight, order):
-    """The chain's and the sweep's moves tried in compiled code give the same moves, evaluations and answer
-    as tried one by one in Python, with memory limits that bind and in both emulated run orders."""
+    """The chain's, the sweep's and the cluster phase's moves tried in compiled code give the same moves,
+    evaluations and answer as tried one by one in Python, with memory limits that bind and in both emulated
+    run orders."""
     from pardnn.polish import refine as module
 
     limit = max(1, int(track_memory(g, Machine(1), np.zeros(g.n, np.int64),
@@ -120,17 +121,20 @@ def test_the_compiled_moves_make_the_same_search_as_the_python_ones(g, k, bandwi
         (chains if args[-1].size else sweeps).append(args[4])
         return compiled_sweep(*args)
 
+    budget = evaluations_for(g, 0.05)
     for compiled in (True, False):
-        search = module._Search(g, machine, start, evaluations_for(g, 0.05), order)
+        search = module._Search(g, machine, start, budget, order)
         search.compiled = compiled and search.compiled
         module._first_shorter = counted
         try:
             search.descend()
             search.iterate()
+            search.clustered()
         finally:
             module._first_shorter = compiled_sweep
         runs.append((search.out.placement.tolist(), search.out.evaluations, search.out.moves))
-    reached(bool(sweeps) and bool(chains), "the compiled chain moves and sweep ran")
+    clusters = search.paired < len(search.moving)
+    reached(bool(sweeps) and bool(chains) and clusters, "the compiled chain moves, sweep and cluster sweep ran")
     assert runs[0] == runs[1]
 
 
