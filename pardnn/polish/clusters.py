@@ -52,7 +52,8 @@ def linkage_clusters(graph: CostGraph, unit: np.ndarray) -> list[list[int]]:
         if len(mx) < len(my):
             x, y, mx, my = y, x, my, mx
         parent[y] = x
-        members[x] = joined = mx + my
+        mx.extend(my)
+        members[x] = joined = mx
         if 3 <= len(joined) <= most:
             if len(joined) > left:
                 break

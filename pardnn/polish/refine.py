@@ -41,12 +41,13 @@ SECONDS_PER_MOVE = 1e-5
 SECONDS_PER_ELEMENT = 1e-7
 MAX_EVALUATIONS = 100_000  # about a second on the smallest graphs
 NEIGHBOUR, PAIR, CLUSTER, KICK = "neighbour", "pair", "cluster", "kick"
-CLUSTER_MOVES = True
-CLUSTER_SHARE = 0.25
+CLUSTER_MOVES = True  # the last phase (pardnn.polish.clusters); benchmarks.exact_memory switches it off for "before"
+CLUSTER_SHARE = 0.25  # the most of the budget the kicks leave to the cluster phase
 KICK_UNITS = 4  # units moved at random by one kick of the iterated local search
 
 
 def _kind(units: list[int]) -> str:
+    """The log's name of a move of ``units``."""
     return NEIGHBOUR if len(units) == 1 else PAIR if len(units) == 2 else CLUSTER
 
 
@@ -112,7 +113,8 @@ class RefineDetails:
 @dataclass
 class Refined:
     """The refined answer (never slower than the start, within the limits) and the search's log:
-    ``moves`` as ``(link, unit's first op, from, to)``, kicks included."""
+    ``moves`` as ``(link, unit's first op, from, to)``, kicks included (a pair or a cluster: its first
+    unit's first op and that op's device)."""
 
     answer: Emulated
     makespan_before_us: float
@@ -242,8 +244,8 @@ class _Search:
         return False
 
     def sweep(self, first: int = 0) -> bool:
-        """The whole neighbourhood, in op order: every unit, then every linked pair, then (in the last phase)
-        every cluster, to every device; from moving set ``first``."""
+        """The whole neighbourhood: every unit (in op order), then every linked pair, then (in the last
+        phase) every cluster (in merge order), to every device; from moving set ``first``."""
         if self.compiled:
             return self._compiled_sweep(first)
         for moving in self.moving[first : self.sets]:
@@ -311,10 +313,21 @@ class _Search:
                     out.answer = before
                     del out.moves[logged:]
 
+    def run(self) -> None:
+        """The descent, the kicks (less what they leave to the cluster phase), then the cluster phase."""
+        self.descend()
+        reserve = self.cluster_reserve()
+        self.budget -= reserve
+        self.iterate()
+        self.budget += reserve
+        self.clustered()
 
     def cluster_reserve(self) -> int:
-        """The emulations kept for the cluster phase: two sweeps of the clusters, at most ``CLUSTER_SHARE``
-        of the budget."""
+        """The emulations the kicks leave to the cluster phase: about two sweeps of the clusters (each to
+        every other device), at most :data:`CLUSTER_SHARE` of the budget; none without kicks (the descent
+        stops at its local minimum and the phase takes what is left)."""
+        if not self.deep:
+            return 0
         clusters = len(self.moving) - self.paired
         return min(int(self.budget * CLUSTER_SHARE), 2 * clusters * (self.machine.devices - 1))
 
@@ -340,12 +353,7 @@ def refine(graph: CostGraph, machine: Machine, start: Emulated, *, seconds: floa
     if budget == 0 or machine.devices < 2 or graph.n == 0:
         return Refined(start, start.makespan_us)
     search = _Search(graph, machine, start, budget, order)
-    reserve = search.cluster_reserve()
-    search.budget -= reserve  # the cluster phase's share, kept from the kicks
-    search.descend()
-    search.iterate()
-    search.budget += reserve
-    search.clustered()
+    search.run()
     return search.out
 
 

@@ -116,6 +116,7 @@ def test_the_cluster_phase_never_lengthens_the_step_and_keeps_the_limits(g, k, t
         module._Search.clustered = phase  # type: ignore[method-assign]
     [(makespan, clusters, evaluations)] = before
     reached(clusters > 0, "the cluster phase had clusters to move")
-    assert out.schedule.makespan_us <= makespan + 1e-9 and out.evaluations >= evaluations
+    assert out.schedule.makespan_us <= makespan + 1e-9
+    assert out.evaluations > evaluations or clusters == 0  # the kicks left the phase its share
     assert out.evaluations <= evaluations_for(g, 0.02)
     assert (out.memory.peak_bytes <= machine.limits_bytes).all()

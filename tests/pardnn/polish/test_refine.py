@@ -114,11 +114,11 @@ def test_the_compiled_moves_make_the_same_search_as_the_python_ones(g, k, bandwi
     except Exception:  # no placement fits: nothing to refine
         return
     start = Emulated(placement, emulate(g, machine, placement, order=order), None)
-    runs, sweeps, chains = [], [], []
+    runs, sweeps, chains, clusters = [], [], [], []
     compiled_sweep = module._first_shorter
 
     def counted(*args):
-        (chains if args[-1].size else sweeps).append(args[4])
+        (chains if args[-1].size else clusters if args[1][0] > 0 else sweeps).append(args[4])
         return compiled_sweep(*args)
 
     budget = evaluations_for(g, 0.05)
@@ -127,14 +127,11 @@ def test_the_compiled_moves_make_the_same_search_as_the_python_ones(g, k, bandwi
         search.compiled = compiled and search.compiled
         module._first_shorter = counted
         try:
-            search.descend()
-            search.iterate()
-            search.clustered()
+            search.run()
         finally:
             module._first_shorter = compiled_sweep
         runs.append((search.out.placement.tolist(), search.out.evaluations, search.out.moves))
-    clusters = search.paired < len(search.moving)
-    reached(bool(sweeps) and bool(chains) and clusters, "the compiled chain moves, sweep and cluster sweep ran")
+    reached(bool(sweeps) and bool(chains) and bool(clusters), "the compiled chain moves, sweep and cluster sweep ran")
     assert runs[0] == runs[1]
 
 
