@@ -12,6 +12,7 @@ from benchmarks.exact_memory import (
     BANDWIDTH,
     LATENCY,
     SPREAD,
+    _pardnn,
     case_graph,
     gaps,
     largest_unit,
@@ -89,22 +90,15 @@ def test_case_278_the_cluster_moves_halve_the_step():
     from there longer or over the limit. Moving layer 0's branches 2-4 with their concat, layer 1's
     convolution and its filter gradient (a cluster joined by 22-28 MB edges) to one device at once, then
     layer 1's kernel group and ReLU after them, gets within 1 % of it: that device holds exactly those."""
-    from pardnn.polish import refine as module
-
     graph, meta = case_graph(278, 0)
     machine = Machine(meta["k"], memory=max(1, int(meta["fraction"] * one_device_peak(graph))), reserve=0.0,
                       bandwidth=BANDWIDTH, latency=LATENCY)
-    kept = module.CLUSTER_MOVES
-    try:
-        module.CLUSTER_MOVES = False
-        before = partition(graph, machine).report.evaluation
-    finally:
-        module.CLUSTER_MOVES = kept
-    now = partition(graph, machine)
-    assert before.memory_fits and now.report.evaluation.memory_fits
-    assert now.report.evaluation.makespan_us <= 0.55 * before.makespan_us
+    before, now = _pardnn(graph, machine, repair=True, clusters=False), _pardnn(graph, machine, repair=True)
+    assert before["fits"] and now["fits"]
+    assert now["pardnn"] <= 0.55 * before["pardnn"]
     conv = list(graph.names).index("layer_1/Conv2D")
-    together = {graph.names[op] for op in np.flatnonzero(now.placement == now.placement[conv])}
+    placement = now["placement"]
+    together = {graph.names[op] for op in np.flatnonzero(placement == placement[conv])}
     assert together == {*(f"layer_0/branch_{i}/BatchMatMulV2" for i in (2, 3, 4)), "layer_0/concat", "layer_1/Conv2D",
                         "gradients/layer_1/Conv2D_grad/Conv2DBackpropFilter", "layer_1/Relu", "layer_1/kernel",
                         "layer_1/kernel/Adam", "layer_1/kernel/Adam_1", "Adam/update_layer_1/kernel/ResourceApplyAdam"}
