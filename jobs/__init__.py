@@ -30,6 +30,9 @@ _NEEDS_TF = ("TrainGraph", "build", "export_graph")
 
 def __getattr__(name: str) -> Any:
     if name in _NEEDS_TF:
+        from pardnn.tfstack import import_tensorflow
+
+        import_tensorflow()  # without the garbage collector's passes (pardnn.tfstack)
         from jobs import training
 
         value = getattr(training, name)

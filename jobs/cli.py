@@ -76,7 +76,9 @@ def cmd_capture(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise MissingDependencyError(f"pardnn capture needs TensorFlow ({exc}): pip install -e '.[tf]'") from None
     from jobs.costing import FROM_JOB, cost_graph
+    from pardnn.tfstack import freeze_imports
 
+    freeze_imports()  # pardnn's own process: the collector leaves the imports be during the build
     device, steps = args.estimate or PLACEMENT["device_preset"].default, args.profile
     memory: Any = None  # a function's graph carries no limit; a job's carries its [placement] memory
     if job is None:
@@ -151,9 +153,13 @@ def cmd_max_batch(args: argparse.Namespace) -> int:
 
     job = load_job(args.job)  # a bad job file fails here, before TensorFlow loads
     try:
+        from jobs import build  # noqa: F401  (TensorFlow and the zoo, imported once before the builds)
         from jobs.maxbatch import format_rows, job_machine, job_max_batch, plot_rows, rows_csv, rows_json
     except ImportError as exc:
         raise MissingDependencyError(f"pardnn max-batch needs TensorFlow ({exc}): pip install -e '.[tf]'") from None
+    from pardnn.tfstack import freeze_imports
+
+    freeze_imports()  # pardnn's own process: the collector leaves the imports be during the builds
     started = time.perf_counter()
 
     def on_probe(kind: str, probe: Any) -> None:

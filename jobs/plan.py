@@ -159,6 +159,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"pardnn plan: {trial.plan.label}: {what} ({trial.seconds:.1f} s)", file=sys.stderr, flush=True)
 
     try:
+        from jobs import build  # noqa: F401  (TensorFlow and the zoo, imported once before the builds)
+        from pardnn.tfstack import freeze_imports
+
+        freeze_imports()  # pardnn's own process: the collector leaves the imports be during the builds
         search, described = _plan(args, job, on_trial)
     except ImportError as exc:
         raise MissingDependencyError(f"pardnn plan needs TensorFlow ({exc}): pip install -e '.[tf]'") from None

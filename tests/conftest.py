@@ -3,13 +3,15 @@ the count of the examples that reach the behaviour a property test is about.
 
 Profiles: ``default`` (60 examples; derandomized in CI, so a CI failure is a regression, not a new
 draw), ``nightly`` (600 random examples per test) and ``second-stack`` (30 derandomized examples: CI's second
-run of the core, under NumPy 2, once the pinned stack has run the default's 60),
-chosen by ``--hypothesis-profile nightly`` or ``HYPOTHESIS_PROFILE=nightly``.
+run of the core, under NumPy 2, beside the pinned stack's run of the default's 60),
+chosen by ``--hypothesis-profile nightly`` or ``HYPOTHESIS_PROFILE=nightly``. Collection (which imports
+TensorFlow) runs with the garbage collector paused, and what it made is frozen, as pardnn's own processes do.
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import os
 import resource
@@ -20,14 +22,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import event, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 
 from pardnn.costs.graph import CostGraph
 
 settings.register_profile("default", deadline=None, max_examples=60, derandomize=bool(os.environ.get("CI")))
 settings.register_profile("nightly", deadline=None, max_examples=600, derandomize=False)
-settings.register_profile("second-stack", deadline=None, max_examples=30, derandomize=True)
+# .ci/run runs the second stack's core at the lowest priority beside the pinned tests, where drawing an
+# example may wait seconds for a core: the wall-clock check of slow generation means nothing there.
+settings.register_profile("second-stack", deadline=None, max_examples=30, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # The tests' mpirun runs put their ranks on this machine's cores beside the other pytest worker. A rank that
@@ -115,6 +120,21 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
         return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return max(1, min(len(os.sched_getaffinity(0)), memory // WORKER_BYTES))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Any:
+    """Collect (importing TensorFlow, Keras and the test modules) without the cyclic garbage collector, then
+    freeze what the imports made (pardnn.tfstack.freeze_imports): the tests' graph builds then take the CPU
+    they take in ``pardnn-launch``, not the collector's passes over a million module objects."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return (yield)
+    finally:
+        if enabled:
+            gc.enable()
+        gc.freeze()
 
 
 @pytest.hookimpl(wrapper=True)  # around xdist's own hook, which reads the groups

@@ -33,6 +33,9 @@ _CHUNK = 1 << 28  # elements per MPI call at most: counts are C ints in MPI befo
 def _horovod() -> tuple[Any, str | None]:
     """``horovod.tensorflow`` and ``None``, or ``None`` and why it cannot be used."""
     try:
+        from pardnn.tfstack import import_tensorflow
+
+        import_tensorflow()  # Horovod's module imports it: without the collector's passes (pardnn.tfstack)
         import horovod.tensorflow as hvd
     except Exception as error:
         text = str(error).splitlines()[0] if str(error) else type(error).__name__

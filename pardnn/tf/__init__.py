@@ -8,9 +8,9 @@ May import: TensorFlow (the only package of pardnn that does), :mod:`pardnn.cost
 :mod:`pardnn.tfstack`, :mod:`pardnn.errors`.
 """
 
-from pardnn.tfstack import prepare as _prepare
+from pardnn.tfstack import import_tensorflow as _import_tensorflow
 
-_prepare()  # TensorFlow's environment (Keras 2 as tf.keras, no INFO lines) before it is imported
+_import_tensorflow()  # its environment first (Keras 2 as tf.keras, no INFO lines), its import without the collector
 
 from pardnn.costs.presets import PRESETS, DevicePreset, machine_for, preset
 from pardnn.tf.apply import ApplyReport, apply, device_names, session_config

@@ -3,6 +3,7 @@ process told what to do, Keras 3 model objects recognised (no TensorFlow import 
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -108,3 +109,58 @@ def test_importing_pardnn_tf_jobs_or_launcher_sets_the_environment_before_tensor
                          check=True).stdout.split()
     assert out[0] == "False"
     assert out[1] == ("1" if tfstack._tf_keras_installed() else "None")
+
+
+def test_tensorflow_is_imported_with_the_collector_paused_and_restored(monkeypatch):
+    """import_tensorflow pauses the cyclic collector during the import and restores its state after it, also
+    when the import fails; once imported it returns the module without importing again."""
+    seen, failing = [], []
+
+    def fake_import(name):
+        seen.append((name, gc.isenabled()))
+        if failing:
+            raise ImportError("no tensorflow here")
+        return types.SimpleNamespace(__name__=name)
+
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
+    monkeypatch.setattr(tfstack.importlib, "import_module", fake_import)
+    assert gc.isenabled()
+    assert tfstack.import_tensorflow().__name__ == "tensorflow"
+    assert seen == [("tensorflow", False)] and gc.isenabled()
+    failing.append(True)
+    with pytest.raises(ImportError):
+        tfstack.import_tensorflow()
+    assert seen[-1] == ("tensorflow", False) and gc.isenabled()
+    failing.clear()
+    gc.disable()
+    try:
+        tfstack.import_tensorflow()
+        assert not gc.isenabled()  # a collector the caller had paused stays paused
+    finally:
+        gc.enable()
+    monkeypatch.setitem(sys.modules, "tensorflow", "imported")
+    assert tfstack.import_tensorflow() == "imported" and len(seen) == 3
+
+
+def test_freeze_imports_moves_what_is_alive_out_of_the_collectors_passes():
+    made = [{} for _ in range(1000)]
+    before = gc.get_freeze_count()
+    tfstack.freeze_imports()
+    assert gc.get_freeze_count() >= before + len(made)
+
+
+def test_the_zoo_imports_tensorflow_with_the_collector_paused_and_leaves_it_on():
+    """In a fresh interpreter, the launcher's path to TensorFlow (``jobs.build``, imported on first use)
+    imports it with the cyclic collector off, and the collector is on again afterwards."""
+    code = ("import gc, sys\n"
+            "class Watch:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'tensorflow':\n"
+            "            print('collector-during-import', gc.isenabled())\n"
+            "sys.meta_path.insert(0, Watch())\n"
+            "import jobs\n"
+            "jobs.build\n"
+            "print('collector-after', gc.isenabled())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         check=True).stdout.split()
+    assert out == ["collector-during-import", "False", "collector-after", "True"]
