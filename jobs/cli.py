@@ -22,6 +22,7 @@ from pardnn.cli.options import EXIT_OK, add_parser, param_type, us
 from pardnn.costs.machine import format_bytes
 from pardnn.errors import MissingDependencyError, PardnnError
 from pardnn.settings import PLACEMENT
+from pardnn.tfstack import own_process
 
 __all__ = ["cmd_capture", "cmd_max_batch", "register_capture", "register_max_batch"]
 
@@ -57,6 +58,7 @@ def _call_function_spec(target: str) -> tuple[Any, Any, Any, str]:
 
 def cmd_capture(args: argparse.Namespace) -> int:
     quiet()  # no TensorFlow INFO lines on the console
+    own_process()  # TensorFlow's import, when it comes, is kept out of the garbage collector's passes
     from pardnn.costs.presets import preset
     from pardnn.io import write_graph
 
@@ -76,9 +78,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise MissingDependencyError(f"pardnn capture needs TensorFlow ({exc}): pip install -e '.[tf]'") from None
     from jobs.costing import FROM_JOB, cost_graph
-    from pardnn.tfstack import freeze_imports
 
-    freeze_imports()  # pardnn's own process: the collector leaves the imports be during the build
     device, steps = args.estimate or PLACEMENT["device_preset"].default, args.profile
     memory: Any = None  # a function's graph carries no limit; a job's carries its [placement] memory
     if job is None:
@@ -149,17 +149,14 @@ def _device_counts(text: str) -> list[int]:
 
 def cmd_max_batch(args: argparse.Namespace) -> int:
     quiet()  # no TensorFlow INFO lines on the console
+    own_process()  # TensorFlow's import, when it comes, is kept out of the garbage collector's passes
     from jobs import load_job
 
     job = load_job(args.job)  # a bad job file fails here, before TensorFlow loads
     try:
-        from jobs import build  # noqa: F401  (TensorFlow and the zoo, imported once before the builds)
         from jobs.maxbatch import format_rows, job_machine, job_max_batch, plot_rows, rows_csv, rows_json
     except ImportError as exc:
         raise MissingDependencyError(f"pardnn max-batch needs TensorFlow ({exc}): pip install -e '.[tf]'") from None
-    from pardnn.tfstack import freeze_imports
-
-    freeze_imports()  # pardnn's own process: the collector leaves the imports be during the builds
     started = time.perf_counter()
 
     def on_probe(kind: str, probe: Any) -> None:

@@ -31,6 +31,7 @@ from pardnn.emulation.allreduce import cluster_for
 from pardnn.errors import MissingDependencyError, PardnnError
 from pardnn.plan.search import MICRO_BATCHES, Plan, Planner, PlanSearch, Trial, replica_options
 from pardnn.settings import PLACEMENT
+from pardnn.tfstack import own_process
 
 CPUS_PER_DEVICE = 8  # cores a task asks for each GPU it drives, as slurm/pardnn.sbatch does (32 for 4 GPUs)
 
@@ -151,6 +152,7 @@ def _launch_options(args: argparse.Namespace) -> list[str]:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     quiet()  # no TensorFlow INFO lines on the console
+    own_process()  # TensorFlow's import, when it comes, is kept out of the garbage collector's passes
     job = load_job(args.job)  # a bad job file fails here, before TensorFlow loads
 
     def on_trial(trial: Trial) -> None:
@@ -159,10 +161,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"pardnn plan: {trial.plan.label}: {what} ({trial.seconds:.1f} s)", file=sys.stderr, flush=True)
 
     try:
-        from jobs import build  # noqa: F401  (TensorFlow and the zoo, imported once before the builds)
-        from pardnn.tfstack import freeze_imports
-
-        freeze_imports()  # pardnn's own process: the collector leaves the imports be during the builds
         search, described = _plan(args, job, on_trial)
     except ImportError as exc:
         raise MissingDependencyError(f"pardnn plan needs TensorFlow ({exc}): pip install -e '.[tf]'") from None

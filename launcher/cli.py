@@ -24,6 +24,7 @@ from launcher.reporting import console
 from launcher.settings import ALLREDUCE_CHOICES, LAUNCHER_DEFAULTS, OVERRIDABLE, SCHEMA, parse_window
 from launcher.training.recompute import WRAPPED
 from launcher.variants import DATA, PARALLELISMS, RECOMPUTE
+from pardnn.tfstack import own_process
 
 __all__ = ["build_parser", "main"]
 
@@ -187,6 +188,7 @@ def _configure_logging(verbose: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     share_cores()  # before MPI (Horovod's or mpi4py's init) and TensorFlow start
+    own_process()  # TensorFlow's import, when it comes, is kept out of the garbage collector's passes
     parser = build_parser()
     on_hosts = hosts.start(parser, argv)  # --hosts/--hostfile: mpirun runs pardnn-launch there (launcher.cluster.hosts)
     if on_hosts is not None:

@@ -3,8 +3,8 @@
 :func:`prepare` (called before TensorFlow is imported) sets ``TF_USE_LEGACY_KERAS=1`` when ``tf_keras`` is
 installed; :func:`check_keras` raises when Keras 3 is already fixed; :func:`keras3_model` tells a Keras 3
 object without importing anything (Keras 3 models train through jobs.keras3). :func:`import_tensorflow`
-imports it with the cyclic garbage collector paused; :func:`freeze_imports`, for pardnn's own processes,
-keeps the collector off what the imports made. Imports neither TensorFlow nor Keras on its own import.
+imports it with the cyclic garbage collector paused, and in pardnn's own processes (:func:`own_process`)
+keeps the collector off what the import made. Imports neither TensorFlow nor Keras on its own import.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import sys
 from types import ModuleType
 from typing import Any
 
-__all__ = ["KERAS3_FIX", "check_keras", "freeze_imports", "import_tensorflow", "keras3_model", "keras3_module",
-           "keras_in_use", "prepare"]
+__all__ = ["KERAS3_FIX", "check_keras", "import_tensorflow", "keras3_model", "keras3_module", "keras_in_use",
+           "own_process", "prepare"]
 
 KERAS3_FIX = ("pardnn needs Keras 2 as tf.keras: pip install tf-keras (the release matching TensorFlow's) and set "
               "TF_USE_LEGACY_KERAS=1 before TensorFlow is imported (importing pardnn, jobs or launcher first sets it)")
@@ -58,9 +58,24 @@ def prepare() -> None:
               f"{KERAS3_FIX}", file=sys.stderr)
 
 
+def own_process() -> None:
+    """Say that this process is pardnn's own (``pardnn-launch``, ``pardnn capture``/``max-batch``/``plan``): when
+    :func:`import_tensorflow` then imports TensorFlow, it freezes what the import made (:func:`gc.freeze`), so the
+    collector's later passes, which a graph build's millions of objects set off, no longer walk the modules'
+    objects (a word-rnn build: 7.6 -> 6.6 s of CPU). Freezing right after the import keeps no garbage alive;
+    a library call never freezes (it would keep its user's cyclic garbage), nor does a process whose TensorFlow
+    was imported before this call."""
+    global _own
+    _own = True
+
+
+_own = False
+
+
 def import_tensorflow() -> ModuleType:
     """``tensorflow``, imported after :func:`prepare` with Python's cyclic garbage collector paused (then
-    restored as it was); the module at once when already imported.
+    restored as it was), and frozen in pardnn's own processes (:func:`own_process`); the module at once when
+    already imported.
 
     The import makes about a million objects and next to no garbage, and the collector's passes over them
     were a quarter of its CPU time: 6.5 -> 4.9 s on the 2-core development machine, once per process
@@ -72,19 +87,13 @@ def import_tensorflow() -> ModuleType:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return importlib.import_module("tensorflow")
+        module = importlib.import_module("tensorflow")
+        if _own:
+            gc.freeze()
+        return module
     finally:
         if enabled:
             gc.enable()
-
-
-def freeze_imports() -> None:
-    """For pardnn's own processes (``pardnn-launch``, ``pardnn capture``/``max-batch``/``plan``) once TensorFlow
-    and the job's modules are imported: every object alive now moves to the collector's permanent generation
-    (:func:`gc.freeze`), so its later passes, which a graph build's millions of objects set off, no longer walk
-    the modules' objects again (a word-rnn build: 7.6 -> 6.6 s of CPU). Never called on import: a library
-    does not freeze its user's heap."""
-    gc.freeze()
 
 
 def check_keras(where: str = "pardnn") -> None:

@@ -125,8 +125,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 @pytest.hookimpl(wrapper=True)
 def pytest_collection(session: pytest.Session) -> Any:
     """Collect (importing TensorFlow, Keras and the test modules) without the cyclic garbage collector, then
-    freeze what the imports made (pardnn.tfstack.freeze_imports): the tests' graph builds then take the CPU
-    they take in ``pardnn-launch``, not the collector's passes over a million module objects."""
+    freeze what the imports made, as pardnn's own processes do (pardnn.tfstack.own_process): the tests' graph
+    builds then take the CPU they take in ``pardnn-launch``, not the collector's passes over module objects."""
     enabled = gc.isenabled()
     gc.disable()
     try:

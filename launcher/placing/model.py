@@ -197,10 +197,7 @@ def run_model(state: RunState, shared: SharedByVariants, guard: StopGuard) -> di
 
         import pardnn.tf as ptf
         from launcher.training.devices import node_devices
-        from pardnn.tfstack import freeze_imports
         from pardnn.warmup import warm_up
-
-        freeze_imports()  # the rank's own process: the collector leaves the imports be (pardnn.tfstack)
     k = settings.replica_devices
     first = None if k is None else topology.local_rank * k  # this rank's replica's devices
     devices = node_devices(k or settings.devices_per_node, topology.node, first)

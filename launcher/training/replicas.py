@@ -44,9 +44,6 @@ def run_data(state: RunState, shared: SharedByVariants, guard: StopGuard) -> dic
         from jobs.costing import cost_graph
         from launcher.training.devices import node_machine, replica_devices
         from pardnn.emulation.simulate import evaluate_step
-        from pardnn.tfstack import freeze_imports
-
-        freeze_imports()  # the rank's own process: the collector leaves the imports be (pardnn.tfstack)
     devices = raise_everywhere(topology, "choosing the devices",
                                lambda: replica_devices(topology.local_rank, topology.node))
     state.devices = {"kind": devices.kind, "count": devices.count, "names": list(devices.names)}

@@ -124,6 +124,7 @@ def test_tensorflow_is_imported_with_the_collector_paused_and_restored(monkeypat
 
     monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
     monkeypatch.setattr(tfstack.importlib, "import_module", fake_import)
+    monkeypatch.setattr(tfstack, "_own", False)
     assert gc.isenabled()
     assert tfstack.import_tensorflow().__name__ == "tensorflow"
     assert seen == [("tensorflow", False)] and gc.isenabled()
@@ -142,11 +143,21 @@ def test_tensorflow_is_imported_with_the_collector_paused_and_restored(monkeypat
     assert tfstack.import_tensorflow() == "imported" and len(seen) == 3
 
 
-def test_freeze_imports_moves_what_is_alive_out_of_the_collectors_passes():
-    made = [{} for _ in range(1000)]
-    before = gc.get_freeze_count()
-    tfstack.freeze_imports()
-    assert gc.get_freeze_count() >= before + len(made)
+def test_only_pardnns_own_processes_freeze_what_the_import_made(monkeypatch):
+    """After own_process() the import is frozen (gc.freeze) right after it is made, in no other process."""
+    frozen = []
+    monkeypatch.setattr(tfstack.gc, "freeze", lambda: frozen.append(gc.isenabled()))
+    monkeypatch.setattr(tfstack.importlib, "import_module", lambda name: types.SimpleNamespace(__name__=name))
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
+    monkeypatch.setattr(tfstack, "_own", False)
+    tfstack.import_tensorflow()
+    assert frozen == []
+    tfstack.own_process()
+    tfstack.import_tensorflow()
+    assert frozen == [False]  # during the pause, before anything else is made
+    monkeypatch.setitem(sys.modules, "tensorflow", "imported")
+    tfstack.import_tensorflow()
+    assert frozen == [False]  # an import made before (a user's, the test run's) is never frozen
 
 
 def test_the_zoo_imports_tensorflow_with_the_collector_paused_and_leaves_it_on():
@@ -160,7 +171,7 @@ def test_the_zoo_imports_tensorflow_with_the_collector_paused_and_leaves_it_on()
             "sys.meta_path.insert(0, Watch())\n"
             "import jobs\n"
             "jobs.build\n"
-            "print('collector-after', gc.isenabled())\n")
+            "print('collector-after', gc.isenabled(), 'frozen', gc.get_freeze_count())\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          check=True).stdout.split()
-    assert out == ["collector-during-import", "False", "collector-after", "True"]
+    assert out == ["collector-during-import", "False", "collector-after", "True", "frozen", "0"]  # a library: no freeze
