@@ -9,16 +9,18 @@ keeps the collector off what the import made. Imports neither TensorFlow nor Ker
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
-__all__ = ["KERAS3_FIX", "check_keras", "import_tensorflow", "keras3_model", "keras3_module", "keras_in_use",
-           "own_process", "prepare"]
+__all__ = ["KERAS3_FIX", "check_keras", "collector_paused", "import_tensorflow", "keras3_model", "keras3_module",
+           "keras_in_use", "own_process", "prepare"]
 
 KERAS3_FIX = ("pardnn needs Keras 2 as tf.keras: pip install tf-keras (the release matching TensorFlow's) and set "
               "TF_USE_LEGACY_KERAS=1 before TensorFlow is imported (importing pardnn, jobs or launcher first sets it)")
@@ -84,13 +86,20 @@ def import_tensorflow() -> ModuleType:
     if module is not None:
         return module
     prepare()
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         module = importlib.import_module("tensorflow")
         if _own:
             gc.freeze()
-        return module
+    return module
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off inside the block, then as it was (also when the block raises)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
     finally:
         if enabled:
             gc.enable()

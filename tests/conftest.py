@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 
 from pardnn.costs.graph import CostGraph
+from pardnn.tfstack import collector_paused
 
 settings.register_profile("default", deadline=None, max_examples=60, derandomize=bool(os.environ.get("CI")))
 settings.register_profile("nightly", deadline=None, max_examples=600, derandomize=False)
@@ -127,13 +128,10 @@ def pytest_collection(session: pytest.Session) -> Any:
     """Collect (importing TensorFlow, Keras and the test modules) without the cyclic garbage collector, then
     freeze what the imports made, as pardnn's own processes do (pardnn.tfstack.own_process): the tests' graph
     builds then take the CPU they take in ``pardnn-launch``, not the collector's passes over module objects."""
-    enabled = gc.isenabled()
-    gc.disable()
     try:
-        return (yield)
+        with collector_paused():
+            return (yield)
     finally:
-        if enabled:
-            gc.enable()
         gc.freeze()
 
 
