@@ -19,10 +19,10 @@ from numba import njit
 from pardnn.costs.graph import CostGraph, Kind
 from pardnn.costs.machine import Machine
 from pardnn.emulation.emulator import Schedule
-from pardnn.emulation.peaks import INT64_MAX, add_bytes, peaks, residual_bytes
+from pardnn.emulation.peaks import INT64_MAX, add_bytes, peaks, peaks_compiled, residual_bytes
 
 __all__ = ["ACCUMULATING_TYPES", "REWRITE_FRACTION", "MemoryProfile", "accumulating_ops", "saturated_bytes",
-           "track_memory"]
+           "track_memory", "tracked_peaks"]
 
 # Op types TensorFlow's memory optimizer may turn into an in-place accumulation (memory_optimizer.cc,
 # SchedulingPass), for at least this many inputs (it leaves two-input sums alone), when a device's
@@ -201,48 +201,92 @@ def saturated_bytes(total: np.ndarray) -> np.ndarray:
     return np.where(past, INT64_MAX, np.where(past, 0.0, total).astype(np.int64))
 
 
-def _rewritten(graph: CostGraph, place: np.ndarray, candidates: np.ndarray, limits: np.ndarray,
-               transient_peak: np.ndarray, peak_time: np.ndarray, device: np.ndarray, alloc: np.ndarray,
-               free: np.ndarray, producer: np.ndarray) -> np.ndarray:
+@njit(cache=True, nogil=True)
+def _rewritten(place: np.ndarray, candidates: np.ndarray, limits: np.ndarray, transient_peak: np.ndarray,
+               peak_time: np.ndarray, device: np.ndarray, alloc: np.ndarray, free: np.ndarray, producer: np.ndarray,
+               edge_src: np.ndarray, edge_dst: np.ndarray, edge_bytes: np.ndarray) -> np.ndarray:
     """Which sums are done in place: the candidates fed by an output live at the peak of a device
     whose transient peak exceeds ``REWRITE_FRACTION`` of its limit, the sum on that same device."""
+    n = place.size
+    rewritten = np.zeros(n, np.bool_)
     over = transient_peak > REWRITE_FRACTION * limits
     if not over.any():
-        return np.zeros(graph.n, dtype=bool)
-    live = over[device] & (device == place[producer]) & _live(alloc, free, peak_time[device])
-    live_output = np.zeros(graph.n, dtype=bool)
-    live_output[producer[live]] = True
-    src, dst = graph.edge_src, graph.edge_dst
-    fed = candidates[dst] & live_output[src] & (place[src] == place[dst]) & (graph.edge_bytes > 0)
-    rewritten = np.zeros(graph.n, dtype=bool)
-    rewritten[dst[fed]] = True
+        return rewritten
+    live_output = np.zeros(n, np.bool_)
+    for b in range(device.size):
+        d, t = device[b], peak_time[device[b]]
+        live = alloc[b] <= t and (free[b] > t or (free[b] == alloc[b] and alloc[b] == t))  # _live at the peak
+        if over[d] and d == place[producer[b]] and live:
+            live_output[producer[b]] = True
+    for e in range(edge_src.size):
+        src, dst = edge_src[e], edge_dst[e]
+        if candidates[dst] and live_output[src] and place[src] == place[dst] and edge_bytes[e] > 0:
+            rewritten[dst] = True
     return rewritten
+
+
+@njit(cache=True, nogil=True)
+def _accumulator_alloc(start: np.ndarray, rewritten: np.ndarray, edge_dst: np.ndarray, edge_bytes: np.ndarray,
+                       arrival: np.ndarray) -> np.ndarray:
+    """When each op allocates its output: its start, or for a sum done in place the arrival of its
+    first input (it allocates its accumulator then)."""
+    alloc_at = start.copy()
+    for e in range(edge_dst.size):
+        w = edge_dst[e]
+        if rewritten[w] and edge_bytes[e] > 0 and arrival[e] < alloc_at[w]:
+            alloc_at[w] = arrival[e]
+    return alloc_at
+
+
+@njit(cache=True, nogil=True)
+def tracked_peaks(k: int, place: np.ndarray, succ_ptr: np.ndarray, succ: np.ndarray, edge_src: np.ndarray,
+                  edge_dst: np.ndarray, edge_bytes: np.ndarray, kind: np.ndarray, out_bytes: np.ndarray,
+                  candidates: np.ndarray, limits: np.ndarray, start: np.ndarray, finish: np.ndarray,
+                  arrival: np.ndarray) -> np.ndarray:
+    """:func:`track_memory`'s peak per device, in one compiled call (the refinement's compiled kicks,
+    :mod:`pardnn.polish.kicks`, check each kept move with it). ``candidates``: :func:`accumulating_ops`."""
+    n = place.size
+    residual = residual_bytes(k, place, kind, out_bytes)
+    device, alloc, free, nbytes, _, producer = _buffers(n, k, succ_ptr, succ, edge_bytes, place, kind, out_bytes,
+                                                        start, finish, arrival, np.zeros(n, np.bool_), start)
+    peak, peak_time = peaks_compiled(k, residual, device, alloc, free, nbytes)
+    if not candidates.any():
+        return peak
+    rewritten = _rewritten(place, candidates, limits, peak - residual, peak_time, device, alloc, free, producer,
+                           edge_src, edge_dst, edge_bytes)
+    if not rewritten.any():
+        return peak
+    alloc_at = _accumulator_alloc(start, rewritten, edge_dst, edge_bytes, arrival)
+    device, alloc, free, nbytes, _, producer = _buffers(n, k, succ_ptr, succ, edge_bytes, place, kind, out_bytes,
+                                                        start, finish, arrival, rewritten, alloc_at)
+    return peaks_compiled(k, residual, device, alloc, free, nbytes)[0]
 
 
 def track_memory(graph: CostGraph, machine: Machine, placement: np.ndarray, schedule: Schedule) -> MemoryProfile:
     """Memory per device over the step (Eq. 3, with TensorFlow's in-place sums: module docstring):
     residual baseline, buffers, peak and time of peak, and the sums done in place."""
     k = machine.devices
-    place = np.asarray(placement, dtype=np.int64)
+    # Writable copies of the placement and of the schedule's read-only arrays, as the refinement's compiled
+    # kicks pass theirs (tracked_peaks): the kernels below then have one signature to compile, not two.
+    place = np.array(placement, dtype=np.int64)
+    start, finish, arrival = (np.array(times) for times in (schedule.start_us, schedule.finish_us,
+                                                            schedule.edge_arrival_us))
     residual = residual_bytes(k, place, graph.kind, graph.out_bytes)
 
     def sweep(accumulates: np.ndarray, alloc_at: np.ndarray):
         buffers = _buffers(graph.n, k, graph.succ_ptr, graph.succ, graph.edge_bytes, place, graph.kind,
-                           graph.out_bytes, schedule.start_us, schedule.finish_us, schedule.edge_arrival_us,
-                           accumulates, alloc_at)
+                           graph.out_bytes, start, finish, arrival, accumulates, alloc_at)
         return buffers, peaks(k, residual, *buffers[:4])
 
     candidates = accumulating_ops(graph)
-    buffers, (peak, peak_time) = sweep(np.zeros(graph.n, dtype=bool), schedule.start_us)
+    buffers, (peak, peak_time) = sweep(np.zeros(graph.n, dtype=bool), start)
     if candidates.any():
         device, alloc, free, _, _, producer = buffers
-        rewritten = _rewritten(graph, place, candidates, machine.limits_bytes, peak - residual, peak_time,
-                               device, alloc, free, producer)
+        rewritten = _rewritten(place, candidates, machine.limits_bytes, peak - residual, peak_time, device, alloc,
+                               free, producer, graph.edge_src, graph.edge_dst, graph.edge_bytes)
         if rewritten.any():
             # A rewritten sum allocates its accumulator when its first input arrives.
-            into = rewritten[graph.edge_dst] & (graph.edge_bytes > 0)
-            alloc_at = schedule.start_us.copy()
-            np.minimum.at(alloc_at, graph.edge_dst[into], schedule.edge_arrival_us[into])
+            alloc_at = _accumulator_alloc(start, rewritten, graph.edge_dst, graph.edge_bytes, arrival)
             buffers, (peak, peak_time) = sweep(rewritten, alloc_at)
             return MemoryProfile(residual, peak, peak_time, *buffers, rewritten=rewritten)
     return MemoryProfile(residual, peak, peak_time, *buffers, rewritten=np.zeros(graph.n, dtype=bool))

@@ -14,8 +14,9 @@ from numba import njit
 from pardnn.costs.graph import CostGraph
 from pardnn.costs.machine import Machine
 from pardnn.emulation.emulator import Schedule
+from pardnn.emulation.peaks import stable_order
 
-__all__ = ["DEVICE", "TRANSFER", "chain_moves", "critical_chain"]
+__all__ = ["DEVICE", "TRANSFER", "chain_links", "chain_moves", "critical_chain", "suggested_moves"]
 
 TRANSFER, DEVICE = "transfer", "device"
 
@@ -33,22 +34,53 @@ def critical_chain(graph: CostGraph, placement: np.ndarray, schedule: Schedule,
     """
     if graph.n == 0:
         return []
-    start, finish = schedule.start_us, schedule.finish_us
-    tolerance = 1e-9 * max(1.0, schedule.makespan_us)
-    # Per op, the op before it on its device.
-    by_device = np.lexsort((start, placement))
-    previous = np.full(graph.n, -1, np.int64)
-    same = placement[by_device[1:]] == placement[by_device[:-1]]
-    previous[by_device[1:][same]] = by_device[:-1][same]
-    last = int(np.argmax(finish))  # the first of the latest to finish
-    kinds, before, after = np.empty(graph.n, np.int8), np.empty(graph.n, np.int64), np.empty(graph.n, np.int64)
-    cost = np.empty(graph.n)
-    count = _walk_chain(last, graph.pred_ptr, graph.pred_edge, graph.edge_src, schedule.edge_arrival_us, start, finish,
-                        np.asarray(placement, dtype=np.int64), previous, tolerance, kinds, before, after, cost)
-    chosen = np.arange(count) if keep is None or count <= keep else np.argsort(-cost[:count], kind="stable")[:keep]
+    # Writable copies of the schedule's read-only arrays, as the compiled kicks pass theirs: one signature
+    # (one compile) of the kernel serves both.
+    kinds, before, after, cost = chain_links(np.array(placement, dtype=np.int64), schedule.start_us.copy(),
+                                             schedule.finish_us.copy(), schedule.edge_arrival_us.copy(),
+                                             schedule.makespan_us, graph.pred_ptr, graph.pred_edge, graph.edge_src,
+                                             -1 if keep is None else keep)
     names = (TRANSFER, DEVICE)
-    return [(names[k], b, a, c) for k, b, a, c in zip(kinds[chosen].tolist(), before[chosen].tolist(),
-                                                       after[chosen].tolist(), cost[chosen].tolist(), strict=True)]
+    return [(names[k], b, a, c) for k, b, a, c in zip(kinds.tolist(), before.tolist(), after.tolist(), cost.tolist(),
+                                                       strict=True)]
+
+
+@njit(cache=True, nogil=True)
+def chain_links(placement: np.ndarray, start: np.ndarray, finish: np.ndarray, arrival: np.ndarray, makespan: float,
+                pred_ptr: np.ndarray, pred_edge: np.ndarray, edge_src: np.ndarray, keep: int):
+    """:func:`critical_chain` as arrays ``(kinds, before, after, cost)`` (kind 0: a transfer, 1: a device
+    link); ``keep`` < 0 keeps every link. The refinement's compiled kicks (:mod:`pardnn.polish.kicks`)
+    call it directly."""
+    n = start.size
+    tolerance = 1e-9 * max(1.0, makespan)
+    # Per op, the op before it on its device: ops by start (ties by index), then stably by device.
+    by_start = stable_order(start)
+    devices = 0
+    for v in range(n):
+        devices = max(devices, placement[v] + 1)
+    slot = np.zeros(devices + 1, np.int64)
+    for v in range(n):
+        slot[placement[v] + 1] += 1
+    for d in range(devices):
+        slot[d + 1] += slot[d]
+    by_device = np.empty(n, np.int64)
+    for v in by_start:
+        by_device[slot[placement[v]]] = v
+        slot[placement[v]] += 1
+    previous = np.full(n, -1, np.int64)
+    for i in range(1, n):
+        if placement[by_device[i]] == placement[by_device[i - 1]]:
+            previous[by_device[i]] = by_device[i - 1]
+    last = np.argmax(finish)  # the first of the latest to finish
+    kinds, before, after = np.empty(n, np.int8), np.empty(n, np.int64), np.empty(n, np.int64)
+    cost = np.empty(n)
+    count = _walk_chain(last, pred_ptr, pred_edge, edge_src, arrival, start, finish, placement, previous, tolerance,
+                        kinds, before, after, cost)
+    if keep < 0 or count <= keep:  # chain order
+        return kinds[:count], before[:count], after[:count], cost[:count]
+    # The ``keep`` costliest, costliest first, ties in chain order.
+    chosen = stable_order(-cost[:count])[:keep]
+    return kinds[chosen], before[chosen], after[chosen], cost[chosen]
 
 
 @njit(cache=True, nogil=True)
@@ -82,30 +114,83 @@ def _walk_chain(v: int, pred_ptr: np.ndarray, pred_edge: np.ndarray, edge_src: n
 def chain_moves(graph: CostGraph, machine: Machine, placement: np.ndarray, unit: np.ndarray,
                 first_op: np.ndarray, links: list[tuple[str, int, int, float]]) -> list[tuple[int, int]]:
     """``(unit, target device)`` moves suggested by the chain, most promising first, without repeats."""
-    scored: dict[tuple[int, int], float] = {}
+    kinds = np.array([kind != TRANSFER for kind, *_ in links], np.int8)
+    before, after, cost = (np.array([link[i] for link in links], dtype) for i, dtype in
+                           ((1, np.int64), (2, np.int64), (3, np.float64)))
+    units, targets = suggested_moves(np.asarray(placement, dtype=np.int64), unit, first_op, machine.devices,
+                                     graph.comp_us, graph.pred_ptr, graph.pred, graph.pred_bytes,
+                                     kinds, before, after, cost)
+    return list(zip(units.tolist(), targets.tolist(), strict=True))
 
-    def suggest(op: int, target: int, cost: float) -> None:
-        key = (int(unit[op]), int(target))
-        if target != placement[op] and cost > scored.get(key, -1.0):
-            scored[key] = cost
 
-    load = np.bincount(placement, weights=graph.comp_us, minlength=machine.devices).tolist()
-    # Per device, the least loaded other device (first on ties): the least loaded, or for that one the next.
-    order = sorted(range(machine.devices), key=lambda d: (load[d], d))
-    least_other = [order[0] if d != order[0] else order[min(1, machine.devices - 1)] for d in range(machine.devices)]
-    device_links = np.array([after for kind, _, after, _ in links if kind != TRANSFER], np.int64)
-    feeding = iter(_most_feeding_device(device_links, graph.pred_ptr, graph.pred, graph.pred_bytes,
-                                        np.asarray(placement, dtype=np.int64), machine.devices).tolist())
-    for kind, before, after, cost in links:
-        if kind == TRANSFER:
-            suggest(after, int(placement[before]), cost)
-            suggest(before, int(placement[after]), cost)
+@njit(cache=True, nogil=True)
+def suggested_moves(placement: np.ndarray, unit: np.ndarray, first_op: np.ndarray, devices: int, comp: np.ndarray,
+                    pred_ptr: np.ndarray, pred: np.ndarray, pred_bytes: np.ndarray, kinds: np.ndarray,
+                    before: np.ndarray, after: np.ndarray, cost: np.ndarray):
+    """:func:`chain_moves` on :func:`chain_links`' arrays: ``(units, targets)``, most promising first.
+
+    Each link suggests up to two moves (a transfer: each end to the other's device; a device link:
+    ``after`` to the device that feeds it most bytes, and to the least loaded other device), scored
+    by the link's cost; a move suggested twice keeps its highest score. Order: score descending, then
+    the unit's first op, then the target."""
+    # The load of each device (summed in op order, as np.bincount) and, per device, the least loaded
+    # other device (first on ties): the least loaded, or for that one the next.
+    load = np.zeros(devices)
+    for v in range(placement.size):
+        load[placement[v]] += comp[v]
+    order = np.arange(devices)
+    for i in range(1, devices):  # insertion sort by (load, device)
+        d, j = order[i], i - 1
+        while j >= 0 and load[order[j]] > load[d]:
+            order[j + 1] = order[j]
+            j -= 1
+        order[j + 1] = d
+    least_other = np.full(devices, order[0])
+    least_other[order[0]] = order[min(1, devices - 1)]
+    links = kinds.size
+    device_links = 0
+    for i in range(links):
+        device_links += kinds[i] != 0
+    afters = np.empty(device_links, np.int64)
+    j = 0
+    for i in range(links):
+        if kinds[i] != 0:
+            afters[j] = after[i]
+            j += 1
+    feeding = _most_feeding_device(afters, pred_ptr, pred, pred_bytes, placement, devices)
+    # Every suggestion as (key = unit * devices + target, cost), then the best score per key.
+    keys, scores = np.empty(2 * links, np.int64), np.empty(2 * links)
+    count, fed = 0, 0
+    for i in range(links):
+        if kinds[i] == 0:
+            ops, targets = (after[i], before[i]), (placement[before[i]], placement[after[i]])
+        else:
+            source = feeding[fed]
+            fed += 1
+            ops, targets = (after[i], after[i]), (source, least_other[placement[after[i]]])
+        for s in range(2):
+            op, target = ops[s], targets[s]
+            if target >= 0 and target != placement[op] and cost[i] > -1.0:
+                keys[count], scores[count] = unit[op] * devices + target, cost[i]
+                count += 1
+    by_key = stable_order(keys[:count].astype(np.float64))
+    best_keys, best = np.empty(count, np.int64), np.empty(count)
+    distinct = 0
+    for i in by_key:
+        if distinct > 0 and best_keys[distinct - 1] == keys[i]:
+            if scores[i] > best[distinct - 1]:
+                best[distinct - 1] = scores[i]
             continue
-        source = next(feeding)
-        if source >= 0:
-            suggest(after, source, cost)
-        suggest(after, least_other[int(placement[after])], cost)
-    return sorted(scored, key=lambda key: (-scored[key], int(first_op[key[0]]), key[1]))
+        best_keys[distinct], best[distinct] = keys[i], scores[i]
+        distinct += 1
+    # Order: by the unit's first op and target (distinct for distinct keys), then stably by score, highest first.
+    second = np.empty(distinct)
+    for i in range(distinct):
+        second[i] = first_op[best_keys[i] // devices] * devices + best_keys[i] % devices
+    by_op = stable_order(second)
+    by_score = stable_order(-best[by_op])
+    chosen = by_op[by_score]
+    return best_keys[chosen] // devices, best_keys[chosen] % devices
 
 
 @njit(cache=True, nogil=True)

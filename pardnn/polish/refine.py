@@ -11,21 +11,20 @@ docs/internals.md ("The refinement") has the rules, the choices and the measurem
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from numba import njit
 
 from pardnn.costs.csr import pointers, stable_buckets
 from pardnn.costs.graph import CostGraph
 from pardnn.costs.machine import Machine
-from pardnn.emulation.emulated import TOLERANCE, Emulated, emulate_and_track, strictly_shorter
-from pardnn.emulation.emulator import UPWARD_RANK, Emulator, RunOrder, Schedule, emulate_sweep, upward_rank_sweep
-from pardnn.emulation.memory import MemoryProfile
+from pardnn.emulation.emulated import Emulated, emulate_and_track, strictly_shorter
+from pardnn.emulation.emulator import UPWARD_RANK, Emulator, RunOrder, Schedule
+from pardnn.emulation.memory import MemoryProfile, accumulating_ops
 from pardnn.polish.chain import DEVICE, TRANSFER, chain_moves, critical_chain
 from pardnn.polish.clusters import linkage_clusters
+from pardnn.polish.kicks import KIND_NAMES, first_shorter, iterate_compiled
 from pardnn.polish.stages import Context
 from pardnn.steps.units import units_of
 
@@ -44,6 +43,7 @@ NEIGHBOUR, PAIR, CLUSTER, KICK = "neighbour", "pair", "cluster", "kick"
 CLUSTER_MOVES = True  # the last phase (pardnn.polish.clusters); benchmarks.exact_memory switches it off for "before"
 CLUSTER_SHARE = 0.25  # the most of the budget the kicks leave to the cluster phase
 KICK_UNITS = 4  # units moved at random by one kick of the iterated local search
+COMPILED_KICKS = True  # the kicks in one compiled call (pardnn.polish.kicks); tests switch it off to compare
 
 
 def _kind(units: list[int]) -> str:
@@ -57,46 +57,6 @@ def evaluations_for(graph: CostGraph, seconds: float) -> int:
         return 0
     per = SECONDS_PER_MOVE + SECONDS_PER_ELEMENT * (graph.n + graph.m)
     return int(min(MAX_EVALUATIONS, max(1, seconds // per)))
-
-
-@njit(cache=True, nogil=True)
-def _first_shorter(placement: np.ndarray, set_ptr: np.ndarray, set_ops: np.ndarray, devices: int, begin: int,
-                   limit: int, best: float, n: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_comm: np.ndarray,
-                   pred_ptr: np.ndarray, comp: np.ndarray, topo_rank: np.ndarray, topo_order: np.ndarray,
-                   ranked: bool, targets: np.ndarray) -> tuple[int, int]:
-    # The moves from ``begin``: with ``targets`` empty the sweep's (move = set * devices + target), else move
-    # i takes set i to targets[i] (the chain's). The first move whose trial is strictly shorter than
-    # ``best``, and the trials emulated (at most ``limit``); -1 when none is, or when the budget ran out
-    # first. A move whose ops are all on its target already is skipped, not emulated.
-    trial = placement.copy()
-    no_chain, no_release, readiness = np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
-    used = 0
-    moves = (set_ptr.size - 1) * devices if targets.size == 0 else targets.size
-    for index in range(begin, moves):
-        if used >= limit:
-            return -1, used
-        which, target = (index // devices, index % devices) if targets.size == 0 else (index, targets[index])
-        first, last = set_ptr[which], set_ptr[which + 1]
-        moved = False
-        for q in range(first, last):
-            if placement[set_ops[q]] != target:
-                moved = True
-        if not moved:
-            continue
-        for q in range(first, last):
-            trial[set_ops[q]] = target
-        priority = readiness
-        if ranked:
-            priority = -upward_rank_sweep(trial, succ_ptr, succ, edge_comm, comp, topo_order)
-        makespan = emulate_sweep(n, devices, succ_ptr, succ, edge_comm, pred_ptr, trial, comp, topo_rank, priority,
-                                 no_chain, no_release)[2]
-        used += 1
-        for q in range(first, last):
-            trial[set_ops[q]] = placement[set_ops[q]]
-        shorter = not math.isinf(makespan) if math.isinf(best) else makespan < best * (1 - TOLERANCE)
-        if shorter:
-            return index, used
-    return -1, used
 
 
 @dataclass(frozen=True)
@@ -257,7 +217,7 @@ class _Search:
         return False
 
     def _compiled_sweep(self, first: int) -> bool:
-        """:meth:`sweep`'s moves tried by :func:`_first_shorter` (the same moves, order, budget and
+        """:meth:`sweep`'s moves tried by :func:`~pardnn.polish.kicks.first_shorter` (the same moves, order, budget and
         answers; about 10x faster)."""
 
         def moving(which: int) -> tuple[list[int], str]:
@@ -268,14 +228,15 @@ class _Search:
 
     def _first_kept(self, set_ptr: np.ndarray, set_ops: np.ndarray, targets: np.ndarray,
                     moving: Callable[[int], tuple[list[int], str]]) -> bool:
-        """The first of the moves (:func:`_first_shorter`'s) that is strictly shorter and fits, kept: each
-        shorter trial found in compiled code is kept here if it fits, else the search goes on after it.
+        """The first of the moves (:func:`~pardnn.polish.kicks.first_shorter`'s) that is strictly shorter and
+        fits, kept: each shorter trial found in compiled code is kept here if it fits, else the search goes
+        on after it.
         ``moving(which)``: the units of moving set ``which`` and the kind of link, for the log."""
         graph, out, devices = self.graph, self.out, self.machine.devices
         begin = 0
         while not self.spent:
             placement = out.answer.placement
-            index, used = _first_shorter(
+            index, used = first_shorter(
                 placement, set_ptr, set_ops, devices, begin, self.budget - out.evaluations,
                 out.answer.makespan_us, graph.n, graph.succ_ptr, graph.succ, self._edge_comm, graph.pred_ptr,
                 graph.comp_us, graph.topo_rank, graph.topo_order, self.emulator._ranked, targets)
@@ -301,6 +262,9 @@ class _Search:
         """Iterated local search: kick, descend, keep if strictly shorter, else go back to before the kick."""
         rng = np.random.default_rng(0)
         out, machine = self.out, self.machine
+        if self.deep and not self.spent and self.compiled and COMPILED_KICKS:
+            self._compiled_iterate(rng)
+            return
         while self.deep and not self.spent:
             before, logged = out.answer, len(out.moves)
             trial = before.placement.copy()
@@ -312,6 +276,29 @@ class _Search:
                 if not strictly_shorter(out.answer.makespan_us, before.makespan_us):
                     out.answer = before
                     del out.moves[logged:]
+
+    def _compiled_iterate(self, rng: np.random.Generator) -> None:
+        """:meth:`iterate` in one compiled call (:func:`pardnn.polish.kicks.iterate_compiled`): the same
+        kicks, moves, log and answer."""
+        graph, machine, out = self.graph, self.machine, self.out
+        answer = out.answer
+        sets = self.moving[: self.sets]
+        kinds = np.array([KIND_NAMES.index(_kind(units)) for units in sets], np.int64)
+        firsts = np.array([self.first_op[units[0]] for units in sets], np.int64)
+        sweep = (self._set_ptr[: self.sets + 1], self._set_ops, kinds, firsts)
+        arrays = (graph.succ_ptr, graph.succ, self._edge_comm, graph.pred_ptr, graph.pred, graph.pred_bytes,
+                  graph.pred_edge, graph.edge_src, graph.edge_dst, graph.edge_bytes, graph.comp_us, graph.topo_rank,
+                  graph.topo_order, graph.kind, graph.out_bytes, accumulating_ops(graph))
+        schedule = answer.schedule
+        placement, evaluations, restarts, log = iterate_compiled(
+            rng, KICK_UNITS, self.unit, self.first_op, self._bounds, self._members, np.array(self.order, np.int64),
+            sweep, out.evaluations, self.budget, arrays, machine.devices, self.emulator._ranked, machine.bounded,
+            machine.limits_bytes, answer.placement, schedule.start_us, schedule.finish_us, schedule.edge_arrival_us,
+            answer.makespan_us)
+        out.evaluations, out.restarts = int(evaluations), out.restarts + int(restarts)
+        out.moves.extend((KIND_NAMES[code], first, source, target) for code, first, source, target in log.tolist())
+        if not np.array_equal(placement, answer.placement):
+            out.answer = emulate_and_track(graph, machine, placement, emulator=self.emulator)
 
     def run(self) -> None:
         """The descent, the kicks (less what they leave to the cluster phase), then the cluster phase."""

@@ -304,11 +304,11 @@ def test_options_use_the_settings_words(tmp_path, capsys):
 @pytest.mark.slow
 def test_warmup_fills_an_empty_numba_cache(tmp_path):
     """`python -m pardnn warmup` in a fresh interpreter with an empty NUMBA_CACHE_DIR compiles every
-    kernel into it: the emulator's, the memory tracker's, slicing's and mapping's among them."""
+    kernel into it: the emulator's, the memory tracker's, slicing's, mapping's and the refinement's kicks among them."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     done = subprocess.run([sys.executable, "-m", "pardnn", "warmup"], env=env, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr
     assert "numba kernels ready" in done.stdout and str(tmp_path) in done.stdout
     cached = {path.name.split(".")[0] for path in tmp_path.rglob("*.nbi")}
-    assert {"emulator", "memory", "mapping", "slicing", "levels", "linear_clustering"} <= cached, cached
+    assert {"emulator", "memory", "mapping", "slicing", "levels", "linear_clustering", "kicks"} <= cached, cached

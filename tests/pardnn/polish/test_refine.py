@@ -115,7 +115,7 @@ def test_the_compiled_moves_make_the_same_search_as_the_python_ones(g, k, bandwi
         return
     start = Emulated(placement, emulate(g, machine, placement, order=order), None)
     runs, sweeps, chains, clusters = [], [], [], []
-    compiled_sweep = module._first_shorter
+    compiled_sweep = module.first_shorter
 
     def counted(*args):
         (chains if args[-1].size else clusters if args[1][0] > 0 else sweeps).append(args[4])
@@ -125,12 +125,12 @@ def test_the_compiled_moves_make_the_same_search_as_the_python_ones(g, k, bandwi
     for compiled in (True, False):
         search = module._Search(g, machine, start, budget, order)
         search.compiled = compiled and search.compiled
-        module._first_shorter = counted
+        module.first_shorter = counted
         try:
             search.run()
         finally:
-            module._first_shorter = compiled_sweep
-        runs.append((search.out.placement.tolist(), search.out.evaluations, search.out.moves))
+            module.first_shorter = compiled_sweep
+        runs.append((search.out.placement.tolist(), search.out.evaluations, search.out.restarts, search.out.moves))
     reached(bool(sweeps) and bool(chains) and bool(clusters), "the compiled chain moves, sweep and cluster sweep ran")
     assert runs[0] == runs[1]
 
