@@ -132,11 +132,11 @@ def _costed_and_placed(state: RunState, shared: SharedByVariants, devices: Any, 
     collector = state.collector
     if state.settings.micro_batches == AUTO:
         with collector.phase("compile"):
-            warm_up()
+            warm_up(placers=[str(state.variant.placer)])
         return _auto_micro_batches(state, shared, devices, guard)
     costed = _costed(state, shared, devices, guard)
-    with collector.phase("compile"):  # numba's kernels compiled or loaded, timed apart from placing
-        warm_up()
+    with collector.phase("compile"):  # the placer's numba kernels compiled or loaded, timed apart from placing
+        warm_up(placers=[str(state.variant.placer)])
     with collector.phase("partition"):
         result = _place(state, costed)
     return costed, _judged_order(state, costed.cost, costed.machine, result, devices.kind)

@@ -3,10 +3,10 @@ checks and log as the Python loop of :meth:`pardnn.polish.refine._Search.iterate
 
 On a small graph the refinement spends most of its budget here: a kick moves four random units to
 random devices, then the search descends (the critical chain's moves, then the whole neighbourhood)
-and keeps the result only if the step got strictly shorter. In Python each trial cost about 285 µs
-(building the chain's tuples, the moves' dictionary, the memory profile of each kept move, the
-random draws) against about 4 µs for its emulation; the 30-op graphs of the property tests spent
-over a second per placement there. Here every step runs in numba and only the answer comes back
+and keeps the result only if the step got strictly shorter. In Python, under a memory limit, each
+trial cost about 285 µs (building the chain's tuples, the moves' dictionary, the memory profile of
+each kept kick, the random draws) against about 4 µs for its emulation; the 30-op graphs of the
+property tests spent over a second per placement there. Here every step runs in numba and only the answer comes back
 (a property test placing 60 random graphs: 54.6 s before, 13.0 s after; docs/internals.md).
 
 Same answers, move for move: the random stream is NumPy's (numba draws from the very ``Generator``
