@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from pardnn import CostGraph, Machine, partition
@@ -71,22 +71,27 @@ def test_the_compiled_peaks_are_the_memory_trackers(g, k, tight, seed):
 
 
 @most_reach
-@given(random_dags(max_ops=25), st.integers(2, 4), st.sampled_from(["150GB/s", "1GB/s"]), st.floats(1.0, 1.5),
+@given(random_dags(max_ops=20), st.integers(2, 4), st.sampled_from(["150GB/s", "1GB/s"]), st.floats(1.0, 1.5),
        st.sampled_from([None, "upward_rank"]))
 def test_the_compiled_kicks_make_the_python_search(g, k, bandwidth, slack, order):
-    """The whole refinement with the kicks compiled and with them in Python: the same answer, emulations,
-    kicks kept and log, move for move, under memory limits up to 1.5 times the start's peak (trials over
-    them are refused), with AddN sums and in both run orders. Reached: kicks were kept."""
+    """The whole refinement (a 0.02 s budget: about 1,000 emulations) with the kicks compiled and with them
+    in Python: the same answer, emulations, kicks kept and log, move for move, under memory limits up to 1.5
+    times the start's peak (trials over them are refused), with AddN sums and in both run orders. Reached:
+    kicks were kept."""
     g = with_sums(g)
     placement = partition(g, Machine(k, bandwidth=bandwidth), **PAPER).placement
     peak = emulate_and_track(g, Machine(k), placement, order=order, track=True).memory.peak_bytes.max()
     machine = Machine(k, bandwidth=bandwidth, memory=max(1, int(peak * slack)), reserve=0.0)
     start = emulate_and_track(g, machine, placement, order=order)
-    assert start.fits(machine)
+    if not start.fits(machine):  # under the limit a sum is done in place, which can raise the peak: use that one
+        peak = start.memory.peak_bytes.max()
+        machine = Machine(k, bandwidth=bandwidth, memory=max(1, int(peak * slack)), reserve=0.0)
+        start = emulate_and_track(g, machine, placement, order=order)
+    assume(start.fits(machine))
     runs = []
     for compiled in (True, False):
         search = module._Search(g, machine, Emulated(start.placement, start.schedule, start.memory),
-                                evaluations_for(g, 0.05), order)
+                                evaluations_for(g, 0.02), order)
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(module, "COMPILED_KICKS", compiled)
             search.run()
