@@ -35,7 +35,8 @@ REFINE_SECONDS = 0.1  # the default budget (on the 200k-op benchmark graph: one 
 # The cost model of one move tried (an emulation, the memory sweep of a kept move, its share of the
 # chain): a fixed part plus a part per op and per edge. Fitted on the 2-core development machine by
 # ``python -m benchmarks.refine_budget`` (RESULTS.md, "refine-budget"): measured / model from about
-# 0.3 on mid-sized graphs to 1.05 on 200k ops with a memory limit (so a budget never overruns by much).
+# 0.3 on mid-sized graphs to 1.05 on 200k ops with a memory limit when fitted; 2.3-3.1 on 200k ops on
+# the slower kernel of a later run (docs/algorithm.md, step 6), left as fitted: refitting changes every budget.
 SECONDS_PER_MOVE = 1e-5
 SECONDS_PER_ELEMENT = 1e-7
 MAX_EVALUATIONS = 100_000  # about a second on the smallest graphs
