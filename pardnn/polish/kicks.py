@@ -1,24 +1,13 @@
 """The refinement's iterated local search in one compiled call: the same kicks, descents, memory
 checks and log as the Python loop of :meth:`pardnn.polish.refine._Search.iterate`.
 
-On a small graph the refinement spends most of its budget here: a kick moves four random units to
-random devices, then the search descends (the critical chain's moves, then the whole neighbourhood)
-and keeps the result only if the step got strictly shorter. In Python, under a memory limit, each
-trial cost about 285 µs (building the chain's tuples, the moves' dictionary, the memory profile of
-each kept kick, the random draws) against about 4 µs for its emulation; the 30-op graphs of the
-property tests spent over a second per placement there. Here every step runs in numba and only the answer comes back
-(a property test placing 60 random graphs: 54.6 s before, 13.0 s after; docs/internals.md).
-
-Same answers, move for move: the random stream is NumPy's (numba draws from the very ``Generator``
-the Python loop would use, and :func:`_choose` is ``Generator.choice(..., replace=False)``'s algorithm:
-Floyd's sample, then a shuffle), the chain and its moves come from the compiled cores the Python
-path calls too (:func:`pardnn.polish.chain.chain_links`, :func:`~pardnn.polish.chain.suggested_moves`),
-and a kept move's memory is :func:`pardnn.emulation.memory.tracked_peaks`, :func:`track_memory`'s peak.
-``tests/pardnn/polish/test_kicks.py`` holds the two loops to the same log on random graphs.
-
-The steps of the loop (``_keep``, ``_first_kept``, ``_chain_move``, ``_descend``) are inlined into
-:func:`iterate_compiled` (``inline='always'``): compiled as separate cached functions, each level
-re-optimised everything below it, and a cold ``pardnn warmup`` took 14 s longer than it does now.
+:func:`iterate_compiled` kicks four random units to random devices, descends (the critical chain's
+moves via :func:`pardnn.polish.chain.chain_links` and :func:`~pardnn.polish.chain.suggested_moves`,
+then the whole neighbourhood via :func:`first_shorter`), checks each kept move's memory with
+:func:`pardnn.emulation.memory.tracked_peaks`, and keeps a kick only if the step got strictly shorter.
+Its random draws are NumPy's: numba draws from the same ``Generator``, and :func:`_choose` is
+``Generator.choice(..., replace=False)``'s algorithm. Why and what it saves: docs/internals.md
+("The refinement").
 """
 
 from __future__ import annotations
@@ -72,9 +61,28 @@ def _choose(rng, population: int, size: int) -> np.ndarray:
     return chosen
 
 
+@njit(inline='always')
+def _shorter(makespan: float, than: float) -> bool:
+    """:func:`pardnn.emulation.emulated.strictly_shorter`."""
+    if math.isinf(than):
+        return not math.isinf(makespan)
+    return makespan < than * (1 - TOLERANCE)
+
+
+@njit(inline='always')
+def _emulated(trial, devices, ranked, succ_ptr, succ, edge_comm, pred_ptr, comp, topo_rank, topo_order):
+    """:class:`pardnn.emulation.emulator.Emulator`'s call, compiled: ``(start, finish, makespan, arrival,
+    sequence)`` of ``trial`` in order of readiness or, ``ranked``, by its upward rank."""
+    priority = np.zeros(0)
+    if ranked:
+        priority = -upward_rank_sweep(trial, succ_ptr, succ, edge_comm, comp, topo_order)
+    return emulate_sweep(trial.size, devices, succ_ptr, succ, edge_comm, pred_ptr, trial, comp, topo_rank, priority,
+                         np.zeros(0, np.int64), np.zeros(0))
+
+
 @njit(cache=True, nogil=True)
 def first_shorter(placement: np.ndarray, set_ptr: np.ndarray, set_ops: np.ndarray, devices: int, begin: int,
-                  limit: int, best: float, n: int, succ_ptr: np.ndarray, succ: np.ndarray, edge_comm: np.ndarray,
+                  limit: int, best: float, succ_ptr: np.ndarray, succ: np.ndarray, edge_comm: np.ndarray,
                   pred_ptr: np.ndarray, comp: np.ndarray, topo_rank: np.ndarray, topo_order: np.ndarray,
                   ranked: bool, targets: np.ndarray) -> tuple[int, int]:
     """The first of the moves from ``begin`` whose trial is strictly shorter than ``best``, and the
@@ -84,7 +92,6 @@ def first_shorter(placement: np.ndarray, set_ptr: np.ndarray, set_ops: np.ndarra
     set i to ``targets[i]`` (the chain's). A move whose ops are all on its target already is skipped,
     not emulated."""
     trial = placement.copy()
-    no_chain, no_release, readiness = np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
     used = 0
     moves = (set_ptr.size - 1) * devices if targets.size == 0 else targets.size
     for index in range(begin, moves):
@@ -100,26 +107,14 @@ def first_shorter(placement: np.ndarray, set_ptr: np.ndarray, set_ops: np.ndarra
             continue
         for q in range(first, last):
             trial[set_ops[q]] = target
-        priority = readiness
-        if ranked:
-            priority = -upward_rank_sweep(trial, succ_ptr, succ, edge_comm, comp, topo_order)
-        makespan = emulate_sweep(n, devices, succ_ptr, succ, edge_comm, pred_ptr, trial, comp, topo_rank, priority,
-                                 no_chain, no_release)[2]
+        makespan = _emulated(trial, devices, ranked, succ_ptr, succ, edge_comm, pred_ptr, comp, topo_rank,
+                             topo_order)[2]
         used += 1
         for q in range(first, last):
             trial[set_ops[q]] = placement[set_ops[q]]
-        shorter = not math.isinf(makespan) if math.isinf(best) else makespan < best * (1 - TOLERANCE)
-        if shorter:
+        if _shorter(makespan, best):
             return index, used
     return -1, used
-
-
-@njit(inline='always')
-def _shorter(makespan: float, than: float) -> bool:
-    """:func:`pardnn.emulation.emulated.strictly_shorter`."""
-    if math.isinf(than):
-        return not math.isinf(makespan)
-    return makespan < than * (1 - TOLERANCE)
 
 
 @njit(inline='always')
@@ -129,11 +124,8 @@ def _keep(trial, code, first, source, target, g, devices, ranked, bounded, limit
     ``schedule`` = start, finish, arrival, ``makespan``) and its move is logged."""
     (succ_ptr, succ, edge_comm, pred_ptr, _, _, _, edge_src, edge_dst, edge_bytes, comp, topo_rank, topo_order, kind,
      out_bytes, candidates) = g
-    priority = np.zeros(0)
-    if ranked:
-        priority = -upward_rank_sweep(trial, succ_ptr, succ, edge_comm, comp, topo_order)
-    start, finish, span, arrival, _ = emulate_sweep(trial.size, devices, succ_ptr, succ, edge_comm, pred_ptr, trial,
-                                                    comp, topo_rank, priority, np.zeros(0, np.int64), np.zeros(0))
+    start, finish, span, arrival, _ = _emulated(trial, devices, ranked, succ_ptr, succ, edge_comm, pred_ptr, comp,
+                                                topo_rank, topo_order)
     if bounded:
         peak = tracked_peaks(devices, trial, succ_ptr, succ, edge_src, edge_dst, edge_bytes, kind, out_bytes,
                              candidates, limits, start, finish, arrival)
@@ -161,7 +153,7 @@ def _first_kept(set_ptr, set_ops, targets, set_kind, set_first, budget, g, devic
     begin = np.int64(0)  # not a literal: first_shorter keeps the one signature the Python sweep compiles
     while counts[EVALUATIONS] < budget:
         index, used = first_shorter(place, set_ptr, set_ops, devices, begin, budget - counts[EVALUATIONS],
-                                     makespan[0], place.size, succ_ptr, succ, edge_comm, pred_ptr, comp, topo_rank,
+                                     makespan[0], succ_ptr, succ, edge_comm, pred_ptr, comp, topo_rank,
                                      topo_order, ranked, targets)
         counts[EVALUATIONS] += used
         if index < 0:

@@ -239,7 +239,7 @@ class _Search:
             placement = out.answer.placement
             index, used = first_shorter(
                 placement, set_ptr, set_ops, devices, begin, self.budget - out.evaluations,
-                out.answer.makespan_us, graph.n, graph.succ_ptr, graph.succ, self._edge_comm, graph.pred_ptr,
+                out.answer.makespan_us, graph.succ_ptr, graph.succ, self._edge_comm, graph.pred_ptr,
                 graph.comp_us, graph.topo_rank, graph.topo_order, self.emulator._ranked, targets)
             out.evaluations += used
             if index < 0:
