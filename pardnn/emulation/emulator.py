@@ -306,6 +306,7 @@ class Emulator:
     def __call__(self, placement: np.ndarray, release: np.ndarray | None = None) -> Schedule:
         """Emulate ``placement``; ``release``: each op's earliest start (µs), or ``None``."""
         graph = self._graph
+        placement = writable_int64(placement)  # one compiled signature, whether the caller's array is frozen or not
         priority = _READINESS
         if self._ranked:
             priority = -upward_rank_sweep(placement, graph.succ_ptr, graph.succ, self._edge_comm, graph.comp_us,
@@ -320,6 +321,17 @@ class Emulator:
         return Schedule(start, finish, float(makespan), arrival, sequence)
 
 
+def writable_int64(array: np.ndarray) -> np.ndarray:
+    """``array`` as a writable C-contiguous int64 array (itself when it is one, else a copy): numba compiles a
+    kernel once per argument type, and a read-only array is another type than a writable one, so the
+    kernels take placements in one form whether a caller froze them or not (and the compiled refinement,
+    whose arrays are writable, reuses the same compilation)."""
+    array = np.asarray(array)
+    if array.dtype == np.int64 and array.flags.writeable and array.flags.c_contiguous:
+        return array
+    return np.array(array, dtype=np.int64)
+
+
 _NO_CHAIN = np.zeros(0, np.int64)
 _NO_RELEASE = np.zeros(0)  # no release times: every op may start once its inputs have arrived
 _READINESS = np.zeros(0)  # no priority: each device's queue in order of readiness
@@ -328,7 +340,7 @@ _READINESS = np.zeros(0)  # no priority: each device's queue in order of readine
 def upward_rank(graph: CostGraph, machine: Machine, placement: np.ndarray) -> np.ndarray:
     """Each op's upward rank under ``placement``: its compute plus the longest path after it, counting
     the transfer time of cut edges only (HEFT's rank, with the placement known). O(|V| + |E|)."""
-    return upward_rank_sweep(np.asarray(placement, dtype=np.int64), graph.succ_ptr, graph.succ,
+    return upward_rank_sweep(writable_int64(placement), graph.succ_ptr, graph.succ,
                              machine.edge_comm_us(graph.succ_bytes), graph.comp_us, graph.topo_order)
 
 

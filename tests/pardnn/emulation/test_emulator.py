@@ -213,3 +213,21 @@ def test_a_release_time_holds_an_op_and_frees_its_device_meanwhile() -> None:
     assert source_held.start_us.tolist() == [5, 6, 8]  # an op without inputs waits for its release too
     with pytest.raises(ValueError, match="release: expected 3 finite times >= 0"):
         emulate(g, Machine(1), np.zeros(3, np.int64), release=np.array([0, -1.0, 0]))
+
+
+def test_a_frozen_placement_reuses_the_sweeps_compiled_for_a_writable_one() -> None:
+    """numba compiles a kernel once per argument type and a read-only array is a type of its own: the emulator
+    hands its kernels the placement in one form, so a caller's frozen placement (and the compiled refinement's
+    writable ones) share one compilation instead of compiling the sweeps twice."""
+    from pardnn.emulation.emulator import upward_rank_sweep
+
+    g = CostGraph(["a", "b", "c", "d"], [1, 2, 3, 1], [8, 8, 8, 8], [0, 0, 1, 2], [1, 2, 3, 3])
+    writable = np.array([0, 0, 1, 1])
+    frozen = writable.copy()
+    frozen.flags.writeable = False
+    runs = [Emulator(g, Machine(2), order) for order in (None, UPWARD_RANK)]
+    expected = [run(writable).makespan_us for run in runs], upward_rank(g, Machine(2), writable).tolist()
+    compiled = len(emulate_sweep.signatures), len(upward_rank_sweep.signatures)
+    assert ([run(frozen).makespan_us for run in runs], upward_rank(g, Machine(2), frozen).tolist()) == expected
+    assert (len(emulate_sweep.signatures), len(upward_rank_sweep.signatures)) == compiled
+    assert not frozen.flags.writeable  # the caller's array is left as it was
