@@ -54,10 +54,6 @@ def mpi_environment(emulate: bool, tf_log_level: str | None = "2") -> tuple[dict
         env["TF_CPP_MIN_LOG_LEVEL"] = tf_log_level
     # Containers often forbid the cross-memory-attach that Open MPI's shared-memory transport uses.
     env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-    # The ranks share this machine's cores with each other and with the other tests: a rank waiting in a
-    # collective yields its core instead of busy-polling it (pardnn-launch sets this itself when it emulates
-    # nodes, launcher.env.share_cores; the test programs that are not pardnn-launch need it from here).
-    env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
     env.pop("PARDNN_EMULATE_NODES", None)
     forward = []
     if emulate:

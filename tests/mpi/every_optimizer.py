@@ -28,7 +28,7 @@ STEPS, REPLICA = 5, 4
 def main(backend_name: str, job_dir: Path, out: Path, oracles: Path) -> None:
     from launcher.env import share_cores
 
-    share_cores()  # two ranks on this machine's cores, as pardnn-launch's emulated nodes: before MPI and TensorFlow
+    share_cores()  # TensorFlow's threads divided among the ranks, as pardnn-launch's emulated nodes do
     import tensorflow as tf
 
     from jobs import build, load_job
