@@ -26,9 +26,6 @@ STEPS, REPLICA = 5, 4
 
 
 def main(backend_name: str, job_dir: Path, out: Path, oracles: Path) -> None:
-    from launcher.env import share_cores
-
-    share_cores()  # TensorFlow's threads divided among the ranks, as pardnn-launch's emulated nodes do
     import tensorflow as tf
 
     from jobs import build, load_job
