@@ -30,7 +30,7 @@ EXPECTED = {
     "char-crn-tiny": {"chars": ((16, 8, 10), np.int32), "targets": ((16, 8), np.int32)},
     "wrn-tiny": {"images": ((16, 16, 16, 3), np.float32), "labels": ((16,), np.int32)},
     "trn-tiny": {"source": ((16, 12), np.int32), "target": ((16, 12), np.int32)},
-    "e3d-tiny": {"frames": ((4, 8, 4, 4, 16), np.float32), "real_input_flag": ((4, 3, 4, 4, 16), np.float32)},
+    "e3d-tiny": {"frames": ((4, 6, 4, 4, 16), np.float32), "real_input_flag": ((4, 2, 4, 4, 16), np.float32)},
 }
 
 
@@ -197,14 +197,14 @@ def test_moving_mnist_npy(tmp_path):
     np.save(path, videos)
     job = data_job("e3d-tiny", "moving_mnist", path, **{"train.batch_size": 3})
     batch = batches(job)(0)
-    assert batch["frames"].shape == (3, 8, 4, 4, 16) and batch["real_input_flag"].shape == (3, 3, 4, 4, 16)
+    assert batch["frames"].shape == (3, 6, 4, 4, 16) and batch["real_input_flag"].shape == (3, 2, 4, 4, 16)
     assert batch["real_input_flag"].min() == 1.0  # iteration 0: all true frames
-    # Undo the patches: each sample is one of the stored sequences, frames 0..7, scaled to [0, 1].
-    frames = batch["frames"].reshape(3, 8, 4, 4, 4, 4).transpose(0, 1, 2, 4, 3, 5).reshape(3, 8, 16, 16)
-    stored = videos[:8].transpose(1, 0, 2, 3) / 255.0
+    # Undo the patches: each sample is one of the stored sequences, frames 0..5, scaled to [0, 1].
+    frames = batch["frames"].reshape(3, 6, 4, 4, 4, 4).transpose(0, 1, 2, 4, 3, 5).reshape(3, 6, 16, 16)
+    stored = videos[:6].transpose(1, 0, 2, 3) / 255.0
     assert sorted(int(np.flatnonzero([np.allclose(f, s) for s in stored])[0]) for f in frames) == [0, 1, 2]
     np.save(path, videos[:5])
-    with pytest.raises(JobError, match=r"sequences of 5 frames; model.total_length = 8 needs more"):
+    with pytest.raises(JobError, match=r"sequences of 5 frames; model.total_length = 6 needs more"):
         batches(job)
     np.save(path, videos[0])
     with pytest.raises(JobError, match=r"expected \[frames, sequences, height, width\]"):
