@@ -20,23 +20,17 @@ FLAGS = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "fi
 
 def uv_options(pip_config_list: str) -> list[str]:
     """The uv options for the lines ``pip config list`` printed (``section.key='value'``)."""
-    found: dict[str, tuple[int, str]] = {}
+    ranked: dict[str, tuple[int, list[str]]] = {}  # key: (the rank of its scope, its words)
     for line in pip_config_list.splitlines():
         name, _, value = line.strip().partition("=")
         scope, _, key = name.rpartition(".")
-        if scope not in RANK or key not in FLAGS:
-            continue
-        words = shlex.split(value)
-        if key not in found or RANK[scope] >= found[key][0]:
-            found[key] = (RANK[scope], words[0] if words else "")
-    options: list[str] = []
-    for key, flag in FLAGS.items():
-        for word in found.get(key, (0, ""))[1].split():
-            options += [flag, word]
-    if any(found.get(key, (0, ""))[1] for key in ("extra-index-url", "find-links")):
+        if scope in RANK and key in FLAGS and (key not in ranked or RANK[scope] >= ranked[key][0]):
+            ranked[key] = (RANK[scope], " ".join(shlex.split(value)).split())
+    values = {key: words for key, (_, words) in ranked.items()}
+    options = [part for key, flag in FLAGS.items() for word in values.get(key, []) for part in (flag, word)]
+    if values.get("extra-index-url") or values.get("find-links"):
         options += ["--index-strategy", "unsafe-best-match"]
     return options
-
 
 if __name__ == "__main__":
     sys.stdout.write("".join(f"{option}\n" for option in uv_options(sys.stdin.read())))
