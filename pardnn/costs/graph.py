@@ -285,6 +285,16 @@ class CostGraph:
                          copy_of=value["copy_of"] if value["micro_batch"] is not None else None,
                          _name_index=self._index if same_names else None)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """An unpickled graph (sent back by a build worker of ``pardnn plan``, read from a cache) has its
+        arrays read-only again, as built: pickle writes arrays writable, and numba compiles each kernel once
+        per array type, so a writable copy would compile every kernel a second time (a minute on 2 cores)
+        where the cache of ``pardnn warmup`` holds the read-only one."""
+        for value in state.values():
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False
+        self.__dict__.update(state)
+
     # ------------------------------------------------------------------ queries
     @property
     def names(self) -> tuple[str, ...]:

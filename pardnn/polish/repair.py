@@ -16,6 +16,8 @@ import numpy as np
 from pardnn.costs.graph import CostGraph, Kind
 from pardnn.costs.machine import Machine
 from pardnn.emulation.emulated import Emulated, emulate_and_track, strictly_shorter
+from pardnn.emulation.emulator import Emulator
+from pardnn.emulation.memory import accumulating_ops, tracked_peaks
 from pardnn.steps.units import units_of
 
 __all__ = ["CANDIDATES", "REPAIR_SECONDS", "Repaired", "overflow_bytes", "repair", "repair_evaluations"]
@@ -55,7 +57,13 @@ def _held(graph: CostGraph, answer: Emulated, unit: np.ndarray, units: int, devi
 
 
 class _Search:
-    """The search's state: the answer, its overflow, and the emulations left."""
+    """The search's state: the answer, its overflow, and the emulations left.
+
+    A trial is emulated by one :class:`~pardnn.emulation.emulator.Emulator` made for the search and judged by
+    its peaks alone (:func:`~pardnn.emulation.memory.tracked_peaks`, one compiled call); only a kept trial
+    gets its whole memory profile (:func:`~pardnn.emulation.memory.track_memory`), which the next round's
+    ranking reads. The same trials, judged by the same numbers, as emulating and tracking each in full.
+    """
 
     def __init__(self, graph: CostGraph, machine: Machine, start: Emulated, evaluations: int) -> None:
         self.graph, self.machine, self.left = graph, machine, evaluations
@@ -64,14 +72,24 @@ class _Search:
         self.where = np.zeros(self.units, np.int64)
         self.where[self.unit] = start.placement
         self.answer, self.over = start, overflow_bytes(start, machine)
+        self.emulator = Emulator(graph, machine)  # in order of readiness, as emulate_and_track's own
+        self.candidates = accumulating_ops(graph)
+        self.limits = machine.limits_bytes.astype(np.int64)
 
     def better(self, where: np.ndarray) -> bool:
         """Emulate ``where`` (a device per unit) and keep it if it improves (module docstring)."""
         self.left -= 1
-        answer = emulate_and_track(self.graph, self.machine, where[self.unit], track=True)
-        over = overflow_bytes(answer, self.machine)
-        if over < self.over or (over == self.over and strictly_shorter(answer.makespan_us, self.answer.makespan_us)):
-            self.where, self.answer, self.over = where, answer, over
+        graph, place = self.graph, where[self.unit]
+        schedule = self.emulator(place)
+        # tracked_peaks takes the times as the compiled kicks pass them (writable): one compiled signature.
+        peak = tracked_peaks(self.machine.devices, place, graph.succ_ptr, graph.succ, graph.edge_src, graph.edge_dst,
+                             graph.edge_bytes, graph.kind, graph.out_bytes, self.candidates,
+                             self.machine.limits_bytes, np.array(schedule.start_us), np.array(schedule.finish_us),
+                             np.array(schedule.edge_arrival_us))
+        over = int(np.maximum(peak.astype(np.int64) - self.limits, 0).sum())  # overflow_bytes of the peaks
+        if over < self.over or (over == self.over and strictly_shorter(schedule.makespan_us, self.answer.makespan_us)):
+            self.where, self.over = where, over
+            self.answer = emulate_and_track(graph, self.machine, place, schedule=schedule, track=True)
             return True
         return False
 

@@ -38,6 +38,27 @@ def test_arrays_are_read_only():
         g.succ[0] = 2
 
 
+def test_an_unpickled_graph_is_equal_and_its_arrays_read_only_as_built():
+    """A build worker's graph comes back pickled: each array equal, read-only again and of the same numba type
+    (a writable array is another type: every compiled kernel would compile once more for it)."""
+    import pickle
+
+    import numba
+
+    g = CostGraph(["a", "b", "c", "d"], [1, 2, 3, 4], [10, 20, 30, 40], [0, 0, 1, 2], [1, 2, 3, 3],
+                  colocation=["x", "x", None, None], memory_limit_bytes=100)
+    again = pickle.loads(pickle.dumps(g))
+    arrays = {name: value for name, value in vars(g).items() if isinstance(value, np.ndarray)}
+    assert {"comp_us", "succ", "pred_ptr", "topo_rank", "colocation"} <= arrays.keys()
+    for name, value in arrays.items():
+        copy = getattr(again, name)
+        assert np.array_equal(copy, value) and not copy.flags.writeable, name
+        assert numba.typeof(copy) == numba.typeof(value), name
+    assert again.succ is again.edge_dst and again.names == g.names and again.memory_limit_bytes == 100
+    with pytest.raises(ValueError):
+        again.comp_us[0] = 5.0
+
+
 def test_parallel_edges_are_merged_by_summing_bytes():
     g = CostGraph(["a", "b"], [1, 1], [8, 0], [0, 0], [1, 1], [8, 4])
     assert g.m == 1 and g.edge_bytes.tolist() == [12]
