@@ -18,6 +18,7 @@ import resource
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -235,3 +236,23 @@ def no_host_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)
+
+
+@pytest.fixture(scope="session")
+def cold_first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, list[str], Path]:
+    """``benchmarks.speed.first_run(1, seed=0)`` made once per test run: its row, the progress lines it printed
+    and its work folder (the graph, the placement, the numba cache it filled). A cold ``pardnn place`` compiles
+    every sweep it runs into an empty numba cache (about 50 s of CPU on 2 cores): tests/benchmarks/test_speed.py
+    checks it, the quick suite's speed table reports the same row, and ``pardnn warmup``'s test completes the
+    cache it began (tests/pardnn/cli/test_cli.py) instead of compiling every kernel a third time."""
+    from benchmarks.speed import first_run
+    from tests.helpers import shared
+
+    def make() -> tuple[object, list[str], Path]:
+        work = (shared.ROOT or tmp_path_factory.getbasetemp()) / "cold-first-run"
+        work.mkdir()
+        messages: list[str] = []
+        row = first_run(1, seed=0, progress=messages.append, work=work)
+        return row, messages, work
+
+    return shared.shared(("benchmarks.speed.first_run", 1, 0), make)

@@ -39,7 +39,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory: pytest.TempPathFactory, cold_first_run) -> Path:
     """The quick suite, run once through the command line into a temporary directory. Its first-run
-    row is the run's one cold compile (tests/benchmarks/conftest.py), reported, not made again."""
+    row is the run's one cold compile (``cold_first_run``, tests/conftest.py), reported, not made again."""
     row, messages, _ = cold_first_run
 
     def first_run(repeats, seed, progress, work=None):
