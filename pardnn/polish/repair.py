@@ -39,8 +39,12 @@ def repair_evaluations(graph: CostGraph, seconds: float = REPAIR_SECONDS) -> int
 def overflow_bytes(answer: Emulated, machine: Machine) -> int:
     """The bytes over the limits, summed over the devices at their peaks (0: it fits)."""
     assert answer.memory is not None
-    peaks = answer.memory.peak_bytes.astype(np.int64)
-    return int(np.maximum(peaks - machine.limits_bytes.astype(np.int64), 0).sum())
+    return _over_limits(answer.memory.peak_bytes, machine)
+
+
+def _over_limits(peaks: np.ndarray, machine: Machine) -> int:
+    """The bytes of ``peaks`` (one per device) over the machine's limits, summed."""
+    return int(np.maximum(peaks.astype(np.int64) - machine.limits_bytes.astype(np.int64), 0).sum())
 
 
 def _held(graph: CostGraph, answer: Emulated, unit: np.ndarray, units: int, device: int) -> np.ndarray:
@@ -74,7 +78,6 @@ class _Search:
         self.answer, self.over = start, overflow_bytes(start, machine)
         self.emulator = Emulator(graph, machine)  # in order of readiness, as emulate_and_track's own
         self.candidates = accumulating_ops(graph)
-        self.limits = machine.limits_bytes.astype(np.int64)
 
     def better(self, where: np.ndarray) -> bool:
         """Emulate ``where`` (a device per unit) and keep it if it improves (module docstring)."""
@@ -86,7 +89,7 @@ class _Search:
                              graph.edge_bytes, graph.kind, graph.out_bytes, self.candidates,
                              self.machine.limits_bytes, np.array(schedule.start_us), np.array(schedule.finish_us),
                              np.array(schedule.edge_arrival_us))
-        over = int(np.maximum(peak.astype(np.int64) - self.limits, 0).sum())  # overflow_bytes of the peaks
+        over = _over_limits(peak, self.machine)
         if over < self.over or (over == self.over and strictly_shorter(schedule.makespan_us, self.answer.makespan_us)):
             self.where, self.over = where, over
             self.answer = emulate_and_track(graph, self.machine, place, schedule=schedule, track=True)
