@@ -170,16 +170,14 @@ def _first_kept(set_ptr, set_ops, targets, set_kind, set_first, budget, g, devic
 
 
 @njit(inline='always')
-def _chain_move(unit, first_op, bounds, members, budget, g, devices, ranked, bounded, limits, place, schedule,
-                makespan, counts, log) -> bool:
-    """:meth:`_Search.chain_move`: the first move on the critical chain that shortens the step."""
+def _chain_sets(unit, first_op, bounds, members, budget, g, devices, place, schedule, makespan, counts):
+    """:meth:`_Search.chain_move`'s moving sets: the units the critical chain suggests moving, as
+    ``(set_ptr, set_ops, targets, set_kind, set_first)`` for :func:`_first_kept` (no set when none)."""
     (_, _, _, pred_ptr, pred, pred_bytes, pred_edge, edge_src, _, _, comp, _, _, _, _, _) = g
     kinds, before, after, cost = chain_links(place, schedule[0], schedule[1], schedule[2], makespan[0], pred_ptr,
                                              pred_edge, edge_src, max(16, 2 * (budget - counts[EVALUATIONS])))
     units, targets = suggested_moves(place, unit, first_op, devices, comp, pred_ptr, pred, pred_bytes, kinds, before,
                                      after, cost)
-    if units.size == 0:
-        return False
     # Each move's log kind: that of the first link (costliest first) with an end in its unit.
     link_of = np.full(bounds.size - 1, -1, np.int64)
     for i in range(kinds.size - 1, -1, -1):
@@ -196,25 +194,34 @@ def _chain_move(unit, first_op, bounds, members, budget, g, devices, ranked, bou
     for i in range(units.size):
         u = units[i]
         set_ops[set_ptr[i]:set_ptr[i + 1]] = members[bounds[u]:bounds[u + 1]]
-    return _first_kept(set_ptr, set_ops, targets, set_kind, set_first, budget, g, devices, ranked, bounded, limits,
-                       place, schedule, makespan, counts, log)
+    return set_ptr, set_ops, targets, set_kind, set_first
 
 
 @njit(inline='always')
 def _descend(unit, first_op, bounds, members, sweep, budget, g, devices, ranked, bounded, limits, place, schedule,
              makespan, counts, log) -> None:
     """:meth:`_Search.descend`: chain moves, else the whole neighbourhood (``sweep``: its moving sets as
-    set_ptr, set_ops, kinds, first ops), while one is kept."""
-    set_ptr, set_ops, set_kind, set_first = sweep
+    set_ptr, set_ops, kinds, first ops), while one is kept. (One call of :func:`_first_kept` for both:
+    numba inlines it once, which halves this kernel's compile time.)"""
+    sweep_ptr, sweep_ops, sweep_kind, sweep_first = sweep
     no_targets = np.zeros(0, np.int64)
     while counts[EVALUATIONS] < budget:
-        if _chain_move(unit, first_op, bounds, members, budget, g, devices, ranked, bounded, limits, place, schedule,
-                       makespan, counts, log):
-            continue
-        if _first_kept(set_ptr, set_ops, no_targets, set_kind, set_first, budget, g, devices, ranked, bounded,
-                       limits, place, schedule, makespan, counts, log):
-            continue
-        return
+        kept = False
+        for phase in range(2):
+            if phase == 0:  # the critical chain's moves first
+                set_ptr, set_ops, targets, set_kind, set_first = _chain_sets(
+                    unit, first_op, bounds, members, budget, g, devices, place, schedule, makespan, counts)
+                if set_ptr.size == 1:  # no move suggested
+                    continue
+            else:  # then the whole neighbourhood
+                set_ptr, set_ops, targets, set_kind, set_first = sweep_ptr, sweep_ops, no_targets, sweep_kind, \
+                    sweep_first
+            if _first_kept(set_ptr, set_ops, targets, set_kind, set_first, budget, g, devices, ranked, bounded,
+                           limits, place, schedule, makespan, counts, log):
+                kept = True
+                break
+        if not kept:
+            return
 
 
 @njit(cache=True, nogil=True)

@@ -3,8 +3,8 @@
 Few runs, each read by several tests (module-scoped fixtures), on word-rnn-tiny for 6 iterations:
 
 - every placer of the registry (pardnn-paper included) in one ``--compare`` on 2 ranks × 2 logical devices;
-- ``--compare pardnn,metis,data`` on 4 ranks (2 nodes × 2 devices; the node leaders run the placers);
-- ``--parallelism data --recompute`` on 4 ranks;
+- ``--compare pardnn,metis,data,data+recompute`` on 4 ranks (2 nodes × 2 devices; the node leaders run the
+  placers, every rank a data-parallel replica);
 - a placer over the memory limit, one process: ``does_not_fit`` before training.
 
 The data-parallel losses are checked against a one-device run of the same global batch, made here
@@ -55,14 +55,7 @@ def placers(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess[str]]:
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     out = tmp_path_factory.mktemp("compared")
-    return out, _launch(out, "--compare", "pardnn,metis,data", ranks=RANKS)
-
-
-@pytest.fixture(scope="module")
-def recomputed(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("recomputed")
-    _launch(out, "--parallelism", "data", "--recompute", ranks=RANKS)
-    return out
+    return out, _launch(out, "--compare", "pardnn,metis,data,data+recompute", ranks=RANKS)
 
 
 @pytest.mark.parametrize("placer", EVERY_PLACER)
@@ -106,28 +99,30 @@ def _one_device_losses(recompute: bool) -> np.ndarray:
 def test_compare_prints_its_table_and_writes_a_row_per_variant(compared):
     out, proc = compared
     rows = _rows(out)
-    assert [(r["placer"], r["parallelism"], r["status"]) for r in rows] == [
-        ("pardnn", "model", "complete"), ("metis", "model", "complete"), ("", "data", "complete")]
+    assert [(r["placer"], r["parallelism"], r["recompute"], r["status"]) for r in rows] == [
+        ("pardnn", "model", "false", "complete"), ("metis", "model", "false", "complete"),
+        ("", "data", "false", "complete"), ("", "data", "true", "complete")]
     assert {(r["nodes"], r["devices_per_node"], r["global_batch_size"]) for r in rows} == {("2", "2", "32")}
-    assert [r["batch_size"] for r in rows] == ["16", "16", str(REPLICA_BATCH)]
+    assert [r["batch_size"] for r in rows] == ["16", "16", str(REPLICA_BATCH), str(REPLICA_BATCH)]
     table = [line for line in proc.stdout.splitlines() if line.startswith("| ")]  # the header, then a line each
     assert table[0].startswith("| variant | status | samples/s | speed-up |")
-    assert [line.split(" | ")[0] for line in table[1:]] == ["| pardnn", "| metis", "| data"]
+    assert [line.split(" | ")[0] for line in table[1:]] == ["| pardnn", "| metis", "| data", "| data+recompute"]
     assert table[1].split(" | ")[3] == "1.00×"
     [folder] = out.glob("word-rnn-tiny-compare-n2-k2-b16-*")
-    assert (folder / "comparison.md").read_text().count("| complete |") == 3
+    assert (folder / "comparison.md").read_text().count("| complete |") == 4
     for rank in range(RANKS):  # every rank's log of the whole comparison
         assert (folder / f"rank-{rank}.log").exists()
 
 
 def test_data_parallelism_trains_the_one_device_losses(compared):
     out, _ = compared
-    [row] = [r for r in _rows(out) if r["parallelism"] == "data"]
+    [row] = [r for r in _rows(out) if r["parallelism"] == "data" and r["recompute"] == "false"]
     np.testing.assert_allclose(_losses(Path(row["run_dir"]), RANKS), _one_device_losses(False), rtol=1e-5)
 
 
-def test_data_parallelism_with_recompute_trains_the_one_device_losses(recomputed):
-    [row] = _rows(recomputed)
+def test_data_parallelism_with_recompute_trains_the_one_device_losses(compared):
+    out, _ = compared
+    [row] = [r for r in _rows(out) if r["recompute"] == "true"]
     assert (row["parallelism"], row["recompute"], row["status"], row["batch_size"]) == (
         "data", "true", "complete", str(REPLICA_BATCH))
     run_dir = Path(row["run_dir"])
@@ -158,10 +153,10 @@ def _drawn(path: Path) -> tuple[tuple[int, ...], int]:
     return pixels.shape, int(((pixels.max(axis=-1) - pixels.min(axis=-1)) > 0.2).sum())
 
 
-def test_pardnn_report_draws_the_comparison_and_the_fidelity(placers, compared, recomputed, tmp_path, capsys):
+def test_pardnn_report_draws_the_comparison_and_the_fidelity(placers, compared, tmp_path, capsys):
     from launcher.report import main
 
-    dirs: list[Any] = [placers[0], compared[0], recomputed]
+    dirs: list[Any] = [placers[0], compared[0]]
     assert main([*map(str, dirs), "--out", str(tmp_path)]) == 0
     report = (tmp_path / "report.md").read_text()
     assert "### speed-up of pardnn over each alternative" in report

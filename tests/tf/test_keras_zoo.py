@@ -9,7 +9,8 @@ deterministic, being from analytic costs); apply it; train the same two steps on
 may be placed after a session has run it and closed (a new session reads the new devices), so one
 build serves both runs, and the second session re-runs the seeded initializers: identical weights.
 Losses must be *equal*, not close: the same kernels run on the same data in the same order (the
-devices are threads of one host), and seeded Dropout draws the same masks in each new session.
+devices are threads of one host), and seeded Dropout draws the same masks in each new session. The
+captured step, without costs, is also placed as it is (every op 0 us): one warning, no crash.
 
 Six ``tf.keras.applications`` (weights=None, 32×32 inputs, Xception at its minimum 71×71, batch 2,
 3 classes): MobileNetV2 (α 0.35), ResNet50, VGG16, EfficientNetB0, Xception, and MobileNet (α 0.25)
@@ -24,6 +25,7 @@ functional model with two outputs and two weighted losses.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -40,7 +42,7 @@ tf = pytest.importorskip("tensorflow")
 from pardnn import partition  # noqa: E402
 from pardnn.costs.graph import CostGraph  # noqa: E402
 from pardnn.costs.machine import Machine  # noqa: E402
-from pardnn.emulation.checks import colocation_violations  # noqa: E402
+from pardnn.emulation.checks import check_placement, colocation_violations  # noqa: E402
 from pardnn.errors import InvalidGraphError  # noqa: E402
 from pardnn.tf import (  # noqa: E402
     ProfileReport,
@@ -202,6 +204,21 @@ def test_placed_training_equals_one_device(run):
     assert np.isfinite(run.reference).all()
     np.testing.assert_array_equal(run.placed, run.reference)
 
+
+
+def test_a_captured_step_without_costs_is_placed_with_one_warning(run, caplog):
+    """Capture alone, without profile or estimate: every op costs 0 us (which once crashed the guard).
+    ParDNN places the step within memory, its groups together, and warns once, naming how to cost it."""
+    cost = run.cost
+    assert not cost.comp_us.any() and cost.n > (1000 if run.name == "ResNet50" else 20)
+    machine = Machine(DEVICES, memory="16GiB")
+    with caplog.at_level(logging.WARNING, logger="pardnn"):
+        result = partition(cost, machine)
+    check_placement(cost, machine, result.placement, colocation=True)
+    assert result.report.evaluation.memory_fits and result.report.ccr is None
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name.startswith("pardnn")]
+    assert len(warned) == 1, warned
+    assert f"({cost.n:,} ops) costs 0 us" in warned[0] and "pardnn.tf.profile or pardnn.tf.estimate" in warned[0]
 
 def _op_bytes(run: Run, op_type: str) -> list[int]:
     return [int(b) for op, b in zip(run.cost.ops, run.cost.out_bytes, strict=True) if op == op_type]
