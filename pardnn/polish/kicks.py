@@ -202,7 +202,7 @@ def _descend(unit, first_op, bounds, members, sweep, budget, g, devices, ranked,
              makespan, counts, log) -> None:
     """:meth:`_Search.descend`: chain moves, else the whole neighbourhood (``sweep``: its moving sets as
     set_ptr, set_ops, kinds, first ops), while one is kept. (One call of :func:`_first_kept` for both:
-    numba inlines it once, which halves this kernel's compile time.)"""
+    numba inlines it once: about 30 % less of this kernel's compile.)"""
     sweep_ptr, sweep_ops, sweep_kind, sweep_first = sweep
     no_targets = np.zeros(0, np.int64)
     while counts[EVALUATIONS] < budget:

@@ -103,6 +103,8 @@ def test_parser_maps_options_to_settings():
         8, 160, "100:150", "32GiB", "estimate", False)
     assert args.stall_timeout == 20.0
     assert build_parser().parse_args(["job.toml"]).progress is None  # not given: the job file or default decides
+    data = build_parser().parse_args(["job.toml", "--parallelism", "data", "--recompute"])
+    assert (data.parallelism, data.recompute) == ("data", True)  # trained under mpirun as a --compare variant
 
 
 def test_precision_on_the_command_line_overrides_the_job_files(tmp_path):

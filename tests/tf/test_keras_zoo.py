@@ -205,7 +205,6 @@ def test_placed_training_equals_one_device(run):
     np.testing.assert_array_equal(run.placed, run.reference)
 
 
-
 def test_a_captured_step_without_costs_is_placed_with_one_warning(run, caplog):
     """Capture alone, without profile or estimate: every op costs 0 us (which once crashed the guard).
     ParDNN places the step within memory, its groups together, and warns once, naming how to cost it."""
@@ -219,6 +218,7 @@ def test_a_captured_step_without_costs_is_placed_with_one_warning(run, caplog):
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name.startswith("pardnn")]
     assert len(warned) == 1, warned
     assert f"({cost.n:,} ops) costs 0 us" in warned[0] and "pardnn.tf.profile or pardnn.tf.estimate" in warned[0]
+
 
 def _op_bytes(run: Run, op_type: str) -> list[int]:
     return [int(b) for op, b in zip(run.cost.ops, run.cost.out_bytes, strict=True) if op == op_type]
