@@ -1,12 +1,14 @@
 """Run under ``mpirun -np 2`` by tests/mpi/test_recipes.py: every Keras optimizer of
 tests/jobs/test_optimizers.py trained 5 steps on 2 ranks (each reads batch ``2·i + rank`` at step ``i``,
-the gradients averaged by BACKEND), against Keras' own ``train_on_batch`` on the global batch.
+the gradients averaged by each of BACKENDS in turn), against Keras' own ``train_on_batch`` on the global
+batch.
 
-Usage: ``python tests/mpi/every_optimizer.py BACKEND JOB_DIR OUT.json ORACLES_DIR`` (BACKEND horovod or
-mpi4py). The replicas hold the same weights, so rank r checks the optimizers ``i % 2 == r`` and writes
-``OUT.json.<r>``: ``{optimizer: how far the worst weight is past rtol 1e-5, atol 1e-6}`` (<= 0: within).
-Keras' weights are kept in ORACLES_DIR, keyed by the optimizer and the starting weights, so the second
-backend reads what the first one trained.
+Usage: ``python tests/mpi/every_optimizer.py BACKENDS JOB_DIR OUT.json ORACLES_DIR`` (BACKENDS: horovod,
+mpi4py, or both, comma-separated: one launch for both, as the launcher has them, mpi4py's MPI first and
+Horovod started on it). The replicas hold the same weights, so rank r checks the optimizers
+``i % 2 == r`` and writes ``OUT.json.<r>``: ``{backend: {optimizer: how far the worst weight is past rtol
+1e-5, atol 1e-6}}`` (<= 0: within). Keras' weights are kept in ORACLES_DIR, keyed by the optimizer and
+the starting weights, so the second backend reads what the first one trained.
 """
 
 from __future__ import annotations
@@ -25,22 +27,25 @@ sys.path.insert(0, str(ROOT))
 STEPS, REPLICA = 5, 4
 
 
-def main(backend_name: str, job_dir: Path, out: Path, oracles: Path) -> None:
+def main(backend_names: str, job_dir: Path, out: Path, oracles: Path) -> None:
     import tensorflow as tf
+    from mpi4py import MPI  # MPI first, with threads, as the launcher's topology starts it; Horovod joins it
 
     from jobs import build, load_job
     from launcher.training.dataparallel import HorovodBackend, Mpi4pyBackend
     from tests.helpers.usermodels import JOB, MODELS, OPTIMIZERS
 
-    if backend_name == "horovod":
-        import horovod.tensorflow as hvd
+    rank, backends = MPI.COMM_WORLD.Get_rank(), {}
+    for name in backend_names.split(","):
+        if name == "horovod":
+            import horovod.tensorflow as hvd
 
-        hvd.init()
-        backend, rank = HorovodBackend(hvd), hvd.rank()
-    else:
-        from mpi4py import MPI
-
-        backend, rank = Mpi4pyBackend(MPI.COMM_WORLD.Dup()), MPI.COMM_WORLD.Get_rank()
+            hvd.init()
+            backends[name] = HorovodBackend(hvd)
+        elif name == "mpi4py":
+            backends[name] = Mpi4pyBackend(MPI.COMM_WORLD.Dup())
+        else:
+            raise SystemExit(f"every_optimizer.py: unknown backend {name!r}; expected horovod or mpi4py")
     folder = job_dir / f"rank{rank}"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "usernet.py").write_text(MODELS)
@@ -49,28 +54,29 @@ def main(backend_name: str, job_dir: Path, out: Path, oracles: Path) -> None:
 
     heads = JOB.replace(":build", ":heads").replace(":batches", ":two").replace("batch_size = 4",
                                                                                    f"batch_size = {REPLICA}")
-    found = {}
-    for index, (optimizer, run_eagerly) in enumerate(OPTIMIZERS):
-        job = folder / "job.toml"
-        job.write_text(heads + f"[model.args]\noptimizer = {optimizer!r}\n")
-        train = build(load_job(job), gradient_hook=backend.averager())
-        with train.graph.as_default():
-            broadcast = backend.broadcast(train.graph, train.variables)
-        trainable = [v for v in train.variables if v.trainable][:6]
-        with tf.compat.v1.Session(graph=train.graph) as session:
-            session.run(train.init_op)
-            session.run(broadcast)
-            start = session.run(trainable)
-            for step in range(STEPS):
-                x, y = usernet.two(2 * step + rank, REPLICA, 0, 1)
-                session.run(train.fetches, {train.inputs["features"]: x, train.inputs["labels/cls"]: y["cls"],
-                                            train.inputs["labels/reg"]: y["reg"]})
-            ours = session.run(trainable)
-        if index % 2 == rank:
-            expected = _keras(usernet, optimizer, run_eagerly, start, oracles)
-            # how far past assert_allclose(rtol=1e-5, atol=1e-6) the worst weight is (<= 0: within it)
-            found[optimizer] = max(float(np.max(np.abs(a - b) - (1e-6 + 1e-5 * np.abs(b))))
-                                   for a, b in zip(ours, expected, strict=True))
+    found: dict[str, dict[str, float]] = {name: {} for name in backends}
+    for name, backend in backends.items():
+        for index, (optimizer, run_eagerly) in enumerate(OPTIMIZERS):
+            job = folder / "job.toml"
+            job.write_text(heads + f"[model.args]\noptimizer = {optimizer!r}\n")
+            train = build(load_job(job), gradient_hook=backend.averager())
+            with train.graph.as_default():
+                broadcast = backend.broadcast(train.graph, train.variables)
+            trainable = [v for v in train.variables if v.trainable][:6]
+            with tf.compat.v1.Session(graph=train.graph) as session:
+                session.run(train.init_op)
+                session.run(broadcast)
+                start = session.run(trainable)
+                for step in range(STEPS):
+                    x, y = usernet.two(2 * step + rank, REPLICA, 0, 1)
+                    session.run(train.fetches, {train.inputs["features"]: x, train.inputs["labels/cls"]: y["cls"],
+                                                train.inputs["labels/reg"]: y["reg"]})
+                ours = session.run(trainable)
+            if index % 2 == rank:
+                expected = _keras(usernet, optimizer, run_eagerly, start, oracles)
+                # how far past assert_allclose(rtol=1e-5, atol=1e-6) the worst weight is (<= 0: within it)
+                found[name][optimizer] = max(float(np.max(np.abs(a - b) - (1e-6 + 1e-5 * np.abs(b))))
+                                             for a, b in zip(ours, expected, strict=True))
     out.with_name(f"{out.name}.{rank}").write_text(json.dumps(found))
 
 
