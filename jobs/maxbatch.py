@@ -83,11 +83,15 @@ class _Builder:
         return self.parts(batch).graph
 
 
-def build_parts(job: Job, batch: int, micro: int, preset_name: str) -> CostParts:
+def build_parts(job: Job, batch: int, micro: int, preset_name: str,
+                build: Callable[..., Any] | None = None) -> CostParts:
     """The job's step built by TensorFlow at ``batch`` (``micro`` micro-batches) and costed by the preset's
-    estimates: what each build of a search is."""
-    from jobs.training import build
+    estimates: what each build of a search is. ``build``: the graph builder, called as
+    ``build(job, batch_size=batch, micro_batches=micro)`` (default :func:`jobs.training.build`)."""
     from pardnn.tf.estimate import estimate_parts
+
+    if build is None:
+        from jobs.training import build
 
     train = build(job, batch_size=batch, micro_batches=micro)
     return estimate_parts(train.graph, train.fetches, preset_name, name=_name(job, batch, micro))

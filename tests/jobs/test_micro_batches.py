@@ -21,6 +21,7 @@ import pytest
 from jobs import JobError, load_job
 from jobs.schema import micro_batches_arg
 from launcher.cli import build_parser
+from tests.helpers.builds import ZOO_STEPS, built
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,15 +122,15 @@ def _gradient_ops(graph, scope: str) -> set[tuple[str, str]]:
 
 
 @pytest.mark.tf
+@pytest.mark.xdist_group(ZOO_STEPS)
 @pytest.mark.parametrize("model", ["word-rnn-tiny", "char-crn-tiny", "wrn-tiny", "trn-tiny", "e3d-tiny"])
 def test_a_micro_batch_has_the_backward_ops_of_the_plain_step(model):
     """A plan search compares M = 1 with M > 1: the same backward ops per micro-batch (no gating
-    ``tuple`` of Identity and NoOp ops in one and not the other), at the same micro-batch size."""
-    from jobs import build
-
+    ``tuple`` of Identity and NoOp ops in one and not the other), at the same micro-batch size.
+    (The steps are read, not changed: built once for this worker's tests, tests.helpers.builds.)"""
     job = load_job(model)
-    plain = build(job, batch_size=2, micro_batches=1)
-    split = build(job, batch_size=4, micro_batches=2)
+    plain = built(job, 2, micro_batches=1)
+    split = built(job, 4, micro_batches=2)
     ops = _gradient_ops(plain.graph, "")
     assert ops and ops == _gradient_ops(split.graph, "micro_0/")
     assert not [name for name, kind in ops if "/tuple/" in name or kind == "NoOp"]

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from jobs.plansteps import WORKER_BYTES, Steps, needed_steps, worker_count
+from tests.helpers.builds import ZOO_STEPS, built
 
 
 def test_needed_steps_of_word_rnn_2_on_a_dgx_2() -> None:
@@ -273,6 +274,7 @@ def test_a_worker_that_dies_leaves_its_steps_to_this_process() -> None:
 
 @pytest.mark.tf
 @pytest.mark.slow
+@pytest.mark.xdist_group(ZOO_STEPS)
 @pytest.mark.parametrize("model", ["word-rnn-tiny", "char-crn-tiny", "wrn-tiny", "trn-tiny", "e3d-tiny", "keras"])
 def test_the_plain_step_bounds_the_micro_batched_steps(model: str) -> None:
     """The bound from the plain step of 2 samples (:mod:`pardnn.plan.microbound`) is at most the bound the
@@ -285,13 +287,12 @@ def test_the_plain_step_bounds_the_micro_batched_steps(model: str) -> None:
     from pathlib import Path
 
     from jobs.config import load_job
-    from jobs.training import build
     from pardnn.costs.presets import preset
     from pardnn.emulation.simulate import lower_bound_us
 
     job = load_job(Path(__file__).resolve().parents[2] / "examples" / "keras_transformer" / "job.toml"
                    if model == "keras" else model)
-    steps = Steps(job, preset("dgx-2"), build, {})
+    steps = Steps(job, preset("dgx-2"), built, {})  # each step read only: built once in this worker
     assert steps.built(1, 1).graph.n == steps.built(3, 1).graph.n
     for micro in (2, 4):
         graph = steps.graph_for(2 * micro, micro)

@@ -18,7 +18,7 @@ from pardnn.batch.replicate import difference, replicate  # noqa: E402
 from pardnn.costs.presets import preset  # noqa: E402
 from pardnn.errors import ScalingError  # noqa: E402
 from pardnn.tf.estimate import estimate_parts  # noqa: E402
-from tests.helpers.builds import costed  # noqa: E402
+from tests.helpers.builds import ZOO_STEPS, costed  # noqa: E402
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
@@ -32,6 +32,7 @@ def parts(job, micro_size, micro):
     return estimate_parts(train.graph, train.fetches, V100, name="step")
 
 
+@pytest.mark.xdist_group(ZOO_STEPS)  # the M = 2 step: the one the micro-batch and plan tests built in this worker
 @pytest.mark.parametrize("name", ["word-rnn-tiny", "char-crn-tiny", "wrn-tiny", "trn-tiny", "e3d-tiny"])
 def test_replicated_steps_equal_the_built_ones(name):
     job = load_job(name)  # built and costed once per test run (the zoo's preset is the V100's)
