@@ -32,9 +32,7 @@ def built(job: Job, batch_size: int, *, micro_batches: int = 1) -> Any:
     ``jobs.training.build`` is by ``jobs.plansteps.Steps`` and ``jobs.maxbatch.build_parts``."""
     key = (repr(job), batch_size, micro_batches)
     if key not in _BUILT:
-        from jobs.training import build
-
-        _BUILT[key] = build(job, batch_size=batch_size, micro_batches=micro_batches)
+        _BUILT[key] = _kept_or_built(job, batch_size, micro_batches)
     return _BUILT[key]
 
 
