@@ -2,7 +2,8 @@
 
 :func:`apply` sets the device of every op of ``graph`` before its first ``Session.run`` (ops the
 placement does not name follow rules 1-4 of docs/notes-partitioner.md), and with ``order`` chains each
-device's ops by control dependencies. :func:`session_config` turns soft placement off;
+device's ops by control dependencies (not sources, TF1 frame members, or values Grappler folds before the
+run: :func:`_known_before_the_run`). :func:`session_config` turns soft placement off;
 :func:`device_names` names K devices.
 """
 
@@ -276,11 +277,13 @@ def _links(graph: tf.Graph, by_name: dict[str, tf.Operation], device: Mapping[st
     """The control dependencies that chain each device's ops in ``position`` order (by the device each op
     really gets: an op sent to the host leaves its GPU's sequence); raises before anything changes."""
     sequences: dict[str, list[tuple[int, str]]] = {}
+    known = _known_before_the_run(graph)
     for name, index in position.items():
         if name not in device:
             raise InvalidPlacementError(f"the order names op {name!r}, which the placement does not place")
         op = by_name[name]
-        if op.inputs and op._get_control_flow_context() is None:  # sources and v1 frame members float free
+        # Sources, v1 frame members and values known before the run float free.
+        if op.inputs and op._get_control_flow_context() is None and op not in known:
             sequences.setdefault(target[name], []).append((index, name))
     links: list[tuple[tf.Operation, tf.Operation]] = []
     for where, sequence in sequences.items():
@@ -294,6 +297,33 @@ def _links(graph: tf.Graph, by_name: dict[str, tf.Operation], device: Mapping[st
                 links.append((first, then))
     _refuse_cycles(graph, links)
     return links
+
+
+_SHAPE_OPS = {"Shape": "shape", "ShapeN": "shape", "Size": "shape", "Rank": "rank"}
+
+
+def _known_before_the_run(graph: tf.Graph) -> set[tf.Operation]:
+    """Ops with inputs whose value TensorFlow can compute before the run: a ``Shape``/``ShapeN``/``Size``
+    of tensors of fully known static shape, a ``Rank`` of known rank, and any stateless op outside a TF1
+    frame whose data inputs are all constants or such ops (the ``strided_slice`` of a static shape, a
+    ``Fill`` of it). Grappler folds them into input-less constants and drops the control dependencies
+    through them, so a chain that ran through one would fall apart there (seen: the two ops on either side
+    of a folded ``lstm/strided_slice_1`` ran in either order); :func:`_links` chains the ops around them
+    directly instead. Their order never matters: their values exist before the step."""
+    known: set[tf.Operation] = set()
+    for op in graph.get_operations():  # creation order: every input first (a loop's back edge is in a frame)
+        if not op.inputs or op._get_control_flow_context() is not None:
+            continue
+        rule = _SHAPE_OPS.get(op.type)
+        if rule == "shape":
+            static = all(t.shape.is_fully_defined() for t in op.inputs)
+        elif rule == "rank":
+            static = all(t.shape.rank is not None for t in op.inputs)
+        else:
+            static = not op._is_stateful and all(t.op in known or t.op.type == "Const" for t in op.inputs)
+        if static:
+            known.add(op)
+    return known
 
 
 def _refuse_cycles(graph: tf.Graph, links: list[tuple[tf.Operation, tf.Operation]]) -> None:

@@ -104,7 +104,8 @@ def batches(model: Model, count: int, seed: int = 3) -> list[dict[tf.Tensor, np.
 
 def train_losses(model: Model, feeds: list[dict[tf.Tensor, np.ndarray]], config: tf.compat.v1.ConfigProto,
                  *, trace_last: bool = False) -> tuple[np.ndarray, Any]:
-    """Losses of one training step per feed; with ``trace_last``, the last step's RunMetadata too."""
+    """Losses of one training step per feed; with ``trace_last``, the last step's RunMetadata too (its trace
+    and the partition graphs TensorFlow ran)."""
     init = model.initializer()
     losses = []
     metadata = tf.compat.v1.RunMetadata()
@@ -112,7 +113,8 @@ def train_losses(model: Model, feeds: list[dict[tf.Tensor, np.ndarray]], config:
         session.run(init)
         for index, feed in enumerate(feeds):
             if trace_last and index == len(feeds) - 1:
-                options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+                options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
+                                                  output_partition_graphs=True)
                 _, loss = session.run(model.fetches, feed, options=options, run_metadata=metadata)
             else:
                 _, loss = session.run(model.fetches, feed)
