@@ -8,9 +8,13 @@
 ([0, 0, 1, 1], 62.0)
 """
 
-from pardnn.costs.graph import CostGraph, Kind
-from pardnn.costs.machine import Machine
-from pardnn.errors import (
+from pardnn import kernelcache
+
+kernelcache.install()  # before any kernel is defined: numba's cache per source tree, shared (pardnn.kernelcache)
+
+from pardnn.costs.graph import CostGraph, Kind  # noqa: E402
+from pardnn.costs.machine import Machine  # noqa: E402
+from pardnn.errors import (  # noqa: E402
     InfeasibleError,
     InvalidGraphError,
     InvalidMachineError,
@@ -18,8 +22,8 @@ from pardnn.errors import (
     NoPlacementFoundError,
     PardnnError,
 )
-from pardnn.partitioner import partition
-from pardnn.placement.result import PartitionReport, Result
+from pardnn.partitioner import partition  # noqa: E402
+from pardnn.placement.result import PartitionReport, Result  # noqa: E402
 
 __version__ = "0.1.0"
 

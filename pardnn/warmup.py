@@ -1,10 +1,12 @@
 """Compile (or load) every numba kernel now, not inside the first placement or the first job.
 
 :func:`warm_up` runs every placer on a small synthetic graph, without and under both memory heuristics,
-so every kernel a placement can reach is in numba's cache (``__pycache__`` beside the modules, or
-``NUMBA_CACHE_DIR``). ``pardnn warmup`` runs it, ``scripts/setup.sh`` at install time, and the
-launcher, for the placer it runs, as its own ``compile`` phase before ``partition``. A fresh install
-compiles for about 65 s on 2 cores; later processes load the cache in a second or two.
+so every kernel a placement can reach is in numba's cache (one folder per source tree under
+``~/.cache/pardnn/numba``: :mod:`pardnn.kernelcache`; or ``NUMBA_CACHE_DIR``). ``pardnn warmup`` runs
+it, ``scripts/setup.sh`` at install time, and the launcher, for the placer it runs, as its own
+``compile`` phase before ``partition``. A fresh install
+compiles for about 65 s on 2 cores; later processes, and later installs of the same sources, load
+the cache in a second or two.
 """
 
 from __future__ import annotations

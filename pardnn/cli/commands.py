@@ -342,13 +342,14 @@ def add_generate(sub: Any) -> None:
 
 # ------------------------------------------------------------------------------------ warmup
 def cmd_warmup(args: argparse.Namespace) -> int:
-    import numba
-
+    from pardnn import kernelcache
     from pardnn.warmup import warm_up
 
     seconds = warm_up()
-    where = numba.config.CACHE_DIR or "__pycache__ beside pardnn's modules"
-    print(f"numba kernels ready in {seconds:.1f} s (cache: {where})")
+    print(f"numba kernels ready in {seconds:.1f} s (cache: {kernelcache.location()})")
+    removed = kernelcache.prune()
+    if removed:
+        print(f"removed the kernels of {len(removed)} older source tree(s) (the newest {kernelcache.KEEP} are kept)")
     return EXIT_OK
 
 
@@ -358,8 +359,12 @@ def add_warmup(sub: Any) -> None:
                         description="Compile every numba kernel pardnn can reach (emulator, memory tracker, "
                                     "slicing, mapping, memory heuristics, baselines) into numba's on-disk cache, so "
                                     "the first placement or the first pardnn-launch job does not pay for it (about "
-                                    "8 s on 2 cores, on every rank at once). scripts/setup.sh runs it; run it again "
-                                    "after upgrading pardnn or numba, or with NUMBA_CACHE_DIR set as your jobs set it.")
+                                    "65 s of CPU, on every rank at once). The cache is kept per source tree under "
+                                    "$PARDNN_CACHE_DIR (default ~/.cache/pardnn)/numba, shared by every checkout "
+                                    "and environment with the same pardnn sources, NumPy and numba; NUMBA_CACHE_DIR, "
+                                    "when set, is used instead. scripts/setup.sh runs it; run it again after "
+                                    "changing or upgrading pardnn, numba or NumPy, or with NUMBA_CACHE_DIR set as your "
+                                    "jobs set it. It keeps the newest 4 source trees' kernels and removes older ones.")
     warmup.set_defaults(func=cmd_warmup)
 
 
