@@ -1,29 +1,14 @@
 """Where numba keeps pardnn's compiled kernels: one folder per source tree, shared by every checkout and
 virtual environment of the user that holds the same sources.
 
-numba's default keeps a module's kernels in the ``__pycache__`` beside it, so each fresh clone, new
-virtual environment or editable install compiled all of them again (about 65 s of CPU on 2 cores),
-and each node of a cluster whose job makes its own environment did too. :func:`install` (run when
-:mod:`pardnn` is imported, before any kernel is defined) puts a locator first in numba's list that keeps
-every kernel of a module of this package under::
-
-    $PARDNN_CACHE_DIR, else $XDG_CACHE_HOME/pardnn, else ~/.cache/pardnn
-      /numba/py<X.Y>-numba<version>-numpy<version>/<tree>/<the module's folder inside pardnn>
-
-``<tree>`` is the first 16 hex digits of a SHA-256 over every ``.py`` file of the package that
-imports numba (its path and bytes): the files that hold kernels. numba checks only the kernel's own
-file before it loads a kernel, so a changed kernel it calls in another module could otherwise serve a
-stale one; with all of them in the name, a change to any compiles afresh in a folder of its own, and
-identical sources (two clones of one commit) share one. A change elsewhere (the command line, the
-TensorFlow side) keeps the kernels. What no stamp sees, here as in numba's default, is a module-level
-constant of a file without numba that a kernel reads: change one, and run ``pardnn warmup`` with
-``PARDNN_CACHE_DIR`` pointed at a fresh folder. :func:`prune` (``pardnn warmup`` calls it) keeps the
-newest :data:`KEEP` trees of a tag.
-
-Choices: ``NUMBA_CACHE_DIR``, when set, wins (numba's own locator, as before: a job that sets it gets
-what it asked for). A cache folder that cannot be created or written falls back to numba's own
-locators too. A numba without the locator interface this needs (checked at import) leaves numba's
-default in place. Kernels outside the package (the benchmarks') keep numba's default.
+:func:`install` (run when :mod:`pardnn` is imported, before any kernel is defined) puts a locator first in
+numba's list that keeps every kernel of this package under ``cache_root()/numba/<tag>/<tree>/<folder>``:
+:func:`cache_root` is ``$PARDNN_CACHE_DIR``, else ``$XDG_CACHE_HOME/pardnn``, else ``~/.cache/pardnn``; the
+tag names Python, numba and NumPy; ``<tree>`` digests the package's files that import numba.
+``NUMBA_CACHE_DIR``, when set, wins; an unwritable folder or a numba without the locator interface leaves
+numba's default. :func:`prune` (``pardnn warmup`` calls it) keeps the newest :data:`KEEP` trees of a tag;
+:func:`location` says where this process's kernels go. Why and what no stamp sees:
+docs/notes-partitioner.md.
 """
 
 from __future__ import annotations
@@ -99,23 +84,29 @@ def location() -> str:
     return str(folder) if _installed() and folder.is_dir() else "__pycache__ beside pardnn's modules"
 
 
-def _installed() -> bool:
+def _locators() -> list | None:
+    """numba's list of cache locator classes, tried in order (None where this numba has none)."""
     from numba.core import caching
 
     impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
-    return any(getattr(k, "_pardnn_tree", False) for k in getattr(impl, "_locator_classes", ()))
+    return getattr(impl, "_locator_classes", None)
+
+
+def _installed() -> bool:
+    return any(getattr(k, "_pardnn_tree", False) for k in _locators() or ())
 
 
 def install() -> bool:
     """Put the tree locator first in numba's list (once); False where this numba lacks the interface."""
     try:
         from numba.core import caching, config
-        impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl
         base, mixin = caching._CacheLocator, caching._SourceFileBackedLocatorMixin
-        locators = impl._locator_classes
     except (ImportError, AttributeError):
         return False
-    if any(getattr(k, "_pardnn_tree", False) for k in locators):
+    locators = _locators()
+    if locators is None:
+        return False
+    if _installed():
         return True
 
     class TreeLocator(mixin, base):  # the mixin: numba's content stamp of the kernel's own file

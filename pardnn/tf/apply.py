@@ -299,7 +299,7 @@ def _links(graph: tf.Graph, by_name: dict[str, tf.Operation], device: Mapping[st
     return links
 
 
-_SHAPE_OPS = {"Shape": "shape", "ShapeN": "shape", "Size": "shape", "Rank": "rank"}
+_OF_SHAPES = frozenset({"Shape", "ShapeN", "Size"})  # known when every input's shape is
 
 
 def _known_before_the_run(graph: tf.Graph) -> set[tf.Operation]:
@@ -314,10 +314,9 @@ def _known_before_the_run(graph: tf.Graph) -> set[tf.Operation]:
     for op in graph.get_operations():  # creation order: every input first (a loop's back edge is in a frame)
         if not op.inputs or op._get_control_flow_context() is not None:
             continue
-        rule = _SHAPE_OPS.get(op.type)
-        if rule == "shape":
+        if op.type in _OF_SHAPES:
             static = all(t.shape.is_fully_defined() for t in op.inputs)
-        elif rule == "rank":
+        elif op.type == "Rank":
             static = all(t.shape.rank is not None for t in op.inputs)
         else:
             static = not op._is_stateful and all(t.op in known or t.op.type == "Const" for t in op.inputs)
