@@ -5,7 +5,7 @@ so every kernel a placement can reach is in numba's cache (one folder per source
 ``~/.cache/pardnn/numba``: :mod:`pardnn.kernelcache`; or ``NUMBA_CACHE_DIR``). ``pardnn warmup`` runs
 it, ``scripts/setup.sh`` at install time, and the launcher, for the placer it runs, as its own
 ``compile`` phase before ``partition``. A fresh install
-compiles for about 65 s on 2 cores; later processes, and later installs of the same sources, load
+compiles for about 45-50 s on 2 cores; later processes, and later installs of the same sources, load
 the cache in a second or two.
 """
 

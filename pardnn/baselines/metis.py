@@ -132,7 +132,8 @@ def _arcs(vertex_of: np.ndarray, src: np.ndarray, dst: np.ndarray, count: int):
         h = vertex_of[dst[e]] if i < cut else vertex_of[src[e]]
         by_head[fill[h]] = i
         fill[h] += 1
-    fill[:] = ptr[:-1]
+    for v in range(count):  # fill[:] = ptr[:-1], without the compiled shape check's error message
+        fill[v] = ptr[v]
     order = np.empty(2 * cut, np.int64)
     for i in by_head:
         e = edge[i % cut]

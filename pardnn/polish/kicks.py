@@ -118,6 +118,14 @@ def first_shorter(placement: np.ndarray, set_ptr: np.ndarray, set_ops: np.ndarra
 
 
 @njit(inline='always')
+def _copy(target: np.ndarray, source: np.ndarray) -> None:
+    """``target[:] = source`` as a loop: numba's slice assignment compiles a shape check whose error message
+    (string formatting) costs several seconds of a cold compile."""
+    for i in range(source.size):
+        target[i] = source[i]
+
+
+@njit(inline='always')
 def _keep(trial, code, first, source, target, g, devices, ranked, bounded, limits, place, schedule, makespan,
           counts, log) -> bool:
     """:meth:`_Search.keep`: emulate ``trial``; if every device fits, it becomes the answer (``place``,
@@ -132,10 +140,10 @@ def _keep(trial, code, first, source, target, g, devices, ranked, bounded, limit
         for d in range(devices):
             if peak[d] > limits[d]:
                 return False
-    place[:] = trial
-    schedule[0][:] = start
-    schedule[1][:] = finish
-    schedule[2][:] = arrival
+    _copy(place, trial)
+    _copy(schedule[0], start)
+    _copy(schedule[1], finish)
+    _copy(schedule[2], arrival)
     makespan[0] = span
     row = counts[LOGGED]
     log[row, 0], log[row, 1], log[row, 2], log[row, 3] = code, first, source, target
@@ -256,9 +264,9 @@ def iterate_compiled(rng, kick_units, unit, first_op, bounds, members, order, sw
             _descend(unit, first_op, bounds, members, sweep, budget, g, devices, ranked, bounded, limits, place,
                      schedule, span, counts, log)
             if not _shorter(span[0], before_span):
-                place[:] = before
+                _copy(place, before)
                 for i in range(3):
-                    schedule[i][:] = before_schedule[i]
+                    _copy(schedule[i], before_schedule[i])
                 span[0] = before_span
                 counts[LOGGED] = logged
     return place, counts[EVALUATIONS], counts[RESTARTS], log[:counts[LOGGED]]
